@@ -1,0 +1,77 @@
+"""What every raw-source reader produces: blocks of columns from one input file.
+
+Readers are Beam-free: they take a path (any Beam FileSystems path, local or gs://) and
+yield `Block`s of a few thousand to ~64k records as NumPy/Arrow columns. Rows a reader
+cannot even parse (a malformed CSV line, invalid JSON) come back as `BadRecord`s in the
+block, with the file and line; every other row still goes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from etl.errors import BadRecord
+
+DEFAULT_BLOCK_ROWS = 65536
+
+
+@dataclass
+class Block:
+    """Columns of consecutive records of one file.
+
+    `positions` number the records within their file (0-based, stable across reruns): they
+    feed the shuffle key, so the same input always gives the same permutation.
+    """
+
+    columns: dict[str, Any]
+    positions: np.ndarray
+    source: str
+    bad: list[BadRecord] = field(default_factory=list)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.positions)
+
+
+class SourceReader(Protocol):
+    """One configured source format (from a job file's `sources:` entry)."""
+
+    def files(self) -> list[str]:
+        """Input files (globs expanded), sorted; what the manifest lists under `inputs`."""
+
+    def read(self, path: str) -> Iterator[Block]:
+        """Blocks of one input file, in file order."""
+
+
+def open_file(path: str) -> Any:
+    """Binary read handle for a local or gs:// path (through Beam's FileSystems when remote)."""
+    if "://" in path:
+        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+
+        return FileSystems.open(path, compression_type="uncompressed")
+    return open(path, "rb")
+
+
+def expand(patterns: list[str] | str) -> list[str]:
+    """Expand globs through Beam FileSystems (local and gs:// alike); sorted, de-duplicated."""
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    found: set[str] = set()
+    for result in FileSystems.match(list(patterns)):
+        found.update(m.path for m in result.metadata_list)
+    return sorted(found)
+
+
+def options(config: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
+    from etl.errors import ConfigError  # noqa: PLC0415
+
+    unknown = set(config) - allowed - {"format", "paths"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+    return dict(config)
