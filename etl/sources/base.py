@@ -49,11 +49,9 @@ class SourceReader(Protocol):
 
 def open_file(path: str) -> Any:
     """Binary read handle for a local or gs:// path (through Beam's FileSystems when remote)."""
-    if "://" in path:
-        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+    from etl import fs  # noqa: PLC0415
 
-        return FileSystems.open(path, compression_type="uncompressed")
-    return open(path, "rb")
+    return fs.open_read(path)
 
 
 def expand(patterns: list[str] | str) -> list[str]:

@@ -1,0 +1,160 @@
+"""Job files: which data, which schema, where to, how shuffled and sharded.
+
+```yaml
+schema: schemas/mnist.yaml            # relative to the job file, or absolute
+sources:                              # one entry per split ...
+  train: {format: idx, paths: {image: data/train-images-idx3-ubyte.gz, label: ...}}
+source: {format: csv, paths: [data/*.csv]}   # ... or one source plus split fractions
+split: {train: 0.8, validation: 0.1, test: 0.1}
+output: out/mnist                     # local directory or gs://bucket/prefix
+shuffle: {seed: 42}                   # false keeps input order
+shards: 16                            # per split; or shard_size: 128MB
+compression: none                     # none | gzip | zlib
+max_bad_fraction: 0.0                 # rejected records allowed before the run fails
+```
+Relative paths (schema, source paths, output) are relative to the job file's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from etl.errors import ConfigError
+from etl.tfrecord import COMPRESSIONS
+
+_KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
+         "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description"}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)\s*$", re.I)
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
+          "G": 10**9, "T": 10**12}
+DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    path: str
+    base_dir: str
+    schema_path: str
+    sources: dict[str, dict[str, Any]]  # split (or "*" with fractions) -> source config
+    fractions: dict[str, float]  # empty unless one source is split by fraction
+    output: str
+    seed: int | None  # None: keep input order
+    shards: int | None
+    shard_size: int | None
+    compression: str
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    max_bad_fraction: float = 0.0
+    temp_location: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def shuffled(self) -> bool:
+        return self.seed is not None
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.fractions) if self.fractions else list(self.sources)
+
+
+def parse_size(value: Any, where: str) -> int:
+    if isinstance(value, int) and value > 0:
+        return value
+    m = _SIZE.match(str(value))
+    unit = m.group(2).upper() if m else ""
+    if not m or unit not in _UNITS:
+        raise ConfigError(f"{where}: cannot read size {value!r}; use e.g. 128MB or 1GiB")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def _resolve(base_dir: str, p: str) -> str:
+    if "://" in p or os.path.isabs(p):
+        return p
+    return os.path.normpath(os.path.join(base_dir, p))
+
+
+def load_job(path: str, output: str | None = None) -> JobConfig:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as e:
+        raise ConfigError(f"cannot read job file {path!r}: {e}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    return job_from_dict(doc, path=path, base_dir=os.path.dirname(os.path.abspath(path)),
+                         output=output)
+
+
+def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
+                  output: str | None = None) -> JobConfig:
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{path}: a job file must be a mapping")
+    unknown = set(doc) - _KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+    if "schema" not in doc:
+        raise ConfigError(f"{path}: missing 'schema' (path of the schema YAML)")
+    fractions: dict[str, float] = {}
+    if ("sources" in doc) == ("source" in doc):
+        raise ConfigError(f"{path}: give either 'sources' (one per split) or 'source' + 'split'")
+    if "sources" in doc:
+        sources = doc["sources"]
+        if not isinstance(sources, Mapping) or not sources:
+            raise ConfigError(f"{path}: 'sources' must map split names to source entries")
+        if "split" in doc:
+            raise ConfigError(f"{path}: 'split' fractions go with a single 'source'")
+        sources = {str(k): dict(v) for k, v in sources.items()}
+    else:
+        sources = {"*": dict(doc["source"])}
+        split = doc.get("split") or {"train": 1.0}
+        if not isinstance(split, Mapping) or not split:
+            raise ConfigError(f"{path}: 'split' must map split names to fractions")
+        fractions = {str(k): float(v) for k, v in split.items()}
+        if any(v <= 0 for v in fractions.values()) or abs(sum(fractions.values()) - 1) > 1e-6:
+            raise ConfigError(f"{path}: split fractions must be positive and sum to 1, "
+                              f"got {fractions}")
+    for name in list(sources) + list(fractions):
+        if name != "*" and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
+            raise ConfigError(f"{path}: split name {name!r} must be letters, digits, _ or .")
+    out = output or doc.get("output")
+    if not out:
+        raise ConfigError(f"{path}: missing 'output' (or pass --output)")
+    shuffle = doc.get("shuffle", {"seed": 0})
+    if shuffle is False:
+        seed = None
+    elif shuffle is True:
+        seed = 0
+    elif isinstance(shuffle, Mapping) and set(shuffle) <= {"seed"}:
+        seed = int(shuffle.get("seed", 0))
+    else:
+        raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N}}, got {shuffle!r}")
+    if "shards" in doc and "shard_size" in doc:
+        raise ConfigError(f"{path}: give 'shards' or 'shard_size', not both")
+    shards = doc.get("shards")
+    if shards is not None and (not isinstance(shards, int) or shards < 1):
+        raise ConfigError(f"{path}: shards must be a positive integer, got {shards!r}")
+    shard_size = parse_size(doc["shard_size"], f"{path}: shard_size") if "shard_size" in doc else None
+    if shards is None and shard_size is None:
+        shard_size = 128 * 10**6
+    compression = str(doc.get("compression", "none")).lower()
+    if compression not in COMPRESSIONS:
+        raise ConfigError(f"{path}: compression must be one of {list(COMPRESSIONS)}, "
+                          f"got {compression!r}")
+    max_bad = float(doc.get("max_bad_fraction", 0.0))
+    if not 0 <= max_bad <= 1:
+        raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1]")
+    return JobConfig(
+        path=path, base_dir=base_dir, schema_path=_resolve(base_dir, str(doc["schema"])),
+        sources=sources, fractions=fractions, output=_resolve(os.getcwd(), out) if output
+        else _resolve(base_dir, str(out)), seed=seed, shards=shards, shard_size=shard_size,
+        compression=compression,
+        max_shard_bytes=parse_size(doc.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES),
+                                   f"{path}: max_shard_bytes"),
+        max_bad_fraction=max_bad, temp_location=doc.get("temp_location"), raw=dict(doc),
+    )

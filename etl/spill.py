@@ -1,0 +1,96 @@
+"""Spill files: one block's encoded records, sorted by shuffle key, with a key index.
+
+Stage 1 of the shuffle writes one spill per (block, split) under the job's temp location;
+only small `SpillMeta` values travel through Beam. Stage 2 reads, for one output shard,
+the key range it owns from every spill (a binary search on the key column, then one
+ranged read), so a worker never holds more than one shard. Layout (little-endian):
+
+    b"TFRSPIL1" | n:u64 | keys:u64[n] | ids:u64[n] | offsets:u64[n+1] | payload
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from etl import fs
+
+_MAGIC = b"TFRSPIL1"
+_HEADER = struct.Struct("<8sQ")
+HIST_BITS = 12  # key histogram buckets per spill: 4096 ranges of the 64-bit key space
+
+
+@dataclass(frozen=True)
+class SpillMeta:
+    """What the planner needs to know about one spill file."""
+
+    split: str
+    path: str
+    count: int
+    num_bytes: int
+    key_min: int
+    key_max: int
+    histogram: bytes  # uint32[2**HIST_BITS] counts of keys per range; b"" when not shuffling
+
+
+@dataclass
+class Slice:
+    keys: np.ndarray
+    ids: np.ndarray
+    offsets: np.ndarray  # relative to payload start, len(keys)+1
+    payload: bytes
+
+
+def sort_block(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Order of records by (key, id): ids break the (astronomically rare) key ties."""
+    return np.lexsort((ids, keys))
+
+
+def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray, records: list[bytes],
+                histogram: bool) -> SpillMeta:
+    """Sort one block's records by key and write them; returns the planner's metadata."""
+    order = sort_block(keys, ids)
+    keys = keys[order]
+    ids = ids[order]
+    sorted_records = [records[i] for i in order.tolist()]
+    lengths = np.fromiter((len(r) for r in sorted_records), np.uint64, len(sorted_records))
+    offsets = np.zeros(len(sorted_records) + 1, np.uint64)
+    np.cumsum(lengths, out=offsets[1:])
+    with fs.open_write(path, durable=False) as fh:
+        fh.write(_HEADER.pack(_MAGIC, len(keys)))
+        fh.write(keys.astype("<u8").tobytes())
+        fh.write(ids.astype("<u8").tobytes())
+        fh.write(offsets.astype("<u8").tobytes())
+        fh.write(b"".join(sorted_records))
+    hist = b""
+    if histogram:
+        hist = np.bincount((keys >> np.uint64(64 - HIST_BITS)).astype(np.int64),
+                           minlength=1 << HIST_BITS).astype(np.uint32).tobytes()
+    return SpillMeta(split=split, path=path, count=len(keys), num_bytes=int(offsets[-1]),
+                     key_min=int(keys[0]) if len(keys) else 0,
+                     key_max=int(keys[-1]) if len(keys) else 0, histogram=hist)
+
+
+def read_range(path: str, key_lo: int, key_hi: int) -> Slice:
+    """Records with key_lo <= key < key_hi (key_hi may be 2**64) from one spill file."""
+    with fs.open_read(path) as fh:
+        magic, n = _HEADER.unpack(fh.read(_HEADER.size))
+        if magic != _MAGIC:
+            raise OSError(f"{path}: not a spill file")
+        keys = np.frombuffer(fh.read(8 * n), "<u8")
+        a = int(np.searchsorted(keys, np.uint64(key_lo), side="left"))
+        b = n if key_hi >= 1 << 64 else int(np.searchsorted(keys, np.uint64(key_hi), side="left"))
+        if a >= b:
+            empty = np.zeros(0, np.uint64)
+            return Slice(empty, empty, np.zeros(1, np.uint64), b"")
+        ids_at = _HEADER.size + 16 * n
+        fh.seek(ids_at + 8 * a)
+        ids = np.frombuffer(fh.read(8 * (b - a)), "<u8")
+        fh.seek(_HEADER.size + 16 * n + 8 * a)
+        offsets = np.frombuffer(fh.read(8 * (b - a + 1)), "<u8")
+        payload_at = _HEADER.size + 24 * n + 8
+        fh.seek(payload_at + int(offsets[0]))
+        payload = fh.read(int(offsets[-1] - offsets[0]))
+    return Slice(keys[a:b].copy(), ids.copy(), offsets - offsets[0], payload)

@@ -1,0 +1,163 @@
+"""Run one job file end to end: plan inputs, run the Beam pipeline, check, publish.
+
+The pipeline writes into a run-specific staging place; only after every count and checksum
+is in, the manifest is written and the result is published, `_SUCCESS` last (see
+etl.manifest.publish). A failed run leaves the previous output untouched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+
+from etl import fs, keys
+from etl.config import JobConfig
+from etl.errors import ConfigError, EtlError
+from etl.manifest import MANIFEST, REJECTED_DIR, build_manifest, publish, rejected_summary
+from etl.schema import Schema, load_schema
+from etl.shard_writer import ShardResult
+from etl.sources import make_reader
+from etl.tfmd import to_pbtxt
+from transforms.convert import ConvertSpec, ConvertToShards, ReadTask
+
+log = logging.getLogger(__name__)
+LOCAL_RUNNER = "FnApiRunner"  # DirectRunner in Beam 2.77 first tries to download Prism
+
+
+@dataclass
+class JobResult:
+    output: str
+    splits: dict[str, dict[str, Any]]
+    rejected: dict[str, Any]
+    seconds: float
+    manifest: dict[str, Any]
+
+
+def default_beam_args(beam_args: list[str]) -> list[str]:
+    """Our local default never downloads anything; every explicit option wins."""
+    args = list(beam_args)
+    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+        args.append(f"--runner={LOCAL_RUNNER}")
+    return args
+
+
+def plan_reads(job: JobConfig) -> tuple[list[ReadTask], list[dict[str, Any]]]:
+    """Every input file, with a stable identity (path below the inputs' common root)."""
+    per_source: dict[str, list[str]] = {}
+    for name, cfg in job.sources.items():
+        reader = make_reader(cfg, job.base_dir, f"{job.path}: sources.{name}")
+        files = reader.files()
+        if not files:
+            raise ConfigError(f"{job.path}: source {name!r} matched no input files "
+                              f"(paths: {cfg.get('paths')!r})")
+        per_source[name] = files
+    all_files = sorted({f for files in per_source.values() for f in files})
+    identity = keys.identities(all_files)
+    ordinal = {p: i for i, p in enumerate(sorted(all_files, key=lambda p: identity[p]))}
+    tasks = [ReadTask(name, f, identity[f], ordinal[f])
+             for name, files in per_source.items() for f in files]
+    inputs = [{"path": f, "num_bytes": _size(f)} for f in all_files]
+    return tasks, inputs
+
+
+def _size(path: str) -> int:
+    try:
+        return fs.size(path)
+    except (OSError, IndexError, ValueError):
+        return 0  # pseudo-files (python generators) and directories
+
+
+def run_job(job: JobConfig, beam_args: list[str] | None = None) -> JobResult:
+    started = time.time()
+    schema = load_schema(job.schema_path)
+    tasks, inputs = plan_reads(job)
+    options = PipelineOptions(default_beam_args(beam_args or []))
+    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
+    tmp = (fs.join(temp_root, f"etl-{run_id}") if temp_root and fs.is_remote(job.output)
+           else f"{job.output.rstrip('/')}.tmp-{run_id}")
+    spec = ConvertSpec(
+        schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
+        fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
+        staging_dir=fs.join(tmp, "staging"), compression=job.compression,
+        splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
+        max_shard_bytes=job.max_shard_bytes,
+    )
+    try:
+        with beam.Pipeline(options=options) as p:
+            _ = p | "Convert" >> ConvertToShards(spec, tasks)
+        return _check_and_publish(job, schema, spec, inputs, run_id, started)
+    finally:
+        fs.delete_tree(tmp)
+
+
+def _read_jsonl(path: str) -> list[Any]:
+    if not fs.exists(path):
+        return []
+    text = fs.read_bytes(path).decode()
+    fs.delete([path])
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec,
+                       inputs: list[dict[str, Any]], run_id: str, started: float) -> JobResult:
+    staging = spec.staging_dir
+    shards = [ShardResult(**r) for r in _read_jsonl(fs.join(staging, "_shards.jsonl"))]
+    bad = _read_jsonl(fs.join(staging, "_rejected.jsonl"))
+    notes = _read_jsonl(fs.join(staging, "_notes.jsonl"))
+    written = sum(r.num_records for r in shards)
+    read = written + len(bad)
+    rejected = rejected_summary(bad, read)
+    if bad and rejected["fraction"] > job.max_bad_fraction:
+        first = bad[0]
+        where = f"{first['source']}:{first['position']}"
+        feature = f" feature {first['feature']!r}:" if first.get("feature") else ""
+        raise EtlError(
+            f"{len(bad)} of {read} records rejected ({rejected['fraction']:.2%} > "
+            f"max_bad_fraction {job.max_bad_fraction:.2%}); nothing published. First: "
+            f"{where}:{feature} {first['reason']}")
+    for note in notes:
+        log.warning(note)
+    for split in job.splits:
+        got = sorted(r.index for r in shards if r.split == split)
+        if not got or got != list(range(_count(shards, split))):
+            raise EtlError(f"split {split!r}: shard results are incomplete ({got}); "
+                           "nothing published")
+    if bad:
+        fs.write_bytes(fs.join(staging, REJECTED_DIR, "rejected.jsonl"),
+                       "\n".join(json.dumps(b, sort_keys=True) for b in bad).encode() + b"\n")
+    manifest = build_manifest(shards, job.splits, schema.sha256(), job.seed, job.compression,
+                              inputs, rejected, notes)
+    fs.write_bytes(fs.join(staging, "schema.yaml"), schema.to_yaml().encode())
+    fs.write_bytes(fs.join(staging, "schema.pbtxt"), to_pbtxt(schema).encode())
+    fs.write_bytes(fs.join(staging, MANIFEST), json.dumps(manifest, indent=1).encode())
+    publish(staging, job.output, run_id)
+    _remove_leftovers(job.output)
+    return JobResult(job.output, {k: {"num_records": v["num_records"],
+                                       "shards": len(v["shards"])}
+                                   for k, v in manifest["splits"].items()},
+                     rejected, time.time() - started, manifest)
+
+
+def _count(shards: list[ShardResult], split: str) -> int:
+    mine = [r for r in shards if r.split == split]
+    return mine[0].num_shards if mine else 0
+
+
+def _remove_leftovers(output: str) -> None:
+    """Staging dirs of earlier crashed runs (local outputs): a rerun converges."""
+    if fs.is_remote(output):
+        return
+    parent, base = os.path.split(os.path.abspath(output))
+    for name in os.listdir(parent):
+        if name.startswith(base + ".tmp-") or name.startswith(base + ".old-"):
+            fs.delete_tree(os.path.join(parent, name))

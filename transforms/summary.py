@@ -1,0 +1,30 @@
+"""Run a job and print what users want to see: records per split, shards, time, a sample."""
+
+from __future__ import annotations
+
+from etl.config import load_job
+from transforms.job import run_job
+
+
+def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool) -> int:
+    job = load_job(job_path, output=output)
+    result = run_job(job, beam_args)
+    print(f"Wrote {result.output} in {result.seconds:.1f}s")
+    for split, info in result.splits.items():
+        print(f"  {split:<12} {info['num_records']:>10,} records in {info['shards']} shard(s)")
+    if result.rejected["num_records"]:
+        print(f"  rejected     {result.rejected['num_records']:>10,} records "
+              f"(see {result.output}/rejected/): {result.rejected['by_reason']}")
+    if sample:
+        first = next(iter(result.splits))
+        try:
+            from etl.inspect_data import inspect  # noqa: PLC0415
+
+            print(f"Sample record ({first}):")
+            shard = result.manifest["splits"][first]["shards"][0]["path"]
+            for text in inspect([f"{result.output}/{shard}"], limit=1):
+                print(text)
+        except ImportError:
+            pass
+    print(f"Read it back: etl.make_dataset({result.output!r}, split={first if sample else 'train'!r})")
+    return 0
