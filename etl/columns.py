@@ -299,6 +299,10 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
 def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.Array:
     offsets = compose(nested.levels, n)
     values, leaf_bad, reason = convert_leaves(feature, nested.leaves)
+    if not nested.levels:
+        # A null scalar is a missing row, not a bad value: the default (or the required
+        # check below) decides what it becomes.
+        leaf_bad = leaf_bad & nested.row_valid
     if leaf_bad.any():
         flag(rows_of(leaf_bad, offsets), reason)
     counts = np.diff(offsets)
@@ -437,7 +441,9 @@ def _sequence_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa
         flag(rows_of(leaf_bad, row_of_value), reason)
     counts = np.diff(value_offsets)
     if feature.encoding != "values" or feature.fixed:
-        k = 1 if feature.encoding != "values" else feature.value_count
+        # one blob per step when the input holds encoded blobs; otherwise the step's values
+        blobs = feature.encoding != "values" and isinstance(values, pa.Array)
+        k = 1 if blobs else feature.value_count
         wrong = counts != k
         if wrong.any():
             first = int(np.flatnonzero(wrong)[0])
