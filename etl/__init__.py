@@ -1,0 +1,32 @@
+"""Raw training data -> TFRecords, driven by one schema file.
+
+`import etl` stays light: TensorFlow (make_dataset) and pyarrow (Encoder) load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from etl.schema import Feature, Schema, load_schema
+
+if TYPE_CHECKING:
+    from etl.codec import Encoder
+    from etl.reader import make_dataset
+
+__all__ = ["Encoder", "Feature", "Schema", "load_schema", "make_dataset"]
+
+_LAZY = {"Encoder": "etl.codec", "make_dataset": "etl.reader"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib  # noqa: PLC0415
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'etl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
