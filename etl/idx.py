@@ -1,0 +1,172 @@
+"""IDX, the MNIST / Fashion-MNIST file format: a big-endian header, then one flat array.
+
+Header: two zero bytes, a dtype code, the number of dimensions, then each dimension as a
+big-endian uint32; the first dimension counts the records. Files are often gzipped; we
+recognise gzip by the `.gz` extension or by its magic bytes, so a renamed file still reads.
+Readers stream records in blocks (a 47 MB MNIST image file never has to be held whole), and
+every malformed header or size mismatch raises a RecordError naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from etl.errors import RecordError
+
+DTYPES: dict[int, np.dtype] = {
+    0x08: np.dtype(">u1"),
+    0x09: np.dtype(">i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+CODES: dict[np.dtype, int] = {dtype: code for code, dtype in DTYPES.items()}
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class IdxHeader:
+    """What the header promises: element type (big-endian) and shape (records first)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return self.shape[0]
+
+    @property
+    def record_shape(self) -> tuple[int, ...]:
+        return self.shape[1:]
+
+    @property
+    def record_bytes(self) -> int:
+        return int(np.prod(self.record_shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def header_bytes(self) -> int:
+        return 4 + 4 * len(self.shape)
+
+
+def read_idx_header(fh: BinaryIO, name: str = "<stream>") -> IdxHeader:
+    """Parse the header at the start of `fh` (already decompressed)."""
+    magic = fh.read(4)
+    if len(magic) < 4 or magic[:2] != b"\x00\x00" or magic[2] not in DTYPES or magic[3] == 0:
+        raise RecordError(
+            f"{name}: not an IDX file (magic bytes {magic.hex(' ') or 'missing'}; expected "
+            f"00 00 <dtype code, one of {', '.join(f'{c:02x}' for c in DTYPES)}> <ndims >= 1>)"
+        )
+    ndims = magic[3]
+    raw = fh.read(4 * ndims)
+    if len(raw) < 4 * ndims:
+        raise RecordError(f"{name}: IDX header is truncated (expected {ndims} dimensions)")
+    return IdxHeader(DTYPES[magic[2]], struct.unpack(f">{ndims}I", raw))
+
+
+@contextmanager
+def open_idx(path: str) -> Iterator[tuple[IdxHeader, BinaryIO]]:
+    """(header, stream positioned at the first record) of a plain or gzipped IDX file."""
+    from etl.sources.base import open_file  # noqa: PLC0415
+
+    with open_file(path) as fh:
+        gzipped = path.endswith(".gz") or fh.read(2) == _GZIP_MAGIC
+    with open_file(path) as fh:
+        stream: Any = gzip.GzipFile(fileobj=fh) if gzipped else fh
+        try:
+            header = read_idx_header(stream, path)
+        except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+            raise RecordError(f"{path}: cannot read IDX data: {e}") from e
+        if not gzipped:
+            _check_size(fh, header, path)
+        yield header, stream
+
+
+def _check_size(fh: Any, header: IdxHeader, path: str) -> None:
+    """An uncompressed file's size must match its dims; checked before any record is read."""
+    try:
+        size = fh.seek(0, 2)
+        fh.seek(header.header_bytes)
+    except (OSError, AttributeError):
+        return  # not seekable: the streaming read still catches a short file
+    expected = header.header_bytes + header.count * header.record_bytes
+    if size != expected:
+        raise RecordError(f"{path}: IDX dims {list(header.shape)} of {header.dtype.str[1:]} need "
+                          f"{expected} bytes, the file has {size}")
+
+
+def iter_blocks(
+    stream: BinaryIO, header: IdxHeader, rows: int, path: str
+) -> Iterator[np.ndarray]:
+    """Records in blocks of up to `rows`, native byte order; a short or long file raises."""
+    done = 0
+    while done < header.count:
+        n = min(rows, header.count - done)
+        data = _read_exactly(stream, n * header.record_bytes)
+        if len(data) < n * header.record_bytes:
+            found = done + len(data) // max(header.record_bytes, 1)
+            raise RecordError(f"{path}: IDX data ends after record {found}, but its dims "
+                              f"{list(header.shape)} promise {header.count} records")
+        block = np.frombuffer(data, header.dtype).reshape((n, *header.record_shape))
+        yield block if header.dtype.itemsize == 1 else block.astype(header.dtype.newbyteorder("="))
+        done += n
+    try:
+        extra = stream.read(1)
+    except (OSError, EOFError) as e:
+        raise RecordError(f"{path}: cannot read IDX data: {e}") from e
+    if extra:
+        raise RecordError(f"{path}: IDX file holds more data than its dims "
+                          f"{list(header.shape)} describe")
+
+
+def _read_exactly(stream: BinaryIO, n: int) -> bytes:
+    parts = []
+    try:
+        while n > 0:
+            part = stream.read(n)
+            if not part:
+                break
+            parts.append(part)
+            n -= len(part)
+    except (OSError, EOFError):  # a truncated gzip stream: report it as short data
+        pass
+    return b"".join(parts)
+
+
+def read_idx(path: str) -> np.ndarray:
+    """A whole IDX file as one array (native byte order)."""
+    with open_idx(path) as (header, stream):
+        blocks = list(iter_blocks(stream, header, max(header.count, 1), path))
+    if not blocks:
+        return np.zeros(header.shape, header.dtype.newbyteorder("="))
+    return blocks[0]
+
+
+def write_idx(path: str, array: np.ndarray) -> None:
+    """Write `array` as IDX (gzip if `path` ends in .gz); same array, same bytes (gzip mtime 0)."""
+    array = np.asarray(array)
+    big = array.dtype.newbyteorder(">") if array.dtype.itemsize > 1 else array.dtype
+    if array.ndim < 1 or big not in CODES:
+        raise ValueError(f"{path}: IDX holds arrays of >= 1 dimension of "
+                         f"{sorted(str(d) for d in CODES)}, got {array.dtype}{list(array.shape)}")
+    if any(d >= 1 << 32 for d in array.shape):
+        raise ValueError(f"{path}: IDX dimensions must fit in uint32, got {list(array.shape)}")
+    header = bytes([0, 0, CODES[big], array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    data = header + np.ascontiguousarray(array, dtype=big).tobytes()
+    if path.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    if "://" in path:
+        from apache_beam.io.filesystems import CompressionTypes, FileSystems  # noqa: PLC0415
+
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+            out.write(data)
+    else:
+        with open(path, "wb") as out:
+            out.write(data)
