@@ -10,6 +10,8 @@ a reason. No per-record Python work on the good path.
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -416,12 +418,30 @@ def _encode_image(feature: Feature, pixels: np.ndarray) -> bytes:
     from PIL import Image  # noqa: PLC0415
 
     img = pixels.reshape(feature.shape)
+    if feature.encoding == "png" and img.dtype.itemsize == 2 and img.shape[-1] > 1:
+        return _png16(img)  # Pillow has no 16-bit RGB / RGBA mode
     if img.shape[-1] == 1:
         img = img[..., 0]
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="PNG" if feature.encoding == "png" else "JPEG",
                               quality=95)
     return buf.getvalue()
+
+
+def _png16(img: np.ndarray) -> bytes:
+    """A 16-bit [h, w, 3|4] image as PNG (IHDR, one zlib IDAT of unfiltered rows, IEND)."""
+    h, w, c = img.shape
+    color_type = {3: 2, 4: 6}[c]  # PNG colour types RGB, RGBA
+    rows = np.ascontiguousarray(img.astype(">u2")).view(np.uint8).reshape(h, w * c * 2)
+    raw = np.concatenate([np.zeros((h, 1), np.uint8), rows], axis=1).tobytes()  # filter 0
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + tag + data
+                + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
+
+    header = struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0)
+    return (_PNG_MAGIC + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6))
+            + chunk(b"IEND", b""))
 
 
 def _sequence_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.Array:

@@ -388,7 +388,8 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
                        f"raw supports {list(_RAW_DTYPES)}")
         if encoding in ("png", "jpeg"):
             allowed = ("uint8", "uint16") if encoding == "png" else ("uint8",)
-            channels = (1, 2, 3, 4) if encoding == "png" else (1, 3)
+            # tf.io.decode_png cannot return 2 channels (grey+alpha): 1, 3 or 4 only
+            channels = (1, 3, 4) if encoding == "png" else (1, 3)
             if dtype not in allowed:
                 raise fail(f"{encoding} images must be dtype {' or '.join(allowed)}, got {dtype!r}")
             if len(shape) != 3 or shape[-1] not in channels:
