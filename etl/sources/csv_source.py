@@ -70,40 +70,60 @@ def path_list(config: Mapping[str, Any], where: str) -> list[str]:
     return list(paths)
 
 
-def paired_paths(
-    config: Mapping[str, Any], base_dir: str, where: str
-) -> tuple[list[str], dict[str, list[str]]]:
-    """`paths: {column: glob, ...}` -> column names and their files, paired by sorted order.
+class PairedFiles:
+    """`paths: {column: glob, ...}`: each column's files, paired with the others' in sorted order.
 
-    The first column's file names the pair (it is what `files()` returns and `Block.source`).
+    The first column's file names the pair: it is what `files()` returns and `Block.source`
+    says, so a record's identity is (that file, index).
     """
-    paths = config.get("paths")
-    if not isinstance(paths, Mapping) or not paths or not all(
-        isinstance(k, str) and isinstance(v, (str, list)) for k, v in paths.items()
-    ):
-        raise ConfigError(f"{where}: 'paths' must map column names to paths/globs, "
-                          f"e.g. {{image: train-images.gz, label: train-labels.gz}}, got {paths!r}")
-    names = list(paths)
-    found = {
-        name: expand_each([p] if isinstance(p, str) else p, base_dir, f"{where}: paths.{name}")
-        for name, p in paths.items()
-    }
-    counts = {name: len(files) for name, files in found.items()}
-    if len(set(counts.values())) > 1:
-        raise ConfigError(f"{where}: the 'paths' columns match different numbers of files "
-                          f"{counts}; files are paired in sorted order, so they must agree")
-    return names, found
 
+    def __init__(self, config: Mapping[str, Any], base_dir: str, where: str):
+        paths = config.get("paths")
+        if not isinstance(paths, Mapping) or not paths or not all(
+            isinstance(k, str) and (isinstance(v, str) or (
+                isinstance(v, list) and v and all(isinstance(p, str) for p in v)))
+            for k, v in paths.items()
+        ):
+            raise ConfigError(f"{where}: 'paths' must map column names to paths/globs, e.g. "
+                              f"{{image: train-images.gz, label: train-labels.gz}}, got {paths!r}")
+        self.patterns = {k: [v] if isinstance(v, str) else list(v) for k, v in paths.items()}
+        self.base_dir = base_dir
+        self.where = where
+        self._found: dict[str, list[str]] | None = None
 
-def partners(
-    names: list[str], found: dict[str, list[str]], path: str, where: str
-) -> dict[str, str]:
-    """The files paired with `path` (a file of the first column), by column name."""
-    key = found[names[0]]
-    if path not in key:
-        raise ConfigError(f"{where}: {path!r} is not one of the {names[0]!r} files {key}")
-    i = key.index(path)
-    return {name: found[name][i] for name in names}
+    @property
+    def key_column(self) -> str:
+        return next(iter(self.patterns))
+
+    def found(self) -> dict[str, list[str]]:
+        """column -> its files, sorted (globs expanded once)."""
+        if self._found is None:
+            found = {
+                name: expand_each(patterns, self.base_dir, f"{self.where}: paths.{name}")
+                for name, patterns in self.patterns.items()
+            }
+            counts = {name: len(files) for name, files in found.items()}
+            if len(set(counts.values())) > 1:
+                raise ConfigError(f"{self.where}: the 'paths' columns match different numbers of "
+                                  f"files {counts}; files are paired in sorted order, so they "
+                                  f"must agree")
+            self._found = found
+        return self._found
+
+    def keys(self) -> list[str]:
+        return list(self.found()[self.key_column])
+
+    def every_file(self) -> list[str]:
+        return sorted(f for files in self.found().values() for f in files)
+
+    def partners(self, path: str) -> dict[str, str]:
+        """column -> file of the pair `path` (a key column file) names."""
+        keys = self.keys()
+        if path not in keys:
+            raise ConfigError(f"{self.where}: {path!r} is not one of the {self.key_column!r} "
+                              f"files {keys}")
+        i = keys.index(path)
+        return {name: files[i] for name, files in self.found().items()}
 
 
 def int_option(

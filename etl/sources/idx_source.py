@@ -19,7 +19,7 @@ import numpy as np
 from etl.errors import RecordError
 from etl.idx import iter_blocks, open_idx
 from etl.sources.base import Block, options
-from etl.sources.csv_source import block_rows, paired_paths, partners
+from etl.sources.csv_source import PairedFiles, block_rows
 
 
 class IdxReader:
@@ -30,31 +30,22 @@ class IdxReader:
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
         opts = options(config, self.OPTIONS, where)
         self.where = where
-        self.config = config
-        self.base_dir = base_dir
         self.block_rows = block_rows(opts, where)
-        self._paired: tuple[list[str], dict[str, list[str]]] | None = None
-
-    def _pairs(self) -> tuple[list[str], dict[str, list[str]]]:
-        if self._paired is None:
-            self._paired = paired_paths(self.config, self.base_dir, self.where)
-        return self._paired
+        self.pairs = PairedFiles(config, base_dir, where)
 
     @property
     def key_column(self) -> str:
         """The column whose file gives a record its identity (and `Block.source`)."""
-        return self._pairs()[0][0]
+        return self.pairs.key_column
 
     def files(self) -> list[str]:
-        names, found = self._pairs()
-        return list(found[names[0]])
+        return self.pairs.keys()
 
     def inputs(self) -> list[str]:
-        return sorted(f for files in self._pairs()[1].values() for f in files)
+        return self.pairs.every_file()
 
     def read(self, path: str) -> Iterator[Block]:
-        names, found = self._pairs()
-        files = partners(names, found, path, self.where)
+        files = self.pairs.partners(path)
         with ExitStack() as stack:
             opened = {name: stack.enter_context(open_idx(f)) for name, f in files.items()}
             counts = {files[name]: header.count for name, (header, _) in opened.items()}

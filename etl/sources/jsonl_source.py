@@ -19,7 +19,7 @@ import pyarrow.json as pa_json
 
 from etl.errors import BadRecord
 from etl.sources.base import Block, options
-from etl.sources.csv_source import block_rows, excerpt, expand_each, path_list
+from etl.sources.csv_source import block_rows, excerpt, expand_each, path_list, utf8_bad_rows
 from etl.sources.text_source import LineBlock, line_blocks
 
 
@@ -45,7 +45,9 @@ class JsonlReader:
         for block in line_blocks(path, self.block_rows):
             rows = np.flatnonzero(~block.blank())
             positions = block.first + rows
-            table = _arrow(block.data, len(rows))
+            # pyarrow.json takes bytes that are not UTF-8 into string columns without a word
+            valid = not utf8_bad_rows(block.binary()).any()
+            table = _arrow(block.data, len(rows)) if valid else None
             if table is not None:
                 columns = {n: table.column(n).combine_chunks() for n in table.schema.names}
                 yield Block(columns=columns, positions=positions, source=path)
@@ -59,7 +61,7 @@ def _arrow(data: bytes, expected_rows: int) -> pa.Table | None:
         table = pa_json.read_json(
             io.BytesIO(data), read_options=pa_json.ReadOptions(block_size=max(len(data), 1 << 16))
         )
-    except ValueError:  # ArrowInvalid is one; so is the UnicodeDecodeError of bad UTF-8
+    except pa.ArrowInvalid:
         return None
     # Two objects on one line parse as two rows: line positions would shift, so go slow.
     return table if table.num_rows == expected_rows else None
@@ -73,10 +75,14 @@ def _line_by_line(block: LineBlock, rows: np.ndarray, path: str) -> Block:
         line = block.first + i + 1
         raw = block.line(i)
         try:
-            value = json.loads(raw)
-        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
-            why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
-            bad.append(BadRecord(path, line, f"line {line}: invalid JSON: {why}", raw=excerpt(raw)))
+            value = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append(BadRecord(path, line, f"line {line}: not valid UTF-8 text",
+                                 raw=excerpt(raw)))
+            continue
+        except json.JSONDecodeError as e:
+            bad.append(BadRecord(path, line, f"line {line}: invalid JSON: {e.msg} at column "
+                                             f"{e.colno}", raw=excerpt(raw)))
             continue
         if not isinstance(value, dict):
             bad.append(BadRecord(path, line, f"line {line}: expected a JSON object, "

@@ -22,7 +22,7 @@ import numpy as np
 
 from etl.errors import ConfigError, RecordError
 from etl.sources.base import Block, open_file, options
-from etl.sources.csv_source import block_rows, expand_each, paired_paths, partners, path_list
+from etl.sources.csv_source import PairedFiles, block_rows, expand_each, path_list
 
 _Array = tuple[str, tuple[int, ...], Iterator[np.ndarray]]  # (what to call it, shape, blocks)
 
@@ -36,11 +36,9 @@ class NumpyReader:
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
         opts = options(config, self.OPTIONS, where)
         self.where = where
-        self.config = config
         self.base_dir = base_dir
         self.npz = config.get("format") == "npz"
         self.block_rows = block_rows(opts, where)
-        self._paired: tuple[list[str], dict[str, list[str]]] | None = None
         self.rename: dict[str, str] | None = None  # npz array name -> column name
         columns = opts.get("columns")
         if columns is not None and not self.npz:
@@ -57,27 +55,21 @@ class NumpyReader:
                               f"to column names, got {columns!r}")
         if self.npz:
             self.patterns = path_list(config, where)
-
-    def _pairs(self) -> tuple[list[str], dict[str, list[str]]]:
-        if self._paired is None:
-            self._paired = paired_paths(self.config, self.base_dir, self.where)
-        return self._paired
+        else:
+            self.pairs = PairedFiles(config, base_dir, where)
 
     @property
     def key_column(self) -> str | None:
         """npy: the column whose file gives a record its identity; npz: the archive does."""
-        return None if self.npz else self._pairs()[0][0]
+        return None if self.npz else self.pairs.key_column
 
     def files(self) -> list[str]:
         if self.npz:
             return expand_each(self.patterns, self.base_dir, self.where)
-        names, found = self._pairs()
-        return list(found[names[0]])
+        return self.pairs.keys()
 
     def inputs(self) -> list[str]:
-        if self.npz:
-            return self.files()
-        return sorted(f for files in self._pairs()[1].values() for f in files)
+        return self.files() if self.npz else self.pairs.every_file()
 
     def read(self, path: str) -> Iterator[Block]:
         with ExitStack() as stack:
@@ -97,9 +89,8 @@ class NumpyReader:
 
     def _open_npy(self, path: str, stack: ExitStack) -> dict[str, _Array]:
         """column -> (file, shape, blocks) for the pair `path` names."""
-        names, found = self._pairs()
         out = {}
-        for name, f in partners(names, found, path, self.where).items():
+        for name, f in self.pairs.partners(path).items():
             if "://" in f:
                 fh = stack.enter_context(open_file(f))
                 shape, blocks = stream_npy(fh, self.block_rows, f)
