@@ -118,8 +118,12 @@ def rows_of(leaf_mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 # ---- leaf conversion ----------------------------------------------------------------------
-def convert_leaves(feature: Feature, leaves: pa.Array | np.ndarray) -> tuple[Any, np.ndarray, str]:
-    """Leaf values -> (storage values, bad mask, reason for the bad ones)."""
+def convert_leaves(feature: Feature, leaves: pa.Array | np.ndarray) -> tuple[Any, np.ndarray, Any]:
+    """Leaf values -> (storage values, bad mask, reason for the bad ones).
+
+    The reason is one string, or an object array with one reason per bad leaf (naming the
+    value found there); `leaf_reasons` picks them for the bad leaves.
+    """
     if feature.vocabulary:
         return _lookup(feature, leaves)
     if feature.dtype == "bytes" or (feature.encoding in ("png", "jpeg") and not _numeric(leaves)):
@@ -157,7 +161,7 @@ def _as_bytes(x: Any) -> bytes | None:
     return str(x).encode()
 
 
-def _lookup(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, str]:
+def _lookup(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, Any]:
     if isinstance(leaves, np.ndarray):
         leaves = pa.array([_as_text(x) for x in leaves.tolist()], pa.large_string())
     if not (pa.types.is_string(leaves.type) or pa.types.is_large_string(leaves.type)):
@@ -165,12 +169,13 @@ def _lookup(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, str]
     ids = pc.index_in(leaves, value_set=pa.array(feature.vocabulary, leaves.type))
     missing = np.asarray(ids.is_null().to_numpy(zero_copy_only=False), bool)
     values = np.asarray(ids.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+    real_null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
     if feature.oov_id is not None:
-        real_null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
         values = np.where(missing & ~real_null, feature.oov_id, values)
         missing = real_null
-    sample = f"not in vocabulary (expected one of {_preview(feature.vocabulary)})"
-    return values, missing, sample
+    expected = f"not in vocabulary (expected one of {_preview(feature.vocabulary)})"
+    # nulls keep no reason of their own: leaf_reasons calls them "missing value"
+    return values, missing, _name_values(missing & ~real_null, leaves, "{value!r} " + expected)
 
 
 def _preview(items: tuple[str, ...]) -> str:
@@ -178,7 +183,7 @@ def _preview(items: tuple[str, ...]) -> str:
     return shown + (f", ... {len(items)} labels" if len(items) > 5 else "")
 
 
-def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, str]:
+def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, Any]:
     want = np.dtype(feature.dtype) if feature.dtype != "bytes" else np.dtype(object)
     if isinstance(leaves, np.ndarray):
         raw, null = leaves, np.zeros(len(leaves), bool)
@@ -194,14 +199,16 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, s
             leaves = leaves.cast(pa.int8())
         raw = np.asarray(leaves.fill_null(0).to_numpy(zero_copy_only=False))
     bad = null.copy()
-    reason = "missing value"
+    reason = np.full(len(raw), None, object)
+    reason[null] = "missing value"
     if want.kind in "biu":
         if raw.dtype.kind == "f":
             frac = ~np.isfinite(raw) | (raw != np.floor(raw))
             frac &= ~null
             if frac.any():
                 bad |= frac
-                reason = f"expected an integer for {feature.dtype}"
+                _name_values(frac, raw, f"expected an integer for {feature.dtype}, found "
+                             "{value!r}", reason)
             raw = np.where(frac, 0, raw)
         lo, hi = (0, 1) if want.kind == "b" else (np.iinfo(want).min, np.iinfo(want).max)
         if raw.dtype.kind == "u":
@@ -210,7 +217,8 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, s
             out_of_range = (raw < lo) | (raw > hi)
         if out_of_range.any():
             bad |= out_of_range
-            reason = f"value out of range for {feature.dtype} [{lo}, {hi}]"
+            _name_values(out_of_range, raw, "value {value!r} out of range for "
+                         f"{feature.dtype} [{lo}, {hi}]", reason)
         values = raw.astype(np.int64) if feature.storage == "int64" else raw.astype(want)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -218,13 +226,13 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, s
             overflow = np.isinf(values) & np.isfinite(raw.astype(np.float64))
         if overflow.any():
             bad |= overflow
-            reason = f"value overflows {feature.dtype}"
+            _name_values(overflow, raw, "value {value!r} overflows " + feature.dtype, reason)
         if feature.storage == "float":
             values = values.astype(np.float32)
     return values, bad, reason
 
 
-def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndarray, str]:
+def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
     """Text cells (CSV, JSON strings) -> numbers; unparsable cells are reported, not raised."""
     text = leaves.cast(pa.large_string()) if not pa.types.is_large_string(leaves.type) else leaves
     text = pc.utf8_trim_whitespace(text)
@@ -247,9 +255,29 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
         parsed = pa.array(out, target)
     values, bad, reason = _to_number(feature, parsed)
     if parse_bad.any():
-        first = leaves[int(np.flatnonzero(parse_bad)[0])].as_py()
-        return values, bad | parse_bad, f"cannot parse {first!r} as {feature.dtype}"
+        _name_values(parse_bad, leaves, "cannot parse {value!r} as " + feature.dtype, reason)
+        return values, bad | parse_bad, reason
     return values, bad, reason
+
+
+def _name_values(mask: np.ndarray, leaves: Any, template: str,
+                 out: np.ndarray | None = None) -> np.ndarray:
+    """Per-leaf reasons: `template` formatted with the value of each masked leaf."""
+    if out is None:
+        out = np.full(len(mask), None, object)
+    idx = np.flatnonzero(mask)
+    if len(idx):
+        found = (leaves[idx].tolist() if isinstance(leaves, np.ndarray)
+                 else leaves.take(pa.array(idx)).to_pylist())
+        out[idx] = [template.format(value=v) for v in found]
+    return out
+
+
+def leaf_reasons(reason: Any, idx: np.ndarray) -> str | list[str]:
+    """The reasons of the leaves `idx` (a shared string, or each leaf's own)."""
+    if isinstance(reason, str):
+        return reason
+    return [reason[i] or "missing value" for i in np.asarray(idx).tolist()]
 
 
 # ---- whole-column conversion ---------------------------------------------------------------
@@ -257,9 +285,11 @@ def to_storage(feature: Feature, columns: Mapping[str, Any], n: int) -> Converte
     """Convert the feature's source column(s) of one batch into its stored lists."""
     bad: dict[int, str] = {}
 
-    def flag(rows: np.ndarray, reason: str) -> None:
-        for r in np.asarray(rows).tolist():
-            bad.setdefault(int(r), reason)
+    def flag(rows: np.ndarray, reason: str | list[str]) -> None:
+        rows = np.asarray(rows).tolist()
+        reasons = [reason] * len(rows) if isinstance(reason, str) else reason
+        for r, why in zip(rows, reasons):
+            bad.setdefault(int(r), why)
 
     missing_cols = [s for s in feature.sources if s not in columns]
     if missing_cols:
@@ -291,7 +321,10 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
         values, leaf_bad, reason = convert_leaves(feature, col.leaves)
         missing = ~col.row_valid | leaf_bad
         if missing.any():
-            flag(np.flatnonzero(missing), f"column {name!r}: {reason}")
+            rows = np.flatnonzero(missing)
+            why = leaf_reasons(reason, rows) if leaf_bad.any() else "missing value"
+            flag(rows, [f"column {name!r}: {w}" for w in why] if isinstance(why, list)
+                 else f"column {name!r}: {why}")
         valid &= ~missing
         parts.append(np.asarray(values))
     block = np.stack(parts, axis=1)
@@ -306,7 +339,7 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
         # check below) decides what it becomes.
         leaf_bad = leaf_bad & nested.row_valid
     if leaf_bad.any():
-        flag(rows_of(leaf_bad, offsets), reason)
+        flag(rows_of(leaf_bad, offsets), leaf_reasons(reason, np.flatnonzero(leaf_bad)))
     counts = np.diff(offsets)
     present = nested.row_valid & (counts > 0) if nested.levels else nested.row_valid
     if feature.required:
@@ -458,7 +491,7 @@ def _sequence_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa
     values, leaf_bad, reason = convert_leaves(feature, nested.leaves)
     row_of_value = compose(nested.levels, n)
     if leaf_bad.any():
-        flag(rows_of(leaf_bad, row_of_value), reason)
+        flag(rows_of(leaf_bad, row_of_value), leaf_reasons(reason, np.flatnonzero(leaf_bad)))
     counts = np.diff(value_offsets)
     if feature.encoding != "values" or feature.fixed:
         # one blob per step when the input holds encoded blobs; otherwise the step's values
