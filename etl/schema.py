@@ -329,7 +329,9 @@ def schema_from_dict(doc: Any, path: str | None = None) -> Schema:
     else:
         if "features" in doc:
             raise SchemaError(f"{where}: kind 'sequence_example' takes 'context' and 'sequence'")
-        context = _features(doc.get("context") or {}, "context", False, where, base_dir)
+        # context is optional: a SequenceExample may carry feature lists only
+        context = (_features(doc["context"], "context", False, where, base_dir)
+                   if doc.get("context") else ())
         sequence = _features(doc.get("sequence"), "sequence", True, where, base_dir)
     names = [f.name for f in context + sequence]
     dupes = sorted({n for n in names if names.count(n) > 1})
