@@ -64,7 +64,7 @@ def _decoded_desc(f: Feature) -> str:
     return f"{kind} {f.dtype}[{', '.join(dims)}]{how}{vocab}"
 
 
-# ---- inspect ----------------------------------------------------------------------------------
+# ---- inspect -------------------------------------------------------------------------------------
 def inspect(
     paths_or_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     limit: int = 5,
@@ -150,7 +150,7 @@ def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
-# ---- one record, decoded with the schema --------------------------------------------------------
+# ---- one record, decoded with the schema ---------------------------------------------------------
 def _decoded(schema: Schema, data: bytes) -> str:
     import tensorflow as tf  # noqa: PLC0415
 
@@ -203,7 +203,7 @@ def _truncate_lists(values: Any, limit: int = 10) -> Any:
     return _short_bytes(values)
 
 
-# ---- one record, raw proto text --------------------------------------------------------------------
+# ---- one record, raw proto text ------------------------------------------------------------------
 def _proto_text(data: bytes) -> str:
     from google.protobuf.message import DecodeError  # noqa: PLC0415
     from tensorflow.core.example import example_pb2  # noqa: PLC0415

@@ -187,7 +187,7 @@ def to_numpy(value: Any) -> Any:
     return value.numpy()
 
 
-# ---- helpers -----------------------------------------------------------------------------
+# ---- helpers -------------------------------------------------------------------------------------
 def _concat(feature: Any, parts: list[Any]) -> Any:
     pieces = [to_numpy(p) for p in parts]
     if pieces and isinstance(pieces[0], list):

@@ -452,3 +452,12 @@ def test_sequence_example_one_record_batches(tmp_path):
                       batch_size=1)
     for row, batch in enumerate(ds):
         check_sequence(batch, cols, [row])
+
+
+def test_sequence_example_without_context(tmp_path):
+    schema = schema_from_dict({"kind": "sequence_example", "sequence": {
+        "tok": {"dtype": "int64", "shape": []}, "vec": {"dtype": "float16", "shape": [2]}}})
+    cols = {"tok": [[1, 2], [], [3]], "vec": [[[0.5, 1], [2, 3]], [], [[-1, 0]]]}
+    out = roundtrip(tmp_path, schema, cols, 3)
+    assert_ragged(out["tok"], cols["tok"], "int64")
+    assert_ragged(out["vec"], cols["vec"], "float16", (2,))
