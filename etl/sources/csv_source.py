@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -135,8 +135,38 @@ def int_option(
     return value
 
 
+def bool_option(opts: Mapping[str, Any], name: str, default: bool, where: str) -> bool:
+    value = opts.get(name, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {name!r} must be true or false, got {value!r}")
+    return value
+
+
 def block_rows(opts: Mapping[str, Any], where: str) -> int:
     return int_option(opts, "block_rows", DEFAULT_BLOCK_ROWS, where, minimum=1)
+
+
+class FileSource:
+    """Set-up shared by the readers whose `paths:` is a list of files/globs, one unit each.
+
+    `files()` are what `read()` takes (and `Block.source`); `inputs()` every file read, which
+    only multi-file formats make differ.
+    """
+
+    OPTIONS: ClassVar[set[str]] = {"block_rows"}
+
+    def __init__(self, config: Mapping[str, Any], base_dir: str, where: str):
+        self.opts = options(config, self.OPTIONS, where)
+        self.where = where
+        self.base_dir = base_dir
+        self.patterns = path_list(config, where)
+        self.block_rows = block_rows(self.opts, where)
+
+    def files(self) -> list[str]:
+        return expand_each(self.patterns, self.base_dir, self.where)
+
+    def inputs(self) -> list[str]:
+        return self.files()
 
 
 def excerpt(raw: bytes | str, limit: int = 120) -> str:
@@ -164,17 +194,14 @@ def _not_utf8(value: bytes | None) -> bool:
 
 
 # ---- the CSV reader ----------------------------------------------------------------------------
-class CsvReader:
+class CsvReader(FileSource):
     """`format: csv`; options: delimiter, quote_char, header, columns, skip_rows, block_rows."""
 
     OPTIONS = {"delimiter", "quote_char", "header", "columns", "skip_rows", "block_rows"}
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
-        opts = options(config, self.OPTIONS, where)
-        self.where = where
-        self.base_dir = base_dir
-        self.patterns = path_list(config, where)
-        self.block_rows = block_rows(opts, where)
+        super().__init__(config, base_dir, where)
+        opts = self.opts
         self.delimiter = opts.get("delimiter", ",")
         if not isinstance(self.delimiter, str) or len(self.delimiter) != 1:
             raise ConfigError(f"{where}: 'delimiter' must be one character, got {self.delimiter!r}")
@@ -184,9 +211,7 @@ class CsvReader:
         ):
             raise ConfigError(f"{where}: 'quote_char' must be one character or null (no quoting), "
                               f"got {self.quote_char!r}")
-        self.header = opts.get("header", True)
-        if not isinstance(self.header, bool):
-            raise ConfigError(f"{where}: 'header' must be true or false, got {self.header!r}")
+        self.header = bool_option(opts, "header", True, where)
         self.columns = opts.get("columns")
         if self.columns is not None and (
             not isinstance(self.columns, list) or not self.columns
@@ -197,12 +222,6 @@ class CsvReader:
         if not self.header and self.columns is None:
             raise ConfigError(f"{where}: 'header: false' needs a 'columns:' list of names")
         self.skip_rows = int_option(opts, "skip_rows", 0, where)
-
-    def files(self) -> list[str]:
-        return expand_each(self.patterns, self.base_dir, self.where)
-
-    def inputs(self) -> list[str]:
-        return self.files()
 
     def _parse_options(self, handler: Any) -> pa_csv.ParseOptions:
         quoting = self.quote_char not in (None, False)

@@ -22,29 +22,23 @@ import numpy as np
 import pyarrow as pa
 
 from etl.errors import BadRecord, ConfigError
-from etl.sources.base import Block, expand, open_file, options
-from etl.sources.csv_source import block_rows, join, path_list
+from etl.sources.base import Block, expand, open_file
+from etl.sources.csv_source import FileSource, bool_option, join
 
 EXTENSIONS = (".png", ".jpg", ".jpeg")
 _MODES = {1: "L", 3: "RGB"}
 
 
-class ImageFolderReader:
+class ImageFolderReader(FileSource):
     """`format: images`; options: decode, channels (1 | 3), verify, block_rows."""
 
     OPTIONS = {"decode", "channels", "verify", "block_rows"}
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
-        opts = options(config, self.OPTIONS, where)
-        self.where = where
-        self.base_dir = base_dir
-        self.patterns = path_list(config, where)
-        self.block_rows = block_rows(opts, where)
-        self.decode = opts.get("decode", False)
-        self.verify = opts.get("verify", True)
-        for name in ("decode", "verify"):
-            if not isinstance(opts.get(name, True), bool):
-                raise ConfigError(f"{where}: {name!r} must be true or false, got {opts[name]!r}")
+        super().__init__(config, base_dir, where)
+        opts = self.opts
+        self.decode = bool_option(opts, "decode", False, where)
+        self.verify = bool_option(opts, "verify", True, where)
         self.channels = opts.get("channels", 3)
         if self.channels not in _MODES:
             raise ConfigError(f"{where}: 'channels' must be 1 or 3, got {self.channels!r}")

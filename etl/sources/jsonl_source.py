@@ -18,28 +18,13 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from etl.errors import BadRecord
-from etl.sources.base import Block, options
-from etl.sources.csv_source import block_rows, excerpt, expand_each, path_list, utf8_bad_rows
+from etl.sources.base import Block
+from etl.sources.csv_source import FileSource, excerpt, utf8_bad_rows
 from etl.sources.text_source import LineBlock, line_blocks
 
 
-class JsonlReader:
+class JsonlReader(FileSource):
     """`format: jsonl`; options: block_rows."""
-
-    OPTIONS = {"block_rows"}
-
-    def __init__(self, config: dict[str, Any], base_dir: str, where: str):
-        opts = options(config, self.OPTIONS, where)
-        self.where = where
-        self.base_dir = base_dir
-        self.patterns = path_list(config, where)
-        self.block_rows = block_rows(opts, where)
-
-    def files(self) -> list[str]:
-        return expand_each(self.patterns, self.base_dir, self.where)
-
-    def inputs(self) -> list[str]:
-        return self.files()
 
     def read(self, path: str) -> Iterator[Block]:
         for block in line_blocks(path, self.block_rows):

@@ -15,33 +15,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from etl.errors import ConfigError, RecordError
-from etl.sources.base import Block, open_file, options
-from etl.sources.csv_source import block_rows, expand_each, path_list
+from etl.sources.base import Block, open_file
+from etl.sources.csv_source import FileSource
 
 
-class ParquetReader:
+class ParquetReader(FileSource):
     """`format: parquet`; options: columns (subset to read), block_rows."""
 
     OPTIONS = {"columns", "block_rows"}
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
-        opts = options(config, self.OPTIONS, where)
-        self.where = where
-        self.base_dir = base_dir
-        self.patterns = path_list(config, where)
-        self.block_rows = block_rows(opts, where)
-        self.columns = opts.get("columns")
+        super().__init__(config, base_dir, where)
+        self.columns = self.opts.get("columns")
         if self.columns is not None and (
             not isinstance(self.columns, list) or not all(isinstance(c, str) for c in self.columns)
         ):
             raise ConfigError(f"{where}: 'columns' must be a list of column names, "
                               f"got {self.columns!r}")
-
-    def files(self) -> list[str]:
-        return expand_each(self.patterns, self.base_dir, self.where)
-
-    def inputs(self) -> list[str]:
-        return self.files()
 
     def read(self, path: str) -> Iterator[Block]:
         with open_file(path) as fh:

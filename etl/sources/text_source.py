@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.errors import BadRecord, ConfigError
-from etl.sources.base import Block, open_file, options
-from etl.sources.csv_source import block_rows, excerpt, expand_each, path_list, utf8_bad_rows
+from etl.sources.base import Block, open_file
+from etl.sources.csv_source import FileSource, bool_option, excerpt, utf8_bad_rows
 
 _CHUNK_BYTES = 1 << 24
 _WHITESPACE = np.array([ord(" "), ord("\t"), ord("\r"), ord("\n")], np.uint8)
@@ -104,30 +104,20 @@ def decode_lines(block: LineBlock, path: str) -> tuple[pa.Array, np.ndarray, lis
     return text, rows, rejected
 
 
-class TextReader:
+class TextReader(FileSource):
     """`format: text`; options: tokenizer (whitespace|chars), lowercase, skip_empty, block_rows."""
 
     OPTIONS = {"tokenizer", "lowercase", "skip_empty", "block_rows"}
     TOKENIZERS = ("whitespace", "chars")
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
-        opts = options(config, self.OPTIONS, where)
-        self.where = where
-        self.base_dir = base_dir
-        self.patterns = path_list(config, where)
-        self.block_rows = block_rows(opts, where)
-        self.tokenizer = opts.get("tokenizer", "whitespace")
+        super().__init__(config, base_dir, where)
+        self.tokenizer = self.opts.get("tokenizer", "whitespace")
         if self.tokenizer not in self.TOKENIZERS:
             raise ConfigError(f"{where}: 'tokenizer' must be one of {list(self.TOKENIZERS)}, "
                               f"got {self.tokenizer!r}")
-        self.lowercase = _flag(opts, "lowercase", False, where)
-        self.skip_empty = _flag(opts, "skip_empty", True, where)
-
-    def files(self) -> list[str]:
-        return expand_each(self.patterns, self.base_dir, self.where)
-
-    def inputs(self) -> list[str]:
-        return self.files()
+        self.lowercase = bool_option(self.opts, "lowercase", False, where)
+        self.skip_empty = bool_option(self.opts, "skip_empty", True, where)
 
     def read(self, path: str) -> Iterator[Block]:
         for block in line_blocks(path, self.block_rows):
@@ -164,10 +154,3 @@ class TextReader:
         if empty.any():  # "" splits into [""]; an empty line has no tokens
             tokens = pc.if_else(pa.array(empty), pa.scalar([], tokens.type), tokens)
         return tokens
-
-
-def _flag(opts: dict[str, Any], name: str, default: bool, where: str) -> bool:
-    value = opts.get(name, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: {name!r} must be true or false, got {value!r}")
-    return value

@@ -17,38 +17,26 @@ import numpy as np
 import pyarrow as pa
 
 from etl.errors import BadRecord, ConfigError, VerifyError
-from etl.sources.base import Block, options
-from etl.sources.csv_source import block_rows, expand_each, path_list
+from etl.sources.base import Block
+from etl.sources.csv_source import FileSource, bool_option
 from etl.tfrecord import COMPRESSIONS, compression_of, read_file
 
 SERIALIZED = "__serialized__"
 
 
-class TFRecordReader:
+class TFRecordReader(FileSource):
     """`format: tfrecord`; options: compression (auto | none | gzip | zlib), check_crc,
     block_rows."""
 
     OPTIONS = {"compression", "check_crc", "block_rows"}
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
-        opts = options(config, self.OPTIONS, where)
-        self.where = where
-        self.base_dir = base_dir
-        self.patterns = path_list(config, where)
-        self.block_rows = block_rows(opts, where)
-        self.compression = opts.get("compression", "auto")
+        super().__init__(config, base_dir, where)
+        self.compression = self.opts.get("compression", "auto")
         if self.compression != "auto" and self.compression not in COMPRESSIONS:
             raise ConfigError(f"{where}: 'compression' must be one of "
                               f"{['auto', *COMPRESSIONS]}, got {self.compression!r}")
-        self.check_crc = opts.get("check_crc", True)
-        if not isinstance(self.check_crc, bool):
-            raise ConfigError(f"{where}: 'check_crc' must be true or false, got {self.check_crc!r}")
-
-    def files(self) -> list[str]:
-        return expand_each(self.patterns, self.base_dir, self.where)
-
-    def inputs(self) -> list[str]:
-        return self.files()
+        self.check_crc = bool_option(self.opts, "check_crc", True, where)
 
     def read(self, path: str) -> Iterator[Block]:
         compression = compression_of(path) if self.compression == "auto" else self.compression
