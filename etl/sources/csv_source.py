@@ -261,7 +261,7 @@ class CsvReader(FileSource):
         )
         convert = pa_csv.ConvertOptions(column_types={name: pa.binary() for name in names})
         header_rows = self.skip_rows + (1 if self.header else 0)
-        lines = _LineTracker(header_rows + 1, header_rows, len(names))
+        lines = _LineTracker(header_rows + 1, header_rows, len(names), self.quote_char or "")
         buffer = _Rows(names)
         with open_file(path) as fh:
             reader = pa_csv.open_csv(
@@ -320,10 +320,11 @@ class _LineTracker:
     stay the same whatever the block sizes.
     """
 
-    def __init__(self, first_line: int, header_rows: int, expected: int):
+    def __init__(self, first_line: int, header_rows: int, expected: int, quote: str):
         self.first_line = first_line
         self.header_rows = header_rows
         self.expected = expected  # fields per row
+        self.quote = quote  # "" when quoting is off
         self.cursor = 0  # record index right after the last good row placed so far
         self.newlines = 0  # quoted newlines in all records before `cursor`
         self.waiting: list[tuple[int, str]] = []  # rejected rows (record index, text) past cursor
@@ -364,8 +365,7 @@ class _LineTracker:
             good_before = int(before[np.searchsorted(positions, record)])
             line = self.first_line + record + self.newlines + good_before + rejected_extra
             rejected_extra += text.count("\n")
-            if text:  # a blank line is no record: it only takes up its line number
-                found.append((record, _malformed(path, line, text, self.expected)))
+            found.append((record, self._malformed(path, line, text)))
         for i in np.flatnonzero(not_utf8).tolist():
             record = int(positions[i])
             earlier = sum(t.count("\n") for r, t in self.waiting if r < record)
@@ -383,11 +383,10 @@ class _LineTracker:
             positions = positions[good]
         return batch, positions
 
-
-
-def _malformed(path: str, line: int, text: str, expected: int) -> BadRecord:
-    if text.count('"') % 2:
-        reason = f"line {line}: unbalanced quote (the field runs on to the end of the row or file)"
-    else:
-        reason = f"line {line}: wrong number of fields (expected {expected})"
-    return BadRecord(path, line, reason, raw=excerpt(text))
+    def _malformed(self, path: str, line: int, text: str) -> BadRecord:
+        if self.quote and text.count(self.quote) % 2:
+            reason = (f"line {line}: unbalanced quote (the field runs on to the end of the row "
+                      f"or file)")
+        else:
+            reason = f"line {line}: wrong number of fields (expected {self.expected})"
+        return BadRecord(path, line, reason, raw=excerpt(text))

@@ -64,25 +64,27 @@ def line_blocks(path: str, max_lines: int) -> Iterator[LineBlock]:
     with open_file(path) as raw:
         stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
         buf = b""
+        ends = np.zeros(0, np.int64)  # end (after the newline) of each whole line in buf
         first = 0
         eof = False
         while not eof:
             chunk = stream.read(_CHUNK_BYTES)
             eof = not chunk
+            found = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + 1 + len(buf)
             buf += chunk
-            ends = np.flatnonzero(np.frombuffer(buf, np.uint8) == ord("\n")) + 1
-            if eof and len(buf) and (not len(ends) or ends[-1] != len(buf)):
+            ends = np.concatenate([ends, found])
+            if eof and (ends[-1] if len(ends) else 0) != len(buf):
                 ends = np.append(ends, len(buf))  # a last line without a newline
             start = 0
-            done = 0
-            while len(ends) - done >= max_lines or (eof and done < len(ends)):
-                stop = ends[min(done + max_lines, len(ends)) - 1]
-                bounds = np.concatenate([[start], ends[done : done + max_lines]]) - start
+            while len(ends) >= max_lines or (eof and len(ends)):
+                take, ends = ends[:max_lines], ends[max_lines:]
+                stop = int(take[-1])
+                bounds = np.concatenate([[start], take]) - start
                 yield LineBlock(first, buf[start:stop], bounds.astype(np.int64))
-                first += len(bounds) - 1
-                done += len(bounds) - 1
-                start = int(stop)
+                first += len(take)
+                start = stop
             buf = buf[start:]
+            ends = ends - start
 
 
 def decode_lines(block: LineBlock, path: str) -> tuple[pa.Array, np.ndarray, list[BadRecord]]:
