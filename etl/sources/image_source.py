@@ -48,10 +48,10 @@ class ImageFolderReader(FileSource):
 
     def _images(self) -> dict[str, list[str]]:
         """root -> its image files (sorted), for every root the patterns match."""
-        roots: dict[str, list[str]] = {}
-        for pattern in self.patterns:
+        roots: dict[str, set[str]] = {}
+        for pattern in self.patterns:  # patterns may overlap
             for root, files in _image_files(join(self.base_dir, pattern)).items():
-                roots.setdefault(root, []).extend(files)
+                roots.setdefault(root, set()).update(files)
         if not roots:
             raise ConfigError(f"{self.where}: no {'/'.join(EXTENSIONS)} images found as "
                               f"<root>/<class>/<file> under {self.patterns}")
