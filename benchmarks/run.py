@@ -147,6 +147,7 @@ def run_once(variant: str, dataset: str, n: int, inputs: dict[str, str], workdir
     cmd = command(variant, dataset, inputs, output, workdir, ours_args)
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    load_before = os.getloadavg()
     with open(stem + ".stdout", "wb") as out, open(stem + ".stderr", "wb") as err:
         m = measure(cmd, stdout=out, stderr=err, cwd=REPO, env=env, timeout=timeout)
     result: dict[str, Any] = {
@@ -158,6 +159,8 @@ def run_once(variant: str, dataset: str, n: int, inputs: dict[str, str], workdir
         "log": stem + ".stderr",
         "peak_processes": m.peak_processes,
         "rss_samples": m.samples,
+        # 1-minute load average before/after: above ~0 before means other work shared the CPUs
+        "loadavg_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "rss_timeline_s_mb": m.timeline,
     }
     if m.timed_out:
