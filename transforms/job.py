@@ -53,6 +53,7 @@ def default_beam_args(beam_args: list[str]) -> list[str]:
 def plan_reads(job: JobConfig) -> tuple[list[ReadTask], list[dict[str, Any]]]:
     """Every input file, with a stable identity (path below the inputs' common root)."""
     per_source: dict[str, list[str]] = {}
+    every_input: set[str] = set()
     for name, cfg in job.sources.items():
         reader = make_reader(cfg, job.base_dir, f"{job.path}: sources.{name}")
         files = reader.files()
@@ -60,12 +61,14 @@ def plan_reads(job: JobConfig) -> tuple[list[ReadTask], list[dict[str, Any]]]:
             raise ConfigError(f"{job.path}: source {name!r} matched no input files "
                               f"(paths: {cfg.get('paths')!r})")
         per_source[name] = files
+        # multi-file formats (idx image+label files) read partner files too
+        every_input.update(reader.inputs() if hasattr(reader, "inputs") else files)
     all_files = sorted({f for files in per_source.values() for f in files})
     identity = keys.identities(all_files)
     ordinal = {p: i for i, p in enumerate(sorted(all_files, key=lambda p: identity[p]))}
     tasks = [ReadTask(name, f, identity[f], ordinal[f])
              for name, files in per_source.items() for f in files]
-    inputs = [{"path": f, "num_bytes": _size(f)} for f in all_files]
+    inputs = [{"path": f, "num_bytes": _size(f)} for f in sorted(every_input)]
     return tasks, inputs
 
 
