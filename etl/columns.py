@@ -288,7 +288,7 @@ def to_storage(feature: Feature, columns: Mapping[str, Any], n: int) -> Converte
     def flag(rows: np.ndarray, reason: str | list[str]) -> None:
         rows = np.asarray(rows).tolist()
         reasons = [reason] * len(rows) if isinstance(reason, str) else reason
-        for r, why in zip(rows, reasons):
+        for r, why in zip(rows, reasons, strict=True):
             bad.setdefault(int(r), why)
 
     missing_cols = [s for s in feature.sources if s not in columns]

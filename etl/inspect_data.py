@@ -169,9 +169,13 @@ def _decoded(schema: Schema, data: bytes) -> str:
             shape = _shape_text(row.shape)
             values = row.to_list() if isinstance(row, tf.RaggedTensor) else row.numpy()
         else:
-            values = value[0].numpy()
+            full = value.numpy()
+            values = full[0]
+            if not isinstance(values, np.ndarray):  # a scalar of the record
+                values = np.array(values, dtype=full.dtype)
             shape = _shape_text(values.shape)
-        lines.append(f"  {f.name}: {f.dtype} {shape} = {_format(values)}")
+        text = _format(values)
+        lines.append(f"  {f.name}: {f.dtype} {shape} ={'' if text[:1] == chr(10) else ' '}{text}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,287 @@
+"""make_dataset on a pipeline-style output directory, and the inspect/spec printers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from etl.codec import Encoder
+from etl.errors import EtlError
+from etl.inspect_data import inspect, spec_text
+from etl.reader import DatasetError, load_records, make_dataset
+from etl.schema import Schema, load_schema, schema_from_dict
+from etl.tfrecord import Compressor, frame_all
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = schema_from_dict({"name": "toy", "kind": "example", "features": {
+    "label": {"dtype": "int64", "shape": []},
+    "x": {"dtype": "float32", "shape": [3]},
+    "name": {"dtype": "bytes", "shape": []},
+    "r": {"dtype": "int32", "shape": [-1], "required": False},
+    "img": {"dtype": "uint8", "shape": [2, 2, 1], "encoding": "png"},
+}})
+N = 60
+
+
+def columns(n: int = N, start: int = 0) -> dict[str, Any]:
+    ids = np.arange(start, start + n)
+    return {
+        "label": ids,
+        "x": np.stack([ids, ids * 0.5, -ids], axis=1).astype(np.float32),
+        "name": [f"rec-{i}" for i in ids],
+        "r": [list(range(i % 5)) for i in ids],
+        "img": (ids[:, None, None, None] + np.arange(4).reshape(1, 2, 2, 1)).astype(np.uint8),
+    }
+
+
+def write_shard(path: Path, records: list[bytes]) -> dict[str, Any]:
+    comp = Compressor("gzip" if path.name.endswith(".gz") else "none")
+    data = comp.compress(frame_all(records)) + comp.flush()
+    path.write_bytes(data)
+    return {"path": path.name, "num_records": len(records), "num_bytes": len(data)}
+
+
+def make_output_dir(root: Path, schema: Schema = SCHEMA, cols: dict[str, Any] | None = None,
+                    splits: tuple[str, ...] = ("train",), ext: str = "", manifest: bool = True,
+                    num_shards: int = 2) -> Path:
+    """What the pipeline publishes: schema.yaml, {split}-i-of-n shards, manifest.json."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "schema.yaml").write_text(schema.to_yaml())
+    records = Encoder(schema).encode(cols if cols is not None else columns()).records
+    out_splits = {}
+    for split in splits:
+        cut = np.array_split(np.arange(len(records)), num_shards)
+        shards = [write_shard(root / f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord{ext}",
+                              [records[j] for j in idx]) for i, idx in enumerate(cut)]
+        out_splits[split] = {"num_records": len(records), "shards": shards}
+    if manifest:
+        (root / "manifest.json").write_text(json.dumps({"format_version": 1,
+                                                        "splits": out_splits}))
+    return root
+
+
+def collect(ds: tf.data.Dataset) -> dict[str, Any]:
+    """All batches -> per-feature lists of per-record values (python / numpy)."""
+    out: dict[str, list[Any]] = {}
+    for batch in ds:
+        for name, value in batch.items():
+            rows = value.to_list() if isinstance(value, tf.RaggedTensor) else list(value.numpy())
+            out.setdefault(name, []).extend(rows)
+    return out
+
+
+def assert_same_records(got: dict[str, Any], cols: dict[str, Any]) -> None:
+    """Exact equality as a multiset: records sorted by their (unique) label."""
+    order = np.argsort(np.asarray(got["label"]))
+    assert np.asarray(got["label"])[order].tolist() == list(cols["label"])
+    np.testing.assert_array_equal(np.stack(got["x"])[order], cols["x"], strict=True)
+    assert [got["name"][i] for i in order] == [s.encode() for s in cols["name"]]
+    assert [got["r"][i] for i in order] == cols["r"]
+    np.testing.assert_array_equal(np.stack(got["img"])[order], cols["img"], strict=True)
+
+
+# ---- directory mode ----------------------------------------------------------------------------
+@pytest.mark.parametrize("ext", ["", ".gz"], ids=["plain", "gzip"])
+def test_directory_shuffled_reads_everything(tmp_path, ext):
+    out = make_output_dir(tmp_path / "ds", ext=ext)
+    ds = make_dataset(str(out), batch_size=7, shuffle_buffer=32, seed=3)
+    got = collect(ds)
+    assert len(got["label"]) == N
+    assert got["label"] != sorted(got["label"])  # shuffled
+    assert_same_records(got, columns())
+
+
+def test_directory_batch_shapes(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    batches = list(make_dataset(out, batch_size=8, shuffle_buffer=16, seed=0))
+    assert [int(b["label"].shape[0]) for b in batches] == [8] * 7 + [4]
+    first = batches[0]
+    assert first["label"].shape == (8,) and first["label"].dtype == tf.int64
+    assert first["x"].shape == (8, 3) and first["x"].dtype == tf.float32
+    assert first["name"].shape == (8,) and first["name"].dtype == tf.string
+    assert isinstance(first["r"], tf.RaggedTensor) and first["r"].shape.as_list() == [8, None]
+    assert first["img"].shape == (8, 2, 2, 1) and first["img"].dtype == tf.uint8
+
+    ds = make_dataset(out, batch_size=8, shuffle_buffer=16, drop_remainder=True)
+    assert ds.element_spec["x"].shape.as_list() == [8, 3]
+    assert [int(b["label"].shape[0]) for b in ds] == [8] * 7
+
+
+def test_directory_unshuffled_keeps_shard_order(tmp_path):
+    out = make_output_dir(tmp_path / "ds", num_shards=3)
+    got = collect(make_dataset(out, batch_size=16, shuffle_buffer=0))
+    assert [int(v) for v in got["label"]] == list(range(N))
+
+
+def test_same_seed_same_order_and_repeat(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    first = collect(make_dataset(out, batch_size=10, shuffle_buffer=20, seed=7))["label"]
+    again = collect(make_dataset(out, batch_size=10, shuffle_buffer=20, seed=7))["label"]
+    assert [int(v) for v in first] == [int(v) for v in again]
+    twice = collect(make_dataset(out, batch_size=10, shuffle_buffer=20, seed=7, repeat=2))
+    assert sorted(int(v) for v in twice["label"]) == sorted(list(range(N)) * 2)
+
+
+def test_manifest_shard_list_is_preferred(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"] = manifest["splits"]["train"]["shards"][1:]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    got = collect(make_dataset(out, batch_size=64, shuffle_buffer=0))
+    assert [int(v) for v in got["label"]] == list(range(N // 2, N))
+
+
+def test_no_manifest_globs_shard_names(tmp_path):
+    out = make_output_dir(tmp_path / "ds", splits=("train", "test"), manifest=False, ext=".gz")
+    got = collect(make_dataset(out, split="test", batch_size=64, shuffle_buffer=0))
+    assert [int(v) for v in got["label"]] == list(range(N))
+
+
+def test_sequence_example_directory(tmp_path):
+    schema = load_schema(ROOT / "schemas" / "sentences.yaml")
+    tokens = [[int(t) for t in range(i % 4)] for i in range(20)]
+    cols = {"id": list(range(20)), "length": [len(t) for t in tokens], "tokens": tokens}
+    out = make_output_dir(tmp_path / "seq", schema=schema, cols=cols)
+    got = collect(make_dataset(out, batch_size=6, shuffle_buffer=50, seed=1))
+    by_id = {int(i): t for i, t in zip(got["id"], got["tokens"], strict=True)}
+    assert by_id == dict(enumerate(tokens))
+    assert [int(v) for v in got["length"]] == [len(by_id[int(i)]) for i in got["id"]]
+
+
+def test_load_records(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    got = load_records(out)
+    cols = columns()
+    np.testing.assert_array_equal(got["label"], cols["label"], strict=False)
+    np.testing.assert_array_equal(got["x"], cols["x"], strict=True)
+    assert got["r"] == cols["r"]
+
+
+# ---- errors ----------------------------------------------------------------------------------
+def test_missing_split_in_manifest(tmp_path):
+    out = make_output_dir(tmp_path / "ds", splits=("train", "eval"))
+    with pytest.raises(DatasetError, match=r"split 'test' not in manifest.json; available "
+                                           r"splits: \['eval', 'train'\]"):
+        make_dataset(out, split="test")
+
+
+def test_missing_split_without_manifest(tmp_path):
+    out = make_output_dir(tmp_path / "ds", manifest=False)
+    with pytest.raises(ValueError, match=r"no shards for split 'validation'.*splits present: "
+                                         r"\['train'\]"):
+        make_dataset(out, split="validation")
+
+
+def test_directory_without_schema(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    (out / "schema.yaml").unlink()
+    with pytest.raises(DatasetError, match="no schema.yaml"):
+        make_dataset(out)
+    # an explicit schema still works
+    assert len(collect(make_dataset(out, schema=SCHEMA, shuffle_buffer=0))["label"]) == N
+
+
+def test_files_need_a_schema(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    with pytest.raises(DatasetError, match="needs schema="):
+        make_dataset(str(out / "train-*"))
+    with pytest.raises(DatasetError, match="no TFRecord files match"):
+        make_dataset(str(out / "nothing-*"), schema=SCHEMA)
+    with pytest.raises(DatasetError, match="no such file"):
+        make_dataset([str(out / "missing.tfrecord")], schema=SCHEMA)
+    # a schema path works as well as a Schema
+    got = collect(make_dataset(str(out / "train-*"), schema=out / "schema.yaml",
+                               shuffle_buffer=0))
+    assert [int(v) for v in got["label"]] == list(range(N))
+
+
+def test_manifest_listing_a_missing_shard(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    (out / "train-00001-of-00002.tfrecord").unlink()
+    with pytest.raises(DatasetError, match=r"missing, e.g. .*train-00001-of-00002"):
+        make_dataset(out)
+
+
+def test_errors_are_etl_errors(tmp_path):
+    assert issubclass(DatasetError, EtlError) and issubclass(DatasetError, ValueError)
+
+
+# ---- inspect and spec ------------------------------------------------------------------------
+def test_inspect_decodes_with_schema_beside_data(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    blocks = list(inspect([str(out)], limit=3))
+    text = "\n".join(blocks)
+    assert blocks[0].startswith("# decoded with schema 'toy'")
+    assert sum(b.startswith("-- record") for b in blocks) == 3
+    assert "label: int64 [] = 1\n" in text
+    assert "x: float32 [3] = [ 2. , 1. ,-2. ]" in text or "x: float32 [3] = [ 2.,  1., -2.]" in text
+    assert "name: bytes [] = b'rec-2'" in text
+    assert "r: int32 [2] = [0, 1]" in text
+    assert "img: uint8 [2, 2, 1]" in text
+    # a single file finds the schema.yaml in its directory too
+    one = "\n".join(inspect(str(out / "train-00001-of-00002.tfrecord"), limit=1))
+    assert "label: int64 [] = 30" in one
+
+
+def test_inspect_without_schema_prints_example_text(tmp_path):
+    out = make_output_dir(tmp_path / "ds", ext=".gz")
+    (out / "schema.yaml").unlink()
+    blocks = list(inspect(out / "train-00000-of-00002.tfrecord.gz", limit=2))
+    assert blocks[0].startswith("# no schema.yaml")
+    assert blocks[1].endswith("(gzip)")
+    text = "\n".join(blocks)
+    assert text.count("tf.train.Example") == 2
+    assert 'key: "label"' in text and "int64_list" in text and 'value: "rec-1"' in text
+    # an explicit schema decodes them anyway
+    text = "\n".join(inspect([out / "train-00000-of-00002.tfrecord.gz"], limit=1, schema=SCHEMA))
+    assert "label: int64 [] = 0" in text
+
+
+def test_inspect_raw_sequence_example(tmp_path):
+    schema = load_schema(ROOT / "schemas" / "sentences.yaml")
+    cols = {"id": [4], "length": [2], "tokens": [[17, 18]]}
+    out = make_output_dir(tmp_path / "seq", schema=schema, cols=cols, num_shards=1)
+    (out / "schema.yaml").unlink()
+    text = "\n".join(inspect(str(out / "*.tfrecord"), limit=5))
+    assert "tf.train.SequenceExample" in text
+    assert "feature_lists" in text and 'key: "tokens"' in text and "value: 17" in text
+    assert text.count("-- record") == 1
+
+
+def test_inspect_errors(tmp_path):
+    with pytest.raises(EtlError, match="no such file"):
+        list(inspect(str(tmp_path / "nope.tfrecord")))
+    with pytest.raises(EtlError, match="no \\*.tfrecord\\* files"):
+        list(inspect(str(tmp_path)))
+
+
+def test_spec_text():
+    text = spec_text(ROOT / "schemas" / "sentences.yaml")
+    assert "context_features = {" in text and "sequence_features = {" in text
+    assert ("'tokens': FixedLenSequenceFeature(shape=[], dtype=tf.int64, allow_missing=True, "
+            "default_value=None),  # -> RaggedTensor int64[batch, steps]") in text
+    text = spec_text(str(ROOT / "schemas" / "mnist.yaml"))
+    assert "features = {" in text
+    assert ("'image': FixedLenFeature(shape=[], dtype=tf.string, default_value=None),  "
+            "# -> Tensor uint8[batch, 28, 28, 1], decoded from raw") in text
+
+
+def test_import_etl_does_not_import_tensorflow():
+    code = ("import sys, etl; assert 'tensorflow' not in sys.modules; "
+            "etl.load_schema; etl.Schema; etl.Feature; etl.Encoder; "
+            "assert 'tensorflow' not in sys.modules; print('ok')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    from etl import make_dataset as lazy
+
+    assert lazy is make_dataset
