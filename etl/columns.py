@@ -341,7 +341,11 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
     if leaf_bad.any():
         flag(rows_of(leaf_bad, offsets), leaf_reasons(reason, np.flatnonzero(leaf_bad)))
     counts = np.diff(offsets)
-    present = nested.row_valid & (counts > 0) if nested.levels else nested.row_valid
+    # an empty list is a value for variable-length features, "missing" for fixed shapes
+    if nested.levels and feature.fixed:
+        present = nested.row_valid & (counts > 0)
+    else:
+        present = nested.row_valid
     if feature.required:
         flag(np.flatnonzero(~present), "missing required value")
     if feature.encoding != "values":
