@@ -291,7 +291,10 @@ class Schema:
 def load_schema(path: str | os.PathLike[str]) -> Schema:
     """Read and validate a schema YAML file (local path or any Beam FileSystems path)."""
     path = os.fspath(path)
-    text = _read_text(path)
+    try:
+        text = _read_text(path)
+    except OSError as e:
+        raise SchemaError(f"cannot read schema file {path!r}: {e}") from e
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
