@@ -6,6 +6,8 @@ it is installed) — and sums VmRSS over those processes; the peak of these sums
 Summing RSS counts pages shared between processes (libraries, fork copy-on-write) once per
 process, so multi-process runs are over-, never under-reported. Processes that exit between
 two samples are missed for that interval only: short spikes under 50 ms can be missed.
+CPU seconds (user + sys) come from wait4's rusage: the child plus every descendant it waited
+for; unlike wall-clock time they barely move when other work shares the machine.
 
     python -m benchmarks.rss -- python -c "x = bytearray(10**9)"
 """
@@ -88,6 +90,7 @@ class Measurement:
     peak_processes: int
     samples: int
     timed_out: bool = False
+    cpu_seconds: float | None = None  # user + sys of the child and its reaped descendants
     timeline: list[tuple[float, float]] = field(default_factory=list)  # (s, MB) every ~1 s
 
 
@@ -129,11 +132,20 @@ def measure(cmd: list[str], *, stdout=None, stderr=None, cwd: str | None = None,
     sampler = TreeSampler(proc.pid, interval)
     sampler.start()
     timed_out = False
+    cpu = None
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_tree(proc)
+        # wait4 (not Popen.wait) to get the rusage: CPU time is robust to a busy machine.
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                cpu = usage.ru_utime + usage.ru_stime
+                break
+            if timeout is not None and time.perf_counter() - t0 > timeout:
+                timed_out = True
+                _kill_tree(proc)
+                break
+            time.sleep(0.01)
     except BaseException:
         _kill_tree(proc)
         raise
@@ -141,7 +153,7 @@ def measure(cmd: list[str], *, stdout=None, stderr=None, cwd: str | None = None,
         seconds = time.perf_counter() - t0
         sampler.stop()
     return Measurement(proc.returncode, seconds, sampler.peak / 2**20, sampler.peak_procs,
-                       sampler.samples, timed_out, sampler.timeline)
+                       sampler.samples, timed_out, cpu, sampler.timeline)
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
@@ -161,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m benchmarks.rss -- CMD [ARGS...]", file=sys.stderr)
         return 2
     m = measure(args)
-    print(f"returncode={m.returncode} seconds={m.seconds:.2f} peak_rss_mb={m.peak_rss_mb:.1f} "
+    print(f"returncode={m.returncode} seconds={m.seconds:.2f} cpu_seconds={m.cpu_seconds} "
+          f"peak_rss_mb={m.peak_rss_mb:.1f} "
           f"processes={m.peak_processes} samples={m.samples}", file=sys.stderr)
     return m.returncode or 0
 

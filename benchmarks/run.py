@@ -155,6 +155,7 @@ def run_once(variant: str, dataset: str, n: int, inputs: dict[str, str], workdir
         "records_per_s": None,
         "peak_rss_mb": round(m.peak_rss_mb, 1),
         "status": "ok",
+        "cpu_seconds": round(m.cpu_seconds, 2) if m.cpu_seconds is not None else None,
         "command": shlex.join(cmd),
         "log": stem + ".stderr",
         "peak_processes": m.peak_processes,
@@ -197,7 +198,8 @@ def summarize(runs: list[dict], n: int) -> dict:
         seconds = statistics.median(r["seconds"] for r in runs)
         out = dict(runs[0])
         out.update(seconds=round(seconds, 3), records_per_s=round(n / seconds, 1),
-                   peak_rss_mb=max(r["peak_rss_mb"] for r in runs))
+                   peak_rss_mb=max(r["peak_rss_mb"] for r in runs),
+                   cpu_seconds=statistics.median(r["cpu_seconds"] or 0 for r in runs))
     out.pop("rss_timeline_s_mb", None)
     out["runs"] = runs
     return out
@@ -273,7 +275,7 @@ def _cpu_model() -> str | None:
 def table(name: str, n: int, results: dict[str, dict], rat: dict[str, Any]) -> str:
     unit = "rows" if name == "csv" else "images"
     lines = [f"\n{name}: {n:,} {unit}",
-             f"{'variant':<12} {'status':<8} {'seconds':>9} {'records/s':>11} "
+             f"{'variant':<12} {'status':<8} {'seconds':>9} {'cpu s':>7} {'records/s':>11} "
              f"{'peak RSS MB':>12} {'ours speed x':>13} {'ours RSS x':>11}"]
     for variant, r in results.items():
         rps = f"{r['records_per_s']:,.0f}" if r.get("records_per_s") else "-"
@@ -282,7 +284,8 @@ def table(name: str, n: int, results: dict[str, dict], rat: dict[str, Any]) -> s
             ratio = rat.get(f"ours_vs_{variant}")
             speed = f"{ratio['speed']:.2f}" if ratio else "-"
             rss = f"{ratio['rss']:.2f}" if ratio else "-"
-        lines.append(f"{variant:<12} {r['status']:<8} {r['seconds']:>9.1f} {rps:>11} "
+        cpu = f"{r['cpu_seconds']:.1f}" if r.get("cpu_seconds") is not None else "-"
+        lines.append(f"{variant:<12} {r['status']:<8} {r['seconds']:>9.1f} {cpu:>7} {rps:>11} "
                      f"{r['peak_rss_mb']:>12,.0f} {speed:>13} {rss:>11}")
     for variant, r in results.items():
         if r["status"] != "ok":
