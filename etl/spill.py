@@ -1,4 +1,4 @@
-"""Spill files: one block's encoded records, sorted by shuffle key, with a key index.
+"""Spill files: one block's records, framed as TFRecords and sorted by key, with a key index.
 
 Stage 1 of the shuffle writes one spill per (block, split) under the job's temp location;
 only small `SpillMeta` values travel through Beam. Stage 2 reads, for one output shard,
@@ -6,16 +6,21 @@ the key range it owns from every spill (a binary search on the key column, then 
 ranged read), so a worker never holds more than one shard. Layout (little-endian):
 
     b"TFRSPIL1" | n:u64 | keys:u64[n] | ids:u64[n] | offsets:u64[n+1] | payload
+
+The payload holds records already in TFRecord framing (length, CRCs), so building a shard
+is only a gather of byte ranges; the framing work happens in stage 1, in parallel per file.
 """
 
 from __future__ import annotations
 
 import struct
+from operator import itemgetter
 from dataclasses import dataclass
 
 import numpy as np
 
 from etl import fs
+from etl.tfrecord import frame_batch
 
 _MAGIC = b"TFRSPIL1"
 _HEADER = struct.Struct("<8sQ")
@@ -54,16 +59,15 @@ def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray, record
     order = sort_block(keys, ids)
     keys = keys[order]
     ids = ids[order]
-    sorted_records = [records[i] for i in order.tolist()]
-    lengths = np.fromiter((len(r) for r in sorted_records), np.uint64, len(sorted_records))
-    offsets = np.zeros(len(sorted_records) + 1, np.uint64)
-    np.cumsum(lengths, out=offsets[1:])
+    sorted_records = [records[0]] if len(order) == 1 else itemgetter(*order.tolist())(records)
+    payload, framed_offsets = frame_batch(sorted_records)
+    offsets = framed_offsets.astype(np.uint64)
     with fs.open_write(path, durable=False) as fh:
         fh.write(_HEADER.pack(_MAGIC, len(keys)))
         fh.write(keys.astype("<u8").tobytes())
         fh.write(ids.astype("<u8").tobytes())
         fh.write(offsets.astype("<u8").tobytes())
-        fh.write(b"".join(sorted_records))
+        fh.write(payload)
     hist = b""
     if histogram:
         hist = np.bincount((keys >> np.uint64(64 - HIST_BITS)).astype(np.int64),

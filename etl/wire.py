@@ -63,7 +63,7 @@ def varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
     return out.tobytes(), offsets
 
 
-def _per_length(lengths: np.ndarray, make: Callable[[int], bytes]) -> tuple[list[bytes], np.ndarray]:
+def per_length(lengths: np.ndarray, make: Callable[[int], bytes]) -> tuple[list[bytes], np.ndarray]:
     """Header bytes that depend only on a length: built once per distinct length.
 
     Lengths of one column span a small range, so a dense table indexed by (length - min)
@@ -91,7 +91,7 @@ def _per_length(lengths: np.ndarray, make: Callable[[int], bytes]) -> tuple[list
     return objects[index].tolist(), sizes[index]
 
 
-def _slices(buffer: bytes, offsets: np.ndarray) -> list[bytes]:
+def slices(buffer: bytes, offsets: np.ndarray) -> list[bytes]:
     """buffer[offsets[i]:offsets[i+1]] for every i, in one C loop (Arrow)."""
     n = len(offsets) - 1
     arr = pa.LargeBinaryArray.from_buffers(
@@ -109,7 +109,7 @@ def _value_bytes(storage: str, values: pa.Array) -> tuple[bytes, np.ndarray]:
         return data.tobytes(), np.arange(len(values) + 1, dtype=np.int64) * 4
     blobs = values.to_pylist()
     lengths = np.asarray(pc.binary_length(values).to_numpy(zero_copy_only=False), np.int64)
-    heads, head_sizes = _per_length(lengths, lambda n: b"\x0a" + varint(n))
+    heads, head_sizes = per_length(lengths, lambda n: b"\x0a" + varint(n))
     offsets = np.zeros(len(blobs) + 1, np.int64)
     np.cumsum(head_sizes + lengths, out=offsets[1:])
     return b"".join(chain.from_iterable(zip(heads, blobs, strict=True))), offsets
@@ -142,8 +142,8 @@ def _features(
         feature_head = _feature_header(storage, p)
         return wrap(feature_head, len(feature_head) + p)
 
-    heads, head_sizes = _per_length(payload_sizes, head)
-    return heads, _slices(buffer, group_offsets), head_sizes + payload_sizes
+    heads, head_sizes = per_length(payload_sizes, head)
+    return heads, slices(buffer, group_offsets), head_sizes + payload_sizes
 
 
 def _list_parts(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -169,7 +169,7 @@ def serialize_examples(columns: Sequence[tuple[str, str, pa.Array]]) -> list[byt
     """(name, storage, LargeList column) per feature -> serialized tf.train.Example list."""
     n = len(columns[0][2])
     parts, total = _context(columns, n)
-    prefix, _ = _per_length(total, lambda f: b"\x0a" + varint(f))
+    prefix, _ = per_length(total, lambda f: b"\x0a" + varint(f))
     return list(map(b"".join, zip(prefix, *parts, strict=True)))
 
 
@@ -180,7 +180,7 @@ def serialize_sequence_examples(
     """Context features (LargeList per record) and sequence features (LargeList of steps of
     LargeList of values) -> serialized tf.train.SequenceExample list."""
     ctx_parts, ctx_total = _context(context, n)
-    ctx_prefix, _ = _per_length(ctx_total, lambda f: b"\x0a" + varint(f))
+    ctx_prefix, _ = per_length(ctx_total, lambda f: b"\x0a" + varint(f))
     fl_parts: list[list[bytes]] = []
     fl_total = np.zeros(n, np.int64)
     for name, storage, col in sequence:
@@ -193,12 +193,12 @@ def serialize_sequence_examples(
         step_offsets = np.zeros(len(sizes) + 1, np.int64)
         np.cumsum(sizes, out=step_offsets[1:])
         record_offsets = step_offsets[record_steps]
-        lists = _slices(step_bytes, record_offsets)
+        lists = slices(step_bytes, record_offsets)
         list_len = np.diff(record_offsets)
         key = name.encode()
-        eheads, esizes = _per_length(list_len, lambda v, key=key: _entry_header(key, v))
+        eheads, esizes = per_length(list_len, lambda v, key=key: _entry_header(key, v))
         fl_parts += [eheads, lists]
         fl_total += esizes + list_len
-    fl_prefix, _ = _per_length(fl_total, lambda g: b"\x12" + varint(g))
+    fl_prefix, _ = per_length(fl_total, lambda g: b"\x12" + varint(g))
     return list(map(b"".join, zip(ctx_prefix, *ctx_parts, fl_prefix, *fl_parts, strict=True)))
 
