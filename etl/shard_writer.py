@@ -6,13 +6,12 @@ only per-record work is one C-level gather (itemgetter) per chunk."""
 from __future__ import annotations
 
 import hashlib
-from operator import itemgetter
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
 from etl import fs
-
 from etl.planning import ShardPlan
 from etl.spill import read_range
 from etl.tfrecord import COMPRESSIONS, Compressor

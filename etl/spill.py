@@ -14,8 +14,8 @@ is only a gather of byte ranges; the framing work happens in stage 1, in paralle
 from __future__ import annotations
 
 import struct
-from operator import itemgetter
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
