@@ -113,6 +113,8 @@ def resolve(
     schema: Schema | PathLike | None = None,
 ) -> tuple[list[str], Schema]:
     """(files, schema) for a dataset directory or for explicit files plus a schema."""
+    if not isinstance(path, (str, os.PathLike)) and len(path) == 1:
+        path = path[0]  # a one-item list (e.g. from a CLI) may name a dataset directory
     if isinstance(path, (str, os.PathLike)) and tf.io.gfile.isdir(os.fspath(path)):
         root = os.fspath(path)
         files = split_files(root, split)
@@ -227,6 +229,9 @@ def _expand(patterns: Iterable[str]) -> list[str]:
     for p in patterns:
         if any(c in p for c in "*?["):
             files.extend(sorted(tf.io.gfile.glob(p)))
+        elif tf.io.gfile.isdir(p):
+            raise DatasetError(f"{p} is a directory: pass a dataset directory on its own, "
+                               "or TFRecord files / globs")
         elif tf.io.gfile.exists(p):
             files.append(p)
         else:

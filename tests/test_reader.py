@@ -285,3 +285,10 @@ def test_import_etl_does_not_import_tensorflow():
     from etl import make_dataset as lazy
 
     assert lazy is make_dataset
+
+
+def test_directory_in_a_list(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    assert len(collect(make_dataset([out], shuffle_buffer=0))["label"]) == N
+    with pytest.raises(DatasetError, match="is a directory"):
+        make_dataset([out, out / "train-00000-of-00002.tfrecord"], schema=SCHEMA)
