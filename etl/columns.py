@@ -199,15 +199,16 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
             leaves = leaves.cast(pa.int8())
         raw = np.asarray(leaves.fill_null(0).to_numpy(zero_copy_only=False))
     bad = null.copy()
-    reason = np.full(len(raw), None, object)
-    reason[null] = "missing value"
+    # one shared reason until a value needs naming: a per-leaf object array for a block of
+    # 64k images would be 50M Python slots
+    reason: Any = "missing value"
     if want.kind in "biu":
         if raw.dtype.kind == "f":
             frac = ~np.isfinite(raw) | (raw != np.floor(raw))
             frac &= ~null
             if frac.any():
                 bad |= frac
-                _name_values(frac, raw, f"expected an integer for {feature.dtype}, found "
+                reason = _name_values(frac, raw, f"expected an integer for {feature.dtype}, found "
                              "{value!r}", reason)
             raw = np.where(frac, 0, raw)
         lo, hi = (0, 1) if want.kind == "b" else (np.iinfo(want).min, np.iinfo(want).max)
@@ -217,7 +218,7 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
             out_of_range = (raw < lo) | (raw > hi)
         if out_of_range.any():
             bad |= out_of_range
-            _name_values(out_of_range, raw, "value {value!r} out of range for "
+            reason = _name_values(out_of_range, raw, "value {value!r} out of range for "
                          f"{feature.dtype} [{lo}, {hi}]", reason)
         values = raw.astype(np.int64) if feature.storage == "int64" else raw.astype(want)
     else:
@@ -226,7 +227,7 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
             overflow = np.isinf(values) & np.isfinite(raw.astype(np.float64))
         if overflow.any():
             bad |= overflow
-            _name_values(overflow, raw, "value {value!r} overflows " + feature.dtype, reason)
+            reason = _name_values(overflow, raw, "value {value!r} overflows " + feature.dtype, reason)
         if feature.storage == "float":
             values = values.astype(np.float32)
     return values, bad, reason
@@ -255,7 +256,7 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
         parsed = pa.array(out, target)
     values, bad, reason = _to_number(feature, parsed)
     if parse_bad.any():
-        _name_values(parse_bad, leaves, "cannot parse {value!r} as " + feature.dtype, reason)
+        reason = _name_values(parse_bad, leaves, "cannot parse {value!r} as " + feature.dtype, reason)
         return values, bad | parse_bad, reason
     return values, bad, reason
 
@@ -263,7 +264,7 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
 def _name_values(mask: np.ndarray, leaves: Any, template: str,
                  out: np.ndarray | None = None) -> np.ndarray:
     """Per-leaf reasons: `template` formatted with the value of each masked leaf."""
-    if out is None:
+    if out is None or isinstance(out, str):
         out = np.full(len(mask), None, object)
     idx = np.flatnonzero(mask)
     if len(idx):
@@ -434,10 +435,14 @@ def _blob_storage(
         r = int(np.flatnonzero(wrong)[0])
         flag(np.flatnonzero(wrong), f"expected {k} values for {feature.dtype}{list(feature.shape)}, "
                                     f"found {int(counts[r])}")
-    dense = np.zeros((n, k), np.dtype(feature.dtype))
     ok = present & ~wrong
-    starts = offsets[:-1][ok]
-    dense[ok] = np.asarray(values)[(starts[:, None] + np.arange(k)[None, :])].astype(dense.dtype)
+    if ok.all() and offsets[0] == 0 and offsets[-1] == n * k:
+        # every record has exactly k values, back to back: a reshape, no gather
+        dense = np.asarray(values).reshape(n, k).astype(np.dtype(feature.dtype), copy=False)
+    else:
+        dense = np.zeros((n, k), np.dtype(feature.dtype))
+        starts = offsets[:-1][ok]
+        dense[ok] = np.asarray(values)[(starts[:, None] + np.arange(k)[None, :])].astype(dense.dtype)
     if feature.encoding == "raw":
         data = np.ascontiguousarray(dense.astype(dense.dtype.newbyteorder("<"), copy=False))
         row = feature.raw_record_bytes
