@@ -11,6 +11,7 @@ shuffle: {seed: 42}                   # false keeps input order
 shards: 16                            # per split; or shard_size: 128MB
 compression: none                     # none | gzip | zlib
 max_bad_fraction: 0.0                 # rejected records allowed before the run fails
+spill: disk                           # memory: records go through Beam's shuffle (small jobs)
 ```
 Relative paths (schema, source paths, output) are relative to the job file's directory.
 """
@@ -29,7 +30,8 @@ from etl.errors import ConfigError
 from etl.tfrecord import COMPRESSIONS
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
-         "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description"}
+         "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
+         "spill"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)\s*$", re.I)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
@@ -52,6 +54,7 @@ class JobConfig:
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     max_bad_fraction: float = 0.0
     temp_location: str | None = None
+    spill: str = "disk"
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -146,6 +149,9 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     if compression not in COMPRESSIONS:
         raise ConfigError(f"{path}: compression must be one of {list(COMPRESSIONS)}, "
                           f"got {compression!r}")
+    spill = str(doc.get("spill", "disk"))
+    if spill not in ("disk", "memory"):
+        raise ConfigError(f"{path}: spill must be 'disk' (bounded memory) or 'memory', got {spill!r}")
     max_bad = float(doc.get("max_bad_fraction", 0.0))
     if not 0 <= max_bad <= 1:
         raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1]")
@@ -156,5 +162,6 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         compression=compression,
         max_shard_bytes=parse_size(doc.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES),
                                    f"{path}: max_shard_bytes"),
-        max_bad_fraction=max_bad, temp_location=doc.get("temp_location"), raw=dict(doc),
+        max_bad_fraction=max_bad, temp_location=doc.get("temp_location"), spill=spill,
+        raw=dict(doc),
     )

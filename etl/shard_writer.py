@@ -35,9 +35,12 @@ def shard_name(split: str, index: int, num_shards: int, compression: str) -> str
     return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord{COMPRESSIONS[compression]}"
 
 
-def write_shard(plan: ShardPlan, staging_dir: str, compression: str) -> ShardResult:
-    """Read, sort and trim this shard's records, write them framed (and compressed)."""
-    parts = [read_range(p, plan.key_lo, plan.key_hi) for p in plan.spills]
+def write_shard(plan: ShardPlan, staging_dir: str, compression: str,
+                in_memory: dict[str, bytes] | None = None) -> ShardResult:
+    """Read, sort and trim this shard's records, write them framed (and compressed).
+    `in_memory` maps "mem:" spill names to their bytes (the in-memory path)."""
+    memory = in_memory or {}
+    parts = [read_range(p, plan.key_lo, plan.key_hi, memory.get(p, b"")) for p in plan.spills]
     parts = [s for s in parts if len(s.keys)]
     name = shard_name(plan.split, plan.index, plan.num_shards, compression)
     if parts:

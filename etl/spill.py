@@ -13,6 +13,7 @@ is only a gather of byte ranges; the framing work happens in stage 1, in paralle
 
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass
 from operator import itemgetter
@@ -38,6 +39,7 @@ class SpillMeta:
     key_min: int
     key_max: int
     histogram: bytes  # uint32[2**HIST_BITS] counts of keys per range; b"" when not shuffling
+    data: bytes = b""  # the spill itself, when spilling to memory (path is then "mem:...")
 
 
 @dataclass
@@ -62,24 +64,27 @@ def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray, record
     sorted_records = [records[0]] if len(order) == 1 else itemgetter(*order.tolist())(records)
     payload, framed_offsets = frame_batch(sorted_records)
     offsets = framed_offsets.astype(np.uint64)
-    with fs.open_write(path, durable=False) as fh:
-        fh.write(_HEADER.pack(_MAGIC, len(keys)))
-        fh.write(keys.astype("<u8").tobytes())
-        fh.write(ids.astype("<u8").tobytes())
-        fh.write(offsets.astype("<u8").tobytes())
-        fh.write(payload)
+    parts = [_HEADER.pack(_MAGIC, len(keys)), keys.astype("<u8").tobytes(),
+             ids.astype("<u8").tobytes(), offsets.astype("<u8").tobytes(), payload]
+    in_memory = path.startswith("mem:")
+    if not in_memory:
+        with fs.open_write(path, durable=False) as fh:
+            for part in parts:
+                fh.write(part)
     hist = b""
     if histogram:
         hist = np.bincount((keys >> np.uint64(64 - HIST_BITS)).astype(np.int64),
                            minlength=1 << HIST_BITS).astype(np.uint32).tobytes()
     return SpillMeta(split=split, path=path, count=len(keys), num_bytes=int(offsets[-1]),
                      key_min=int(keys[0]) if len(keys) else 0,
-                     key_max=int(keys[-1]) if len(keys) else 0, histogram=hist)
+                     key_max=int(keys[-1]) if len(keys) else 0, histogram=hist,
+                     data=b"".join(parts) if in_memory else b"")
 
 
-def read_range(path: str, key_lo: int, key_hi: int) -> Slice:
-    """Records with key_lo <= key < key_hi (key_hi may be 2**64) from one spill file."""
-    with fs.open_read(path) as fh:
+def read_range(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> Slice:
+    """Records with key_lo <= key < key_hi (key_hi may be 2**64) from one spill file
+    (or from `data`, an in-memory spill)."""
+    with (io.BytesIO(data) if data else fs.open_read(path)) as fh:
         magic, n = _HEADER.unpack(fh.read(_HEADER.size))
         if magic != _MAGIC:
             raise OSError(f"{path}: not a spill file")

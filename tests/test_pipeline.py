@@ -216,6 +216,12 @@ def test_same_bytes_across_reruns_and_runner_modes(tmp_path) -> None:
     assert shard_hashes(_ids_job(tmp_path, shuffle={"seed": 43})) != first
 
 
+@pytest.mark.parametrize("job", [{}, {"shuffle": False}, {"compression": "zlib", "shards": 3}])
+def test_spill_path_and_in_memory_path_write_identical_shards(tmp_path, job) -> None:
+    on_disk = shard_hashes(_ids_job(tmp_path, **job))
+    assert shard_hashes(_ids_job(tmp_path, spill="memory", **job)) == on_disk
+
+
 def test_shuffle_is_uniform_and_balanced(tmp_path) -> None:
     n = 100_000
     out = _ids_job(tmp_path, n=n, shards=16)

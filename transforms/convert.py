@@ -51,6 +51,7 @@ class ConvertSpec:
     shards: int | None
     shard_size: int | None
     max_shard_bytes: int
+    spill: str = "disk"  # "memory": spills travel through Beam instead of temp files
 
 
 class _ReadEncodeSpillFn(beam.DoFn):
@@ -111,7 +112,9 @@ class _ReadEncodeSpillFn(beam.DoFn):
             for split, idx in targets:
                 if not len(idx):
                     continue
-                path = fs.join(spec.spill_dir, split, f"{uuid.uuid4().hex}.spill")
+                name = f"{uuid.uuid4().hex}.spill"
+                path = (f"mem:{split}/{name}" if spec.spill == "memory"
+                        else fs.join(spec.spill_dir, split, name))
                 chosen = [records[i] for i in idx.tolist()] if len(idx) < len(rows) else records
                 yield write_spill(path, split, sort_keys[idx], ids[idx], chosen,
                                   histogram=spec.seed is not None)
@@ -134,8 +137,8 @@ class _WriteShardFn(beam.DoFn):
     def __init__(self, spec: ConvertSpec):
         self.spec = spec
 
-    def process(self, plan: ShardPlan):  # type: ignore[override]
-        result = write_shard(plan, self.spec.staging_dir, self.spec.compression)
+    def process(self, plan: ShardPlan, memory=None):  # type: ignore[override]
+        result = write_shard(plan, self.spec.staging_dir, self.spec.compression, memory)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         yield result
@@ -163,17 +166,18 @@ class ConvertToShards(beam.PTransform):
             | "ReadEncodeSpill" >> beam.ParDo(_ReadEncodeSpillFn(spec)).with_outputs(
                 "rejected", main="spills")
         )
-        plan = (
-            stage1.spills
-            | "CollectSpills" >> beam.combiners.ToList()
-            | "PlanShards" >> beam.FlatMap(plan_shards, spec)
-        )
+        collected = stage1.spills | "CollectSpills" >> beam.combiners.ToList()
+        plan = collected | "PlanShards" >> beam.FlatMap(plan_shards, spec)
+        side = {}
+        if spec.spill == "memory":
+            side["memory"] = beam.pvalue.AsSingleton(
+                collected | "KeepSpillData" >> beam.Map(lambda ms: {m.path: m.data for m in ms}))
         notes = plan | "KeepNotes" >> beam.Filter(lambda p: isinstance(p, str))
         shards = (
             plan
             | "KeepShardPlans" >> beam.Filter(lambda p: isinstance(p, ShardPlan))
             | "DistributeShards" >> beam.Reshuffle()
-            | "WriteShards" >> beam.ParDo(_WriteShardFn(spec))
+            | "WriteShards" >> beam.ParDo(_WriteShardFn(spec), **side)
         )
         staging = spec.staging_dir
         _ = (notes | "CollectNotes" >> beam.combiners.ToList()

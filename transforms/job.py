@@ -93,7 +93,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None) -> JobResult:
         fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
         staging_dir=fs.join(tmp, "staging"), compression=job.compression,
         splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
-        max_shard_bytes=job.max_shard_bytes,
+        max_shard_bytes=job.max_shard_bytes, spill=job.spill,
     )
     try:
         with beam.Pipeline(options=options) as p:
