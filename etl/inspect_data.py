@@ -189,6 +189,8 @@ def _format(values: Any) -> str:
         return text if len(text) <= 400 else text[:397] + "..."
     if values.dtype == object:
         values = np.vectorize(_short_bytes, otypes=[object])(values) if values.size else values
+    if values.ndim == 3 and values.shape[-1] == 1:
+        values = values[..., 0]  # a one-channel image reads best as a 2-D grid
     text = np.array2string(values, threshold=64, edgeitems=3, max_line_width=100,
                            separator=", ")
     return text if "\n" not in text else "\n    " + text.replace("\n", "\n    ")
