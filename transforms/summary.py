@@ -26,5 +26,5 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
                 print(text)
         except ImportError:
             pass
-    print(f"Read it back: etl.make_dataset({result.output!r}, split={first if sample else 'train'!r})")
+    print(f"Read it back: etl.make_dataset({result.output!r}, split={next(iter(result.splits))!r})")
     return 0
