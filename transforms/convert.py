@@ -20,9 +20,8 @@ from apache_beam.metrics import Metrics
 from etl import fs, keys
 from etl.planning import ShardPlan, num_shards_for, plan_split
 from etl.shard_writer import ShardResult, write_shard
+from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.spill import SpillMeta, write_spill
-
-SERIALIZED = "__serialized__"  # column of already-serialized records (tfrecord sources)
 
 
 @dataclass(frozen=True)
