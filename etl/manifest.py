@@ -101,7 +101,7 @@ def verify(path: str, check_records: bool = True) -> dict[str, Any]:
     if not fs.exists(fs.join(path, SUCCESS)):
         raise VerifyError(f"{path}: no {SUCCESS} marker: the output is incomplete or absent")
     manifest = load_manifest(path)
-    listed = {MANIFEST, SUCCESS, "schema.yaml", "schema.pbtxt"}
+    listed = set(META_FILES)
     total = 0
     for split, info in manifest["splits"].items():
         for shard in info["shards"]:

@@ -15,16 +15,13 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
     if result.rejected["num_records"]:
         print(f"  rejected     {result.rejected['num_records']:>10,} records "
               f"(see {result.output}/rejected/): {result.rejected['by_reason']}")
+    first = next(iter(result.splits))
     if sample:
-        first = next(iter(result.splits))
-        try:
-            from etl.inspect_data import inspect  # noqa: PLC0415
+        from etl.inspect_data import inspect  # noqa: PLC0415 - imports TensorFlow
 
-            print(f"Sample record ({first}):")
-            shard = result.manifest["splits"][first]["shards"][0]["path"]
-            for text in inspect([f"{result.output}/{shard}"], limit=1):
-                print(text)
-        except ImportError:
-            pass
-    print(f"Read it back: etl.make_dataset({result.output!r}, split={next(iter(result.splits))!r})")
+        print(f"Sample record ({first}):")
+        shard = result.manifest["splits"][first]["shards"][0]["path"]
+        for text in inspect([f"{result.output}/{shard}"], limit=1):
+            print(text)
+    print(f"Read it back: etl.make_dataset({result.output!r}, split={first!r})")
     return 0
