@@ -25,11 +25,17 @@ Batch = Mapping[str, Any] | pa.RecordBatch | pa.Table
 
 @dataclass
 class EncodedBatch:
-    """Serialized good records (input order), their row indexes, and the rejected rows."""
+    """Serialized good records (input order, one Arrow column), their row indexes, and the
+    rejected rows."""
 
-    records: list[bytes]
+    array: pa.LargeBinaryArray
     rows: np.ndarray
     bad: list[BadRecord] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[bytes]:
+        """The records as Python bytes, for per-record callers (tests, one-off encodes)."""
+        return self.array.to_pylist()
 
 
 def batch_columns(batch: Batch) -> tuple[dict[str, Any], int]:
@@ -65,7 +71,7 @@ class Encoder:
         if bad:
             good[list(bad)] = False
         rows = np.flatnonzero(good)
-        records = self._serialize(storage, rows, n) if len(rows) else []
+        records = self._serialize(storage, rows, n) if len(rows) else wire.binary(b"", np.zeros(1))
         pos = positions if positions is not None else np.arange(n)
         rejected = [
             BadRecord(source=source, position=int(pos[r]), feature=name, reason=reason,
@@ -88,7 +94,7 @@ class Encoder:
             raise RecordError(out.bad[0].message())
         return out.records[0]
 
-    def _serialize(self, storage: dict[str, pa.Array], rows: np.ndarray, n: int) -> list[bytes]:
+    def _serialize(self, storage: dict[str, pa.Array], rows: np.ndarray, n: int) -> pa.LargeBinaryArray:
         take = None if len(rows) == n else pa.array(rows)
 
         def columns(features: tuple[Feature, ...]) -> list[tuple[str, str, pa.Array]]:

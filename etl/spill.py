@@ -16,12 +16,13 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass
-from operator import itemgetter
 
 import numpy as np
+import pyarrow as pa
 
 from etl import fs
-from etl.tfrecord import frame_batch
+from etl.tfrecord import frame_records
+from etl.wire import binary_column, offsets_of
 
 _MAGIC = b"TFRSPIL1"
 _HEADER = struct.Struct("<8sQ")
@@ -51,19 +52,26 @@ class Slice:
 
 
 def sort_block(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Order of records by (key, id): ids break the (astronomically rare) key ties."""
-    return np.lexsort((ids, keys))
+    """Order of records by (key, id). Keys of one file never tie (they are a bijection of
+    the position), so a plain sort is exact there; ids break ties otherwise."""
+    order = np.argsort(keys)
+    sorted_keys = keys[order]
+    if len(keys) > 1 and (sorted_keys[1:] == sorted_keys[:-1]).any():
+        return np.lexsort((ids, keys))
+    return order
 
 
-def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray, records: list[bytes],
-                histogram: bool) -> SpillMeta:
+def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray,
+                records: pa.LargeBinaryArray | list[bytes], histogram: bool) -> SpillMeta:
     """Sort one block's records by key and write them; returns the planner's metadata."""
     order = sort_block(keys, ids)
     keys = keys[order]
     ids = ids[order]
-    sorted_records = [records[0]] if len(order) == 1 else itemgetter(*order.tolist())(records)
-    payload, framed_offsets = frame_batch(sorted_records)
-    offsets = framed_offsets.astype(np.uint64)
+    framed = frame_records(binary_column(records).take(pa.array(order)))
+    offsets = offsets_of(framed)
+    start, end = int(offsets[0]), int(offsets[-1])
+    payload = framed.buffers()[2].slice(start, end - start) if end > start else b""
+    offsets = offsets - start
     parts = [_HEADER.pack(_MAGIC, len(keys)), keys.astype("<u8").tobytes(),
              ids.astype("<u8").tobytes(), offsets.astype("<u8").tobytes(), payload]
     in_memory = path.startswith("mem:")
@@ -78,7 +86,7 @@ def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray, record
     return SpillMeta(split=split, path=path, count=len(keys), num_bytes=int(offsets[-1]),
                      key_min=int(keys[0]) if len(keys) else 0,
                      key_max=int(keys[-1]) if len(keys) else 0, histogram=hist,
-                     data=b"".join(parts) if in_memory else b"")
+                     data=b"".join(map(bytes, parts)) if in_memory else b"")
 
 
 def read_range(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> Slice:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 import google_crc32c
 import numpy as np
+import pyarrow as pa
 
 from etl.errors import VerifyError
 
@@ -52,22 +52,36 @@ def frame_all(records: Iterable[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def frame_batch(records: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
-    """Frame a batch in one go -> (framed bytes, offset of each framed record, n+1).
+def frame_records(records: pa.LargeBinaryArray) -> pa.LargeBinaryArray:
+    """Frame a whole column of serialized records: element i becomes record i's framing.
 
-    CRCs come from one C-level `map`, headers are built once per distinct length and the
-    buffer is one `b"".join`: ≈0.35 µs/record vs ≈0.8 µs for the `frame_all` loop.
+    Headers are built once per distinct length and placed with NumPy; the data CRCs are one
+    C-level `map` over the records (≈0.25 µs/record, the only per-record step); the framed
+    column is one element-wise concatenation in C++.
     """
-    from etl.wire import per_length  # noqa: PLC0415
+    from etl.wire import binary, join, lengths  # noqa: PLC0415
 
     n = len(records)
-    lengths = np.fromiter(map(len, records), np.int64, n)
-    crcs = np.fromiter(map(google_crc32c.value, records), np.uint32, n)
-    tails = _mask(crcs).astype("<u4").view("V4").tolist()
-    heads, _ = per_length(lengths, lambda k: _U64.pack(k) + _U32.pack(masked_crc(_U64.pack(k))))
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths + 16, out=offsets[1:])
-    return b"".join(chain.from_iterable(zip(heads, records, tails, strict=True))), offsets
+    sizes = lengths(records)
+    crcs = np.fromiter(map(google_crc32c.value, records.to_pylist()), np.uint32, n)
+    heads = np.empty((n, 12), np.uint8)
+    heads[:, :8] = sizes.astype("<u8").view(np.uint8).reshape(n, 8)
+    heads[:, 8:] = _length_crcs(sizes).view(np.uint8).reshape(n, 4)
+    tails = _mask(crcs).astype("<u4")
+    return join([binary(heads, np.arange(n + 1, dtype=np.int64) * 12), records,
+                 binary(tails, np.arange(n + 1, dtype=np.int64) * 4)])
+
+
+def _length_crcs(sizes: np.ndarray) -> np.ndarray:
+    """Masked CRC of each record's 8-byte length header, computed once per distinct length."""
+    if not len(sizes):
+        return np.zeros(0, "<u4")
+    lo = int(sizes.min())
+    span = np.bincount(sizes - lo)
+    table = np.zeros(len(span), "<u4")
+    for k in np.flatnonzero(span).tolist():
+        table[k] = masked_crc(_U64.pack(k + lo))
+    return table[sizes - lo]
 
 
 def _mask(crcs: np.ndarray) -> np.ndarray:

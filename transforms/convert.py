@@ -15,6 +15,7 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 from apache_beam.metrics import Metrics
 
 from etl import fs, keys
@@ -22,6 +23,7 @@ from etl.planning import ShardPlan, num_shards_for, plan_split
 from etl.shard_writer import ShardResult, write_shard
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.spill import SpillMeta, write_spill
+from etl.wire import binary_column
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,7 @@ class _ReadEncodeSpillFn(beam.DoFn):
                 continue
             self.read_counter.inc(block.num_rows)
             if SERIALIZED in block.columns:
-                col = block.columns[SERIALIZED]
-                records = col.to_pylist() if hasattr(col, "to_pylist") else list(col)
+                records = binary_column(block.columns[SERIALIZED])
                 rows = np.arange(block.num_rows)
             else:
                 encoded = self.encoder.encode(block.columns, source=task.path,
@@ -94,7 +95,7 @@ class _ReadEncodeSpillFn(beam.DoFn):
                 for bad in encoded.bad:
                     self.bad_counter.inc()
                     yield beam.pvalue.TaggedOutput("rejected", bad.to_json())
-                records, rows = encoded.records, encoded.rows
+                records, rows = encoded.array, encoded.rows
             if not len(rows):
                 continue
             self.spilled_counter.inc(len(rows))
@@ -114,7 +115,7 @@ class _ReadEncodeSpillFn(beam.DoFn):
                 name = f"{uuid.uuid4().hex}.spill"
                 path = (f"mem:{split}/{name}" if spec.spill == "memory"
                         else fs.join(spec.spill_dir, split, name))
-                chosen = [records[i] for i in idx.tolist()] if len(idx) < len(rows) else records
+                chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
                 yield write_spill(path, split, sort_keys[idx], ids[idx], chosen,
                                   histogram=spec.seed is not None)
 
