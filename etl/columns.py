@@ -212,15 +212,20 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
                              "{value!r}", reason)
             raw = np.where(frac, 0, raw)
         lo, hi = (0, 1) if want.kind == "b" else (np.iinfo(want).min, np.iinfo(want).max)
-        if raw.dtype.kind == "u":
+        # a source type that fits the declared one needs no check (uint8 images: 470M
+        # comparisons saved on 600k MNIST-shaped records)
+        fits = raw.dtype.kind in "biu" and np.can_cast(raw.dtype, want, "safe")
+        if fits:
+            out_of_range = None
+        elif raw.dtype.kind == "u":
             out_of_range = raw > hi
         else:
             out_of_range = (raw < lo) | (raw > hi)
-        if out_of_range.any():
+        if out_of_range is not None and out_of_range.any():
             bad |= out_of_range
             reason = _name_values(out_of_range, raw, "value {value!r} out of range for "
                          f"{feature.dtype} [{lo}, {hi}]", reason)
-        values = raw.astype(np.int64) if feature.storage == "int64" else raw.astype(want)
+        values = raw.astype(np.int64 if feature.storage == "int64" else want, copy=False)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             values = raw.astype(want)

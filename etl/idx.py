@@ -20,6 +20,11 @@ import numpy as np
 
 from etl.errors import RecordError
 
+try:  # ISA-L's inflate: 470 MB of MNIST-shaped images in 0.7 s vs 2.0 s for gzip.GzipFile
+    from isal.igzip import IGzipFile as _GzipFile
+except ImportError:  # pragma: no cover - platforms without an isal wheel
+    _GzipFile = gzip.GzipFile
+
 DTYPES: dict[int, np.dtype] = {
     0x08: np.dtype(">u1"),
     0x09: np.dtype(">i1"),
@@ -79,7 +84,7 @@ def open_idx(path: str) -> Iterator[tuple[IdxHeader, BinaryIO]]:
     with open_file(path) as fh:
         gzipped = path.endswith(".gz") or fh.read(2) == _GZIP_MAGIC
     with open_file(path) as fh:
-        stream: Any = gzip.GzipFile(fileobj=fh) if gzipped else fh
+        stream: Any = _GzipFile(fileobj=fh) if gzipped else fh
         try:
             header = read_idx_header(stream, path)
         except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError

@@ -20,6 +20,7 @@ from apache_beam.metrics import Metrics
 
 from etl import fs, keys
 from etl.planning import ShardPlan, num_shards_for, plan_split
+from etl.prefetch import prefetch
 from etl.shard_writer import ShardResult, write_shard
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.spill import SpillMeta, write_spill
@@ -55,6 +56,11 @@ class ConvertSpec:
     spill: str = "disk"  # "memory": spills travel through Beam instead of temp files
 
 
+SHARD_PARTS = "_shard_results"  # one JSON ShardResult per written shard
+REJECTED_PARTS = "_rejected_parts"  # one JSON-lines file of rejected records per input file
+NOTES = "_notes.jsonl"
+
+
 class _ReadEncodeSpillFn(beam.DoFn):
     """Stage 1: read a file's blocks, encode them in batch, key them and spill them sorted."""
 
@@ -78,11 +84,18 @@ class _ReadEncodeSpillFn(beam.DoFn):
         self.spilled_counter = Metrics.counter("etl", "records_encoded")
 
     def process(self, task: ReadTask):  # type: ignore[override]
+        rejected: list[dict[str, Any]] = []
+        yield from self._spill_blocks(task, rejected)
+        if rejected:
+            # one dead-letter file per input file; a retried task rewrites the same file
+            _write_json(rejected, fs.join(self.spec.staging_dir, REJECTED_PARTS,
+                                          f"{task.ordinal:08d}.jsonl"), lambda x: x)
+
+    def _spill_blocks(self, task: ReadTask, rejected: list[dict[str, Any]]):
         spec = self.spec
-        for block in self.readers[task.source].read(task.path):
-            for bad in block.bad:
-                self.bad_counter.inc()
-                yield beam.pvalue.TaggedOutput("rejected", bad.to_json())
+        for block in prefetch(self.readers[task.source].read(task.path)):
+            rejected.extend(bad.to_json() for bad in block.bad)
+            self.bad_counter.inc(len(block.bad))
             if not block.num_rows:
                 continue
             self.read_counter.inc(block.num_rows)
@@ -92,9 +105,8 @@ class _ReadEncodeSpillFn(beam.DoFn):
             else:
                 encoded = self.encoder.encode(block.columns, source=task.path,
                                               positions=block.positions)
-                for bad in encoded.bad:
-                    self.bad_counter.inc()
-                    yield beam.pvalue.TaggedOutput("rejected", bad.to_json())
+                rejected.extend(bad.to_json() for bad in encoded.bad)
+                self.bad_counter.inc(len(encoded.bad))
                 records, rows = encoded.array, encoded.rows
             if not len(rows):
                 continue
@@ -120,17 +132,20 @@ class _ReadEncodeSpillFn(beam.DoFn):
                                   histogram=spec.seed is not None)
 
 
-def plan_shards(metas: list[SpillMeta], spec: ConvertSpec) -> list[Any]:
-    """All spills are in: decide each split's shard count and every shard's key range."""
-    out: list[Any] = []
+def plan_shards(metas: list[SpillMeta], spec: ConvertSpec) -> list[ShardPlan]:
+    """All spills are in: decide each split's shard count and every shard's key range.
+    Notes on the plan (a raised shard count) go to `_notes.jsonl` for the driver."""
+    plans: list[ShardPlan] = []
+    notes: list[str] = []
     for split in spec.splits:
-        mine = [m for m in metas if m.split == split]
+        mine = sorted((m for m in metas if m.split == split), key=lambda m: m.path)
         n, note = num_shards_for(sum(m.num_bytes for m in mine), spec.shards, spec.shard_size,
                                  spec.max_shard_bytes)
         if note:
-            out.append(f"split {split}: {note}")
-        out.extend(plan_split(split, mine, n, shuffled=spec.seed is not None))
-    return out
+            notes.append(f"split {split}: {note}")
+        plans.extend(plan_split(split, mine, n, shuffled=spec.seed is not None))
+    _write_json(notes, fs.join(spec.staging_dir, NOTES), str)
+    return plans
 
 
 class _WriteShardFn(beam.DoFn):
@@ -139,6 +154,8 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, plan: ShardPlan, memory=None):  # type: ignore[override]
         result = write_shard(plan, self.spec.staging_dir, self.spec.compression, memory)
+        _write_json([result], fs.join(self.spec.staging_dir, SHARD_PARTS,
+                                      f"{result.name}.json"), lambda r: r.__dict__)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         yield result
@@ -148,9 +165,20 @@ def _write_json(items: list[Any], path: str, encode: Any) -> None:
     fs.write_bytes(path, "\n".join(json.dumps(encode(x), sort_keys=True) for x in items).encode())
 
 
+def _all_in_one(pcoll: beam.PCollection, label: str) -> beam.PCollection:
+    """The whole (small) PCollection as one list: a single-key GroupByKey, which builds far
+    fewer pipeline nodes than CombineGlobally(ToList) (pipeline construction is part of
+    every run's fixed cost)."""
+    return (pcoll
+            | f"{label}Key" >> beam.Map(lambda x: (None, x))
+            | f"{label}Group" >> beam.GroupByKey()
+            | f"{label}List" >> beam.MapTuple(lambda _, xs: list(xs)))
+
+
 class ConvertToShards(beam.PTransform):
-    """Files -> shuffled, sharded TFRecords in `spec.staging_dir` plus `_shards.jsonl`,
-    `_rejected.jsonl` and `_notes.jsonl` there for the driver to check and publish."""
+    """Files -> shuffled, sharded TFRecords in `spec.staging_dir`, plus side files there for
+    the driver to check and publish: one JSON per shard in `_shard_results/`, the rejected
+    records of each input file in `_rejected_parts/`, and `_notes.jsonl`."""
 
     def __init__(self, spec: ConvertSpec, tasks: list[ReadTask]):
         super().__init__()
@@ -159,35 +187,23 @@ class ConvertToShards(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec = self.spec
-        stage1 = (
+        spills = (
             pbegin
             | "ListInputFiles" >> beam.Create(self.tasks)
             | "DistributeFiles" >> beam.Reshuffle()
-            | "ReadEncodeSpill" >> beam.ParDo(_ReadEncodeSpillFn(spec)).with_outputs(
-                "rejected", main="spills")
+            | "ReadEncodeSpill" >> beam.ParDo(_ReadEncodeSpillFn(spec))
         )
-        collected = stage1.spills | "CollectSpills" >> beam.combiners.ToList()
-        plan = collected | "PlanShards" >> beam.FlatMap(plan_shards, spec)
+        collected = _all_in_one(spills, "CollectSpills")
         side = {}
         if spec.spill == "memory":
             side["memory"] = beam.pvalue.AsSingleton(
                 collected | "KeepSpillData" >> beam.Map(lambda ms: {m.path: m.data for m in ms}))
-        notes = plan | "KeepNotes" >> beam.Filter(lambda p: isinstance(p, str))
-        shards = (
-            plan
-            | "KeepShardPlans" >> beam.Filter(lambda p: isinstance(p, ShardPlan))
+        return (
+            collected
+            | "PlanShards" >> beam.FlatMap(plan_shards, spec)
             | "DistributeShards" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(_WriteShardFn(spec), **side)
         )
-        staging = spec.staging_dir
-        _ = (notes | "CollectNotes" >> beam.combiners.ToList()
-             | "WriteNotes" >> beam.Map(_write_json, fs.join(staging, "_notes.jsonl"), str))
-        _ = (stage1.rejected | "CollectRejected" >> beam.combiners.ToList()
-             | "WriteRejected" >> beam.Map(_write_json, fs.join(staging, "_rejected.jsonl"),
-                                           lambda x: x))
-        return (shards | "CollectShards" >> beam.combiners.ToList()
-                | "WriteShardIndex" >> beam.Map(_write_json, fs.join(staging, "_shards.jsonl"),
-                                                lambda r: r.__dict__))
 
 
 __all__ = ["ConvertSpec", "ConvertToShards", "ReadTask", "ShardResult"]

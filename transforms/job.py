@@ -27,7 +27,14 @@ from etl.schema import Schema, load_schema
 from etl.shard_writer import ShardResult
 from etl.sources import make_reader
 from etl.tfmd import to_pbtxt
-from transforms.convert import ConvertSpec, ConvertToShards, ReadTask
+from transforms.convert import (
+    NOTES,
+    REJECTED_PARTS,
+    SHARD_PARTS,
+    ConvertSpec,
+    ConvertToShards,
+    ReadTask,
+)
 
 log = logging.getLogger(__name__)
 LOCAL_RUNNER = "FnApiRunner"  # DirectRunner in Beam 2.77 first tries to download Prism
@@ -43,10 +50,20 @@ class JobResult:
 
 
 def default_beam_args(beam_args: list[str]) -> list[str]:
-    """Our local default never downloads anything; every explicit option wins."""
+    """Our local default never downloads anything and uses every core: FnApiRunner with one
+    worker thread per CPU (stage 1 reads several files at once, stage 2 writes several shards
+    at once; the heavy work releases the GIL). Every explicit option wins."""
     args = list(beam_args)
-    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+
+    def given(name: str) -> bool:
+        return any(a == name or a.startswith(name + "=") for a in args)
+
+    if not given("--runner"):
         args.append(f"--runner={LOCAL_RUNNER}")
+        if not given("--direct_running_mode"):
+            args.append("--direct_running_mode=multi_threading")
+        if not given("--direct_num_workers"):
+            args.append(f"--direct_num_workers={max(os.cpu_count() or 1, 1)}")
     return args
 
 
@@ -103,20 +120,31 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None) -> JobResult:
         fs.delete_tree(tmp)
 
 
-def _read_jsonl(path: str) -> list[Any]:
-    if not fs.exists(path):
-        return []
-    text = fs.read_bytes(path).decode()
-    fs.delete([path])
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+def _read_jsonl(paths: list[str]) -> list[Any]:
+    """Every JSON line of the given side files."""
+    out: list[Any] = []
+    for path in paths:
+        if fs.exists(path):
+            out += [json.loads(line) for line in fs.read_bytes(path).decode().splitlines()
+                    if line.strip()]
+    return out
+
+
+def _side_files(staging: str, folder: str) -> list[str]:
+    """The pipeline's per-file side outputs in `staging/folder`, in name order."""
+    found = [path for path, _ in fs.match(fs.join(staging, folder, "*"))]
+    return sorted(found)
 
 
 def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec,
                        inputs: list[dict[str, Any]], run_id: str, started: float) -> JobResult:
     staging = spec.staging_dir
-    shards = [ShardResult(**r) for r in _read_jsonl(fs.join(staging, "_shards.jsonl"))]
-    bad = _read_jsonl(fs.join(staging, "_rejected.jsonl"))
-    notes = _read_jsonl(fs.join(staging, "_notes.jsonl"))
+    shards = [ShardResult(**r) for r in _read_jsonl(_side_files(staging, SHARD_PARTS))]
+    bad = _read_jsonl(_side_files(staging, REJECTED_PARTS))
+    notes = _read_jsonl([fs.join(staging, NOTES)])
+    # side files are the driver's, never part of the published dataset
+    for side in (SHARD_PARTS, REJECTED_PARTS, NOTES):
+        fs.delete_tree(fs.join(staging, side))
     written = sum(r.num_records for r in shards)
     read = written + len(bad)
     rejected = rejected_summary(bad, read)
