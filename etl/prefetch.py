@@ -1,4 +1,4 @@
-"""Read ahead: run a block iterator in a background thread while the caller works.
+"""Read ahead and encode in parallel: threads for a block pipeline.
 
 Parsing (pyarrow's CSV reader, zlib for gzipped IDX, Parquet) releases the GIL, and so do
 the column conversion, the C++ join and the spill writes that follow it; running the reader
@@ -8,12 +8,16 @@ Memory stays bounded: at most `depth` blocks wait in the queue.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 _DONE = object()
 
 
@@ -58,3 +62,28 @@ def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
             except queue.Empty:
                 pass
         worker.join()
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterator[T], workers: int | None = None) -> Iterator[R]:
+    """fn(item) for every item, computed by `workers` threads, yielded in input order.
+
+    At most `workers + 1` items are in flight, so memory stays at a few blocks. Encoding a
+    block (Arrow compute, NumPy, the C++ join, file writes) mostly runs without the GIL, so
+    two blocks encode at once on two cores.
+    """
+    workers = workers or max(os.cpu_count() or 1, 1)
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="etl-encode") as pool:
+        pending: deque[Future[R]] = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()

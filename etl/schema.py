@@ -242,6 +242,24 @@ class Schema:
                 seen.setdefault(s, None)
         return list(seen)
 
+    def numeric_columns(self) -> dict[str, str]:
+        """Raw columns that each hold one number per record for exactly one numeric feature:
+        column -> "float64" or "int64". Text sources may parse these up front (the CSV fast
+        path); the encoder then sees the same Arrow numbers its own text parsing would give."""
+        uses: dict[str, list[Feature]] = {}
+        for f in self.features:
+            for column in f.sources:
+                uses.setdefault(column, []).append(f)
+        out: dict[str, str] = {}
+        for column, features in uses.items():
+            f = features[0]
+            scalar = f.shape == () or len(f.sources) == int(np.prod(f.shape, dtype=np.int64))
+            if (len(features) > 1 or f.is_sequence or f.encoding != "values" or f.vocabulary
+                    or f.dtype in ("bytes", "bool") or not scalar):
+                continue
+            out[column] = "float64" if f.dtype.startswith("float") else "int64"
+        return out
+
     def parse_spec(self) -> Any:
         """`tf.io.parse_example` features, or the (context, sequence) pair for SequenceExample."""
         context = {f.name: f.parse_feature() for f in self.context}

@@ -19,9 +19,11 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 
 from etl import fs, keys
+from etl.codec import Encoder
 from etl.planning import ShardPlan, num_shards_for, plan_split
-from etl.prefetch import prefetch
+from etl.prefetch import ordered_map, prefetch
 from etl.shard_writer import ShardResult, write_shard
+from etl.sources.base import Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.spill import SpillMeta, write_spill
 from etl.wire import binary_column
@@ -70,7 +72,6 @@ class _ReadEncodeSpillFn(beam.DoFn):
     def setup(self) -> None:
         import yaml  # noqa: PLC0415
 
-        from etl.codec import Encoder  # noqa: PLC0415
         from etl.schema import schema_from_dict  # noqa: PLC0415
         from etl.sources import make_reader  # noqa: PLC0415
 
@@ -79,57 +80,72 @@ class _ReadEncodeSpillFn(beam.DoFn):
             name: make_reader(cfg, self.spec.base_dir, f"sources.{name}")
             for name, cfg in self.spec.sources.items()
         }
+        numeric = self.encoder.schema.numeric_columns()
+        for reader in self.readers.values():
+            if hasattr(reader, "prefer_types"):  # text formats that can parse numbers up front
+                reader.prefer_types(numeric)
         self.read_counter = Metrics.counter("etl", "records_read")
         self.bad_counter = Metrics.counter("etl", "records_rejected")
         self.spilled_counter = Metrics.counter("etl", "records_encoded")
 
     def process(self, task: ReadTask):  # type: ignore[override]
         rejected: list[dict[str, Any]] = []
-        yield from self._spill_blocks(task, rejected)
+        blocks = prefetch(self.readers[task.source].read(task.path))
+        for done in ordered_map(lambda block: spill_block(self.encoder, self.spec, task, block),
+                                blocks):
+            # counters are updated here, in the bundle's thread, where Beam tracks metrics
+            self.read_counter.inc(done.read)
+            self.bad_counter.inc(len(done.rejected))
+            self.spilled_counter.inc(sum(m.count for m in done.spills))
+            rejected += done.rejected
+            yield from done.spills
         if rejected:
             # one dead-letter file per input file; a retried task rewrites the same file
             _write_json(rejected, fs.join(self.spec.staging_dir, REJECTED_PARTS,
                                           f"{task.ordinal:08d}.jsonl"), lambda x: x)
 
-    def _spill_blocks(self, task: ReadTask, rejected: list[dict[str, Any]]):
-        spec = self.spec
-        for block in prefetch(self.readers[task.source].read(task.path)):
-            rejected.extend(bad.to_json() for bad in block.bad)
-            self.bad_counter.inc(len(block.bad))
-            if not block.num_rows:
-                continue
-            self.read_counter.inc(block.num_rows)
-            if SERIALIZED in block.columns:
-                records = binary_column(block.columns[SERIALIZED])
-                rows = np.arange(block.num_rows)
-            else:
-                encoded = self.encoder.encode(block.columns, source=task.path,
-                                              positions=block.positions)
-                rejected.extend(bad.to_json() for bad in encoded.bad)
-                self.bad_counter.inc(len(encoded.bad))
-                records, rows = encoded.array, encoded.rows
-            if not len(rows):
-                continue
-            self.spilled_counter.inc(len(rows))
-            positions = np.asarray(block.positions)[rows]
-            hashed = keys.shuffle_keys(spec.seed or 0, task.identity, positions)
-            ids = keys.record_ids(task.ordinal, positions)
-            sort_keys = hashed if spec.seed is not None else ids
-            if spec.fractions:
-                which = keys.assign_splits(hashed, list(spec.fractions.values()))
-                targets = [(name, np.flatnonzero(which == i))
-                           for i, name in enumerate(spec.fractions)]
-            else:
-                targets = [(task.source, np.arange(len(rows)))]
-            for split, idx in targets:
-                if not len(idx):
-                    continue
-                name = f"{uuid.uuid4().hex}.spill"
-                path = (f"mem:{split}/{name}" if spec.spill == "memory"
-                        else fs.join(spec.spill_dir, split, name))
-                chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
-                yield write_spill(path, split, sort_keys[idx], ids[idx], chosen,
-                                  histogram=spec.seed is not None)
+
+@dataclass
+class SpilledBlock:
+    read: int
+    spills: list[SpillMeta]
+    rejected: list[dict[str, Any]]
+
+
+def spill_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block) -> SpilledBlock:
+    """One block: encode it, key it, and write one sorted spill per split it feeds."""
+    rejected = [bad.to_json() for bad in block.bad]
+    if not block.num_rows:
+        return SpilledBlock(0, [], rejected)
+    if SERIALIZED in block.columns:
+        records = binary_column(block.columns[SERIALIZED])
+        rows = np.arange(block.num_rows)
+    else:
+        encoded = encoder.encode(block.columns, source=task.path, positions=block.positions)
+        rejected += [bad.to_json() for bad in encoded.bad]
+        records, rows = encoded.array, encoded.rows
+    spills: list[SpillMeta] = []
+    if not len(rows):
+        return SpilledBlock(block.num_rows, spills, rejected)
+    positions = np.asarray(block.positions)[rows]
+    hashed = keys.shuffle_keys(spec.seed or 0, task.identity, positions)
+    ids = keys.record_ids(task.ordinal, positions)
+    sort_keys = hashed if spec.seed is not None else ids
+    if spec.fractions:
+        which = keys.assign_splits(hashed, list(spec.fractions.values()))
+        targets = [(name, np.flatnonzero(which == i)) for i, name in enumerate(spec.fractions)]
+    else:
+        targets = [(task.source, np.arange(len(rows)))]
+    for split, idx in targets:
+        if not len(idx):
+            continue
+        name = f"{uuid.uuid4().hex}.spill"
+        path = (f"mem:{split}/{name}" if spec.spill == "memory"
+                else fs.join(spec.spill_dir, split, name))
+        chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
+        spills.append(write_spill(path, split, sort_keys[idx], ids[idx], chosen,
+                                  histogram=spec.seed is not None))
+    return SpilledBlock(block.num_rows, spills, rejected)
 
 
 def plan_shards(metas: list[SpillMeta], spec: ConvertSpec) -> list[ShardPlan]:
