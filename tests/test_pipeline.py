@@ -291,3 +291,17 @@ def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
     assert dead[0]["source"].endswith("ids.csv") and dead[0]["feature"] == "id"
     verify(out)
     shutil.rmtree(out)
+
+
+def test_local_default_uses_every_core_and_explicit_options_win() -> None:
+    from transforms.job import default_beam_args  # noqa: PLC0415
+
+    cores = f"--direct_num_workers={max(os.cpu_count() or 1, 1)}"
+    assert default_beam_args([]) == ["--runner=FnApiRunner",
+                                     "--direct_running_mode=multi_threading", cores]
+    assert default_beam_args(["--runner", "FnApiRunner", "--direct_num_workers=1"]) == [
+        "--runner", "FnApiRunner", "--direct_num_workers=1", "--direct_running_mode=multi_threading"]
+    assert default_beam_args(["--runner=FnApiRunner", "--direct_running_mode=in_memory"]) == [
+        "--runner=FnApiRunner", "--direct_running_mode=in_memory", cores]
+    assert default_beam_args(["--runner=DataflowRunner", "--project=p"]) == [
+        "--runner=DataflowRunner", "--project=p"]

@@ -54,17 +54,24 @@ def default_beam_args(beam_args: list[str]) -> list[str]:
     worker thread per CPU (stage 1 reads several files at once, stage 2 writes several shards
     at once; the heavy work releases the GIL). Every explicit option wins."""
     args = list(beam_args)
-
-    def given(name: str) -> bool:
-        return any(a == name or a.startswith(name + "=") for a in args)
-
-    if not given("--runner"):
+    if _option(args, "--runner") is None:
         args.append(f"--runner={LOCAL_RUNNER}")
-        if not given("--direct_running_mode"):
+    if _option(args, "--runner") == LOCAL_RUNNER:
+        if _option(args, "--direct_running_mode") is None:
             args.append("--direct_running_mode=multi_threading")
-        if not given("--direct_num_workers"):
+        if _option(args, "--direct_num_workers") is None:
             args.append(f"--direct_num_workers={max(os.cpu_count() or 1, 1)}")
     return args
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The value given for a Beam option (`--name=value` or `--name value`), else None."""
+    for i, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name:
+            return args[i + 1] if i + 1 < len(args) else ""
+    return None
 
 
 def plan_reads(job: JobConfig) -> tuple[list[ReadTask], list[dict[str, Any]]]:
