@@ -1,7 +1,7 @@
 """Stage 2 of the shuffle: build one output shard from its key range in every spill.
 
 Spilled records are already framed, so a shard is their key-ordered concatenation: the
-only per-record work is Arrow's C-level `take`, one call per chunk of 8192 records."""
+only per-record work is Arrow's C-level `take`, one call per chunk of about 16 MB."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pyarrow as pa
 
 from etl import fs
 from etl.planning import ShardPlan
-from etl.spill import read_range
+from etl.spill import RangeIndex, read_index
 from etl.tfrecord import COMPRESSIONS, Compressor
 
-_CHUNK_RECORDS = 8192
+CHUNK_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -36,35 +36,30 @@ def shard_name(split: str, index: int, num_shards: int, compression: str) -> str
 
 def write_shard(plan: ShardPlan, staging_dir: str, compression: str,
                 in_memory: dict[str, bytes] | None = None) -> ShardResult:
-    """Read, sort and trim this shard's records, write them framed (and compressed).
-    `in_memory` maps "mem:" spill names to their bytes (the in-memory path)."""
+    """Merge this shard's key range of every spill, trim it to the planned ranks, and write it
+    framed (and compressed). Only keys and offsets are read for the whole range; payload
+    bytes come in chunks of about CHUNK_BYTES, so a worker holds one chunk, not one shard
+    (10M benchmark rows: 124 MB shards). `in_memory` maps "mem:" spill names to their bytes."""
     memory = in_memory or {}
-    parts = [read_range(p, plan.key_lo, plan.key_hi, memory.get(p, b"")) for p in plan.spills]
-    parts = [s for s in parts if len(s.keys)]
+    ranges = [read_index(p, plan.key_lo, plan.key_hi, memory.get(p, b"")) for p in plan.spills]
+    ranges = [r for r in ranges if len(r.keys)]
     name = shard_name(plan.split, plan.index, plan.num_shards, compression)
-    if parts:
-        keys = np.concatenate([s.keys for s in parts])
-        ids = np.concatenate([s.ids for s in parts])
+    order = np.zeros(0, np.int64)
+    if ranges:
+        keys = np.concatenate([r.keys for r in ranges])
+        ids = np.concatenate([r.ids for r in ranges])
+        source = np.repeat(np.arange(len(ranges)), [len(r.keys) for r in ranges])
+        local = np.concatenate([np.arange(len(r.keys)) for r in ranges])
+        sizes = np.concatenate([np.diff(r.offsets) for r in ranges])
         order = np.lexsort((ids, keys))[plan.skip : plan.skip + plan.take]
-        if len(order) != plan.take:
-            raise RuntimeError(f"shard {name}: planned {plan.take} records, found {len(order)}")
-        # the spilled (framed) records as one Arrow column over the read buffers, no copy:
-        # `take` gathers a chunk of them in C, with no Python object per record
-        framed = pa.chunked_array([pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), len(s.keys),
-            [None, pa.py_buffer(s.offsets.astype(np.int64)), pa.py_buffer(s.payload)])
-            for s in parts], pa.large_binary())
-    else:
-        order = np.zeros(0, np.int64)
+    if len(order) != plan.take:
+        raise RuntimeError(f"shard {name}: planned {plan.take} records, found {len(order)}")
     sha = hashlib.sha256()
     size = 0
     comp = Compressor(compression)
     with fs.open_write(fs.join(staging_dir, name)) as fh:
-        for c in range(0, len(order), _CHUNK_RECORDS):
-            picked = framed.take(pa.array(order[c : c + _CHUNK_RECORDS])).combine_chunks()
-            ends = np.frombuffer(picked.buffers()[1], np.int64, len(picked) + 1, picked.offset * 8)
-            raw = memoryview(picked.buffers()[2])[int(ends[0]) : int(ends[-1])]
-            data = comp.compress(raw)
+        for chunk in _chunks(order, sizes[order] if len(order) else order):
+            data = comp.compress(_gather(ranges, source[chunk], local[chunk]))
             sha.update(data)
             size += len(data)
             fh.write(data)
@@ -74,3 +69,32 @@ def write_shard(plan: ShardPlan, staging_dir: str, compression: str,
         fh.write(tail)
     return ShardResult(plan.split, plan.index, plan.num_shards, name, len(order), size,
                        sha.hexdigest())
+
+
+def _chunks(order: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """Consecutive pieces of `order` of about CHUNK_BYTES each."""
+    if not len(order):
+        return []
+    piece = np.cumsum(sizes) // CHUNK_BYTES
+    cuts = np.flatnonzero(np.diff(piece)) + 1
+    return np.split(order, cuts)
+
+
+def _gather(ranges: list[RangeIndex], source: np.ndarray, local: np.ndarray) -> memoryview:
+    """The framed records (source spill, index in its range), in the given order. In a piece
+    of the merged key order, each spill's records are one contiguous run: one read each."""
+    columns = []
+    position = np.zeros(len(source), np.int64)
+    base = 0
+    for s in np.unique(source).tolist():
+        mine = source == s
+        lo, hi = int(local[mine].min()), int(local[mine].max()) + 1
+        r = ranges[s]
+        offsets = r.offsets[lo : hi + 1] - r.offsets[lo]
+        columns.append(pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), hi - lo, [None, pa.py_buffer(offsets), pa.py_buffer(r.payload(lo, hi))]))
+        position[mine] = base + local[mine] - lo
+        base += hi - lo
+    picked = pa.chunked_array(columns, pa.large_binary()).take(pa.array(position)).combine_chunks()
+    ends = np.frombuffer(picked.buffers()[1], np.int64, len(picked) + 1, picked.offset * 8)
+    return memoryview(picked.buffers()[2])[int(ends[0]) : int(ends[-1])]

@@ -89,9 +89,29 @@ def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray,
                      data=b"".join(map(bytes, parts)) if in_memory else b"")
 
 
-def read_range(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> Slice:
-    """Records with key_lo <= key < key_hi (key_hi may be 2**64) from one spill file
-    (or from `data`, an in-memory spill)."""
+@dataclass
+class RangeIndex:
+    """The keys, ids and payload offsets of one spill's records in a key range."""
+
+    path: str
+    keys: np.ndarray
+    ids: np.ndarray
+    offsets: np.ndarray  # absolute file offsets of each record's framing, len(keys)+1
+    data: bytes = b""  # the spill itself, when in memory
+
+    def payload(self, lo: int, hi: int) -> bytes:
+        """The framed records lo..hi-1 of this range, read in one go."""
+        a, b = int(self.offsets[lo]), int(self.offsets[hi])
+        if self.data:
+            return self.data[a:b]
+        with fs.open_read(self.path) as fh:
+            fh.seek(a)
+            return fh.read(b - a)
+
+
+def read_index(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> RangeIndex:
+    """Keys, ids and offsets of the records with key_lo <= key < key_hi (key_hi may be 2**64)
+    of one spill file (or of `data`, an in-memory spill); no payload is read yet."""
     with (io.BytesIO(data) if data else fs.open_read(path)) as fh:
         magic, n = _HEADER.unpack(fh.read(_HEADER.size))
         if magic != _MAGIC:
@@ -99,15 +119,21 @@ def read_range(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> Slice:
         keys = np.frombuffer(fh.read(8 * n), "<u8")
         a = int(np.searchsorted(keys, np.uint64(key_lo), side="left"))
         b = n if key_hi >= 1 << 64 else int(np.searchsorted(keys, np.uint64(key_hi), side="left"))
-        if a >= b:
-            empty = np.zeros(0, np.uint64)
-            return Slice(empty, empty, np.zeros(1, np.uint64), b"")
-        ids_at = _HEADER.size + 16 * n
-        fh.seek(ids_at + 8 * a)
+        b = max(a, b)
+        fh.seek(_HEADER.size + 8 * n + 8 * a)
         ids = np.frombuffer(fh.read(8 * (b - a)), "<u8")
         fh.seek(_HEADER.size + 16 * n + 8 * a)
-        offsets = np.frombuffer(fh.read(8 * (b - a + 1)), "<u8")
-        payload_at = _HEADER.size + 24 * n + 8
-        fh.seek(payload_at + int(offsets[0]))
-        payload = fh.read(int(offsets[-1] - offsets[0]))
-    return Slice(keys[a:b].copy(), ids.copy(), offsets - offsets[0], payload)
+        offsets = np.frombuffer(fh.read(8 * (b - a + 1)), "<u8").astype(np.int64)
+    payload_at = _HEADER.size + 24 * n + 8
+    return RangeIndex(path, keys[a:b].copy(), ids.copy(), offsets + payload_at, data)
+
+
+def read_range(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> Slice:
+    """Records with key_lo <= key < key_hi (key_hi may be 2**64) from one spill file
+    (or from `data`, an in-memory spill), payload included."""
+    index = read_index(path, key_lo, key_hi, data)
+    if not len(index.keys):
+        empty = np.zeros(0, np.uint64)
+        return Slice(empty, empty, np.zeros(1, np.uint64), b"")
+    return Slice(index.keys, index.ids, (index.offsets - index.offsets[0]).astype(np.uint64),
+                 index.payload(0, len(index.keys)))
