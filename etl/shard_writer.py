@@ -15,6 +15,7 @@ from etl import fs
 from etl.planning import ShardPlan
 from etl.spill import RangeIndex, read_index
 from etl.tfrecord import COMPRESSIONS, Compressor
+from etl.wire import BINARY, binary, data_of
 
 CHUNK_BYTES = 16 << 20
 
@@ -44,7 +45,7 @@ def write_shard(plan: ShardPlan, staging_dir: str, compression: str,
     ranges = [read_index(p, plan.key_lo, plan.key_hi, memory.get(p, b"")) for p in plan.spills]
     ranges = [r for r in ranges if len(r.keys)]
     name = shard_name(plan.split, plan.index, plan.num_shards, compression)
-    order = np.zeros(0, np.int64)
+    order = sizes = np.zeros(0, np.int64)
     if ranges:
         keys = np.concatenate([r.keys for r in ranges])
         ids = np.concatenate([r.ids for r in ranges])
@@ -58,7 +59,7 @@ def write_shard(plan: ShardPlan, staging_dir: str, compression: str,
     size = 0
     comp = Compressor(compression)
     with fs.open_write(fs.join(staging_dir, name)) as fh:
-        for chunk in _chunks(order, sizes[order] if len(order) else order):
+        for chunk in _chunks(order, sizes[order]):
             data = comp.compress(_gather(ranges, source[chunk], local[chunk]))
             sha.update(data)
             size += len(data)
@@ -80,7 +81,7 @@ def _chunks(order: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
     return np.split(order, cuts)
 
 
-def _gather(ranges: list[RangeIndex], source: np.ndarray, local: np.ndarray) -> memoryview:
+def _gather(ranges: list[RangeIndex], source: np.ndarray, local: np.ndarray) -> pa.Buffer:
     """The framed records (source spill, index in its range), in the given order. In a piece
     of the merged key order, each spill's records are one contiguous run: one read each."""
     columns = []
@@ -91,10 +92,8 @@ def _gather(ranges: list[RangeIndex], source: np.ndarray, local: np.ndarray) -> 
         lo, hi = int(local[mine].min()), int(local[mine].max()) + 1
         r = ranges[s]
         offsets = r.offsets[lo : hi + 1] - r.offsets[lo]
-        columns.append(pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), hi - lo, [None, pa.py_buffer(offsets), pa.py_buffer(r.payload(lo, hi))]))
+        columns.append(binary(r.payload(lo, hi), offsets))
         position[mine] = base + local[mine] - lo
         base += hi - lo
-    picked = pa.chunked_array(columns, pa.large_binary()).take(pa.array(position)).combine_chunks()
-    ends = np.frombuffer(picked.buffers()[1], np.int64, len(picked) + 1, picked.offset * 8)
-    return memoryview(picked.buffers()[2])[int(ends[0]) : int(ends[-1])]
+    picked = pa.chunked_array(columns, BINARY).take(pa.array(position)).combine_chunks()
+    return data_of(picked)

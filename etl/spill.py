@@ -2,8 +2,9 @@
 
 Stage 1 of the shuffle writes one spill per (block, split) under the job's temp location;
 only small `SpillMeta` values travel through Beam. Stage 2 reads, for one output shard,
-the key range it owns from every spill (a binary search on the key column, then one
-ranged read), so a worker never holds more than one shard. Layout (little-endian):
+the keys, ids and offsets of the key range it owns in every spill (a binary search on the
+key column), then the payload in ranged reads of about one chunk, so a worker holds a chunk
+of a shard, not the shard. Layout (little-endian):
 
     b"TFRSPIL1" | n:u64 | keys:u64[n] | ids:u64[n] | offsets:u64[n+1] | payload
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from etl import fs
 from etl.tfrecord import frame_records
-from etl.wire import binary_column, offsets_of
+from etl.wire import binary_column, data_of, offsets_of
 
 _MAGIC = b"TFRSPIL1"
 _HEADER = struct.Struct("<8sQ")
@@ -43,14 +44,6 @@ class SpillMeta:
     data: bytes = b""  # the spill itself, when spilling to memory (path is then "mem:...")
 
 
-@dataclass
-class Slice:
-    keys: np.ndarray
-    ids: np.ndarray
-    offsets: np.ndarray  # relative to payload start, len(keys)+1
-    payload: bytes
-
-
 def sort_block(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Order of records by (key, id). Keys of one file never tie (they are a bijection of
     the position), so a plain sort is exact there; ids break ties otherwise."""
@@ -68,10 +61,9 @@ def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray,
     keys = keys[order]
     ids = ids[order]
     framed = frame_records(binary_column(records).take(pa.array(order)))
+    payload = data_of(framed)
     offsets = offsets_of(framed)
-    start, end = int(offsets[0]), int(offsets[-1])
-    payload = framed.buffers()[2].slice(start, end - start) if end > start else b""
-    offsets = offsets - start
+    offsets = offsets - offsets[0]
     parts = [_HEADER.pack(_MAGIC, len(keys)), keys.astype("<u8").tobytes(),
              ids.astype("<u8").tobytes(), offsets.astype("<u8").tobytes(), payload]
     in_memory = path.startswith("mem:")
@@ -126,14 +118,3 @@ def read_index(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> RangeI
         offsets = np.frombuffer(fh.read(8 * (b - a + 1)), "<u8").astype(np.int64)
     payload_at = _HEADER.size + 24 * n + 8
     return RangeIndex(path, keys[a:b].copy(), ids.copy(), offsets + payload_at, data)
-
-
-def read_range(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> Slice:
-    """Records with key_lo <= key < key_hi (key_hi may be 2**64) from one spill file
-    (or from `data`, an in-memory spill), payload included."""
-    index = read_index(path, key_lo, key_hi, data)
-    if not len(index.keys):
-        empty = np.zeros(0, np.uint64)
-        return Slice(empty, empty, np.zeros(1, np.uint64), b"")
-    return Slice(index.keys, index.ids, (index.offsets - index.offsets[0]).astype(np.uint64),
-                 index.payload(0, len(index.keys)))

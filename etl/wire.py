@@ -91,6 +91,13 @@ def offsets_of(arr: pa.LargeBinaryArray) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
 
 
+def data_of(arr: pa.LargeBinaryArray) -> pa.Buffer:
+    """The bytes of all elements, back to back (a slice of the data buffer, no copy)."""
+    offsets = offsets_of(arr)
+    start, end = int(offsets[0]), int(offsets[-1])
+    return arr.buffers()[2].slice(start, end - start) if end > start else pa.py_buffer(b"")
+
+
 def regroup(arr: pa.LargeBinaryArray, groups: np.ndarray) -> pa.LargeBinaryArray:
     """Element i = the concatenation of arr[groups[i]:groups[i+1]], without copying: the
     elements of a column are already back to back in its data buffer."""

@@ -8,7 +8,7 @@ import pytest
 from etl import keys
 from etl.planning import ShardPlan, num_shards_for, plan_split
 from etl.shard_writer import write_shard
-from etl.spill import read_range, write_spill
+from etl.spill import read_index, write_spill
 from etl.tfrecord import read_file
 
 
@@ -64,16 +64,16 @@ def _spills(tmp_path, n_blocks=5, per_block=1000, shuffled=True):
     return metas, [r for _, _, r in expected]
 
 
-def test_spill_read_range_returns_exactly_the_key_range(tmp_path) -> None:
+def test_spill_read_index_returns_exactly_the_key_range(tmp_path) -> None:
     metas, _ = _spills(tmp_path, n_blocks=1)
     lo, hi = 1 << 62, 1 << 63
-    got = read_range(metas[0].path, lo, hi)
+    got = read_index(metas[0].path, lo, hi)
     assert np.all((got.keys >= np.uint64(lo)) & (got.keys < np.uint64(hi)))
-    everything = read_range(metas[0].path, 0, 1 << 64)
+    everything = read_index(metas[0].path, 0, 1 << 64)
     inside = (everything.keys >= np.uint64(lo)) & (everything.keys < np.uint64(hi))
     assert len(got.keys) == int(inside.sum())
     assert len(everything.keys) == 1000
-    first = got.payload[int(got.offsets[0]):int(got.offsets[1])]
+    first = got.payload(0, 1)
     assert first[12:-4].startswith(b"rec-")  # spilled records are TFRecord-framed
 
 
