@@ -15,6 +15,7 @@ import etl
 from etl.config import job_from_dict
 from etl.errors import EtlError, VerifyError
 from etl.manifest import verify
+from etl.spill import HELD, HeldSpills
 from transforms.job import run_job
 
 IDS_SCHEMA = {"name": "ids", "kind": "example",
@@ -217,9 +218,29 @@ def test_same_bytes_across_reruns_and_runner_modes(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("job", [{}, {"shuffle": False}, {"compression": "zlib", "shards": 3}])
-def test_spill_path_and_in_memory_path_write_identical_shards(tmp_path, job) -> None:
-    on_disk = shard_hashes(_ids_job(tmp_path, **job))
-    assert shard_hashes(_ids_job(tmp_path, spill="memory", **job)) == on_disk
+def test_spill_path_and_in_memory_paths_write_identical_shards(tmp_path, job,
+                                                              monkeypatch) -> None:
+    write_csv(tmp_path / "ids.csv", 20_000)
+    src = {"train": {"format": "csv", "paths": ["ids.csv"], "block_rows": 2500}}
+    on_disk = shard_hashes(convert(tmp_path, src, spill_in_memory=0, **job))
+    # spills held in this process's memory (the local default), within a budget that holds
+    # only some of the 8 spills, and spills that travel through Beam's shuffle
+    held: list[bool] = []
+    real_hold = HeldSpills.hold
+    monkeypatch.setattr(HeldSpills, "hold", lambda self, *a: held.append(real_hold(self, *a))
+                        or held[-1])
+    assert shard_hashes(convert(tmp_path, src, **job)) == on_disk
+    assert held == [True] * 8
+    held.clear()
+    assert shard_hashes(convert(tmp_path, src, spill_in_memory="200KB", **job)) == on_disk
+    assert 0 < sum(held) < 8 and len(held) == 8
+    assert len(HELD) == 0  # released when the job ends
+    held.clear()
+    assert shard_hashes(convert(tmp_path, src, spill="memory", **job)) == on_disk
+    assert held == []
+    # other processes (multi_processing workers) never get held spills
+    multi = RUNNER + ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    assert shard_hashes(convert(tmp_path, src, beam_args=multi, **job)) == on_disk
 
 
 def test_shuffle_is_uniform_and_balanced(tmp_path) -> None:
@@ -294,7 +315,7 @@ def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
 
 
 def test_local_default_uses_every_core_and_explicit_options_win() -> None:
-    from transforms.job import default_beam_args  # noqa: PLC0415
+    from transforms.job import default_beam_args, shares_process  # noqa: PLC0415
 
     cores = f"--direct_num_workers={max(os.cpu_count() or 1, 1)}"
     assert default_beam_args([]) == ["--runner=FnApiRunner",
@@ -305,3 +326,9 @@ def test_local_default_uses_every_core_and_explicit_options_win() -> None:
         "--runner=FnApiRunner", "--direct_running_mode=in_memory", cores]
     assert default_beam_args(["--runner=DataflowRunner", "--project=p"]) == [
         "--runner=DataflowRunner", "--project=p"]
+    # spills may be held in memory only where stage 2 runs in this very process
+    assert shares_process(default_beam_args([]))
+    assert shares_process(["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
+    assert not shares_process(["--runner=FnApiRunner", "--direct_running_mode=multi_processing"])
+    assert not shares_process(default_beam_args(["--runner=DataflowRunner"]))
+    assert not shares_process(["--runner=DirectRunner", "--direct_running_mode=in_memory"])

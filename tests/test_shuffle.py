@@ -8,7 +8,7 @@ import pytest
 from etl import keys
 from etl.planning import ShardPlan, num_shards_for, plan_split
 from etl.shard_writer import write_shard
-from etl.spill import read_index, write_spill
+from etl.spill import HELD, HELD_PREFIX, MemoryBudget, read_index, write_spill
 from etl.tfrecord import read_file
 
 
@@ -50,7 +50,7 @@ def test_record_ids_keep_input_order() -> None:
     assert np.all(np.diff(ids.astype(np.float64)) > 0)
 
 
-def _spills(tmp_path, n_blocks=5, per_block=1000, shuffled=True):
+def _spills(tmp_path, n_blocks=5, per_block=1000, shuffled=True, memory=None):
     metas, expected = [], []
     for b in range(n_blocks):
         pos = np.arange(per_block) + b * per_block
@@ -59,7 +59,7 @@ def _spills(tmp_path, n_blocks=5, per_block=1000, shuffled=True):
         records = [f"rec-{p}".encode() for p in pos]
         expected += list(zip(k.tolist(), ids.tolist(), records, strict=True))
         metas.append(write_spill(str(tmp_path / f"s{b}.spill"), "train", k, ids, records,
-                                 histogram=shuffled))
+                                 histogram=shuffled, memory=memory))
     expected.sort()
     return metas, [r for _, _, r in expected]
 
@@ -75,6 +75,32 @@ def test_spill_read_index_returns_exactly_the_key_range(tmp_path) -> None:
     assert len(everything.keys) == 1000
     first = got.payload(0, 1)
     assert first[12:-4].startswith(b"rec-")  # spilled records are TFRecord-framed
+
+
+def test_held_spills_stay_within_budget_and_write_the_same_shards(tmp_path) -> None:
+    on_disk, expected = _spills(tmp_path / "disk")
+    # 1000 records of "rec-N": ~23 KB framed + 24 KB of keys, ids and offsets per spill
+    budget = MemoryBudget(str(tmp_path / "held"), 100_000)
+    try:
+        mixed, _ = _spills(tmp_path / "held", memory=budget)
+        held = [m.path.startswith(HELD_PREFIX) for m in mixed]
+        assert held == [True, True, False, False, False]
+        assert 90_000 < HELD.used(budget.group) <= budget.limit
+        assert sorted(p.name for p in (tmp_path / "held").iterdir()) == ["s2.spill", "s3.spill",
+                                                                          "s4.spill"]
+        assert [(m.count, m.num_bytes, m.key_min, m.key_max, m.histogram) for m in mixed] == \
+            [(m.count, m.num_bytes, m.key_min, m.key_max, m.histogram) for m in on_disk]
+        for metas, where in ((on_disk, "disk"), (mixed, "held")):
+            got = []
+            for plan in plan_split("train", metas, 3, shuffled=True):
+                result = write_shard(plan, str(tmp_path / where / "out"), "none")
+                got += [d for _, d in read_file(str(tmp_path / where / "out" / result.name))]
+            assert got == expected, where
+    finally:
+        HELD.release(budget.group)
+    assert HELD.used(budget.group) == 0
+    with pytest.raises(OSError, match="held in the memory of another process"):
+        read_index(mixed[0].path, 0, 1 << 64)
 
 
 @pytest.mark.parametrize("shuffled", [True, False])

@@ -25,7 +25,7 @@ from etl.prefetch import ordered_map, prefetch
 from etl.shard_writer import ShardResult, write_shard
 from etl.sources.base import Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
-from etl.spill import SpillMeta, write_spill
+from etl.spill import MemoryBudget, SpillMeta, write_spill
 from etl.wire import binary_column
 
 
@@ -56,6 +56,7 @@ class ConvertSpec:
     shard_size: int | None
     max_shard_bytes: int
     spill: str = "disk"  # "memory": spills travel through Beam instead of temp files
+    spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
 
 
 SHARD_PARTS = "_shard_results"  # one JSON ShardResult per written shard
@@ -136,6 +137,7 @@ def spill_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Bloc
         targets = [(name, np.flatnonzero(which == i)) for i, name in enumerate(spec.fractions)]
     else:
         targets = [(task.source, np.arange(len(rows)))]
+    budget = MemoryBudget(spec.spill_dir, spec.spill_in_memory) if spec.spill_in_memory else None
     for split, idx in targets:
         if not len(idx):
             continue
@@ -144,7 +146,7 @@ def spill_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Bloc
                 else fs.join(spec.spill_dir, split, name))
         chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
         spills.append(write_spill(path, split, sort_keys[idx], ids[idx], chosen,
-                                  histogram=spec.seed is not None))
+                                  histogram=spec.seed is not None, memory=budget))
     return SpilledBlock(block.num_rows, spills, rejected)
 
 

@@ -26,6 +26,7 @@ from etl.manifest import MANIFEST, REJECTED_DIR, build_manifest, publish, reject
 from etl.schema import Schema, load_schema
 from etl.shard_writer import ShardResult
 from etl.sources import make_reader
+from etl.spill import HELD
 from etl.tfmd import to_pbtxt
 from transforms.convert import (
     NOTES,
@@ -62,6 +63,13 @@ def default_beam_args(beam_args: list[str]) -> list[str]:
         if _option(args, "--direct_num_workers") is None:
             args.append(f"--direct_num_workers={max(os.cpu_count() or 1, 1)}")
     return args
+
+
+def shares_process(beam_args: list[str]) -> bool:
+    """Whether every stage runs in this process (the local runner's in-memory and
+    multi-threaded modes), so stage 2 can read spills stage 1 held in memory."""
+    return (_option(beam_args, "--runner") == LOCAL_RUNNER
+            and _option(beam_args, "--direct_running_mode") in ("in_memory", "multi_threading"))
 
 
 def _option(args: list[str], name: str) -> str | None:
@@ -107,7 +115,8 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None) -> JobResult:
     started = time.time()
     schema = load_schema(job.schema_path)
     tasks, inputs = plan_reads(job)
-    options = PipelineOptions(default_beam_args(beam_args or []))
+    args = default_beam_args(beam_args or [])
+    options = PipelineOptions(args)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
     tmp = (fs.join(temp_root, f"etl-{run_id}") if temp_root and fs.is_remote(job.output)
@@ -118,12 +127,14 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None) -> JobResult:
         staging_dir=fs.join(tmp, "staging"), compression=job.compression,
         splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
         max_shard_bytes=job.max_shard_bytes, spill=job.spill,
+        spill_in_memory=job.spill_in_memory if shares_process(args) else 0,
     )
     try:
         with beam.Pipeline(options=options) as p:
             _ = p | "Convert" >> ConvertToShards(spec, tasks)
         return _check_and_publish(job, schema, spec, inputs, run_id, started)
     finally:
+        HELD.release(spec.spill_dir)
         fs.delete_tree(tmp)
 
 
