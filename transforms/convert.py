@@ -207,8 +207,8 @@ class ConvertToShards(beam.PTransform):
         spec = self.spec
         spills = (
             pbegin
+            # Create already redistributes more than one element (a Reshuffle inside)
             | "ListInputFiles" >> beam.Create(self.tasks)
-            | "DistributeFiles" >> beam.Reshuffle()
             | "ReadEncodeSpill" >> beam.ParDo(_ReadEncodeSpillFn(spec))
         )
         collected = _all_in_one(spills, "CollectSpills")
