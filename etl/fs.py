@@ -3,7 +3,10 @@ with a scheme (gs://, ...) goes through Beam's FileSystems, imported only when n
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import glob as globlib
+import mmap
 import os
 import shutil
 from typing import Any, BinaryIO
@@ -31,13 +34,21 @@ def open_read(path: str) -> BinaryIO:
     return open(path, "rb")
 
 
-def open_write(path: str, durable: bool = True) -> BinaryIO:
-    """Write handle; `durable` local files are fsynced on close (temp spills skip it)."""
+def open_write(path: str, durable: bool = True, bypass_cache: bool = False) -> BinaryIO:
+    """Write handle; `durable` local files are fsynced on close (temp spills skip it).
+    `bypass_cache`: a large durable file written once (a shard) goes straight to the disk
+    with O_DIRECT where the file system allows it (see _DirectFile)."""
     if is_remote(path):
         return _fs().create(path, mime_type="application/octet-stream",
                             compression_type="uncompressed")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    return _SyncedFile(path) if durable else open(path, "wb")
+    if not durable:
+        return open(path, "wb")
+    if bypass_cache:
+        direct = _DirectFile.open(path)
+        if direct is not None:
+            return direct
+    return _SyncedFile(path)
 
 
 class _SyncedFile:
@@ -56,6 +67,91 @@ class _SyncedFile:
             self._fh.close()
 
     def __enter__(self) -> _SyncedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _DirectFile:
+    """A durable local file written with O_DIRECT from an aligned buffer, then fsynced.
+
+    A file that is fsynced anyway gains nothing from the page cache, and on this VM filling
+    fresh page-cache pages is the slow part of writing: 480 MB in 16 MB files took 0.8-1.5 s
+    (and as much system CPU) written normally plus fsync, 0.27 s with O_DIRECT plus fsync.
+    Data is copied into a page-aligned buffer and written in whole blocks; the last, partial
+    block is written padded and the file truncated to its true size before the fsync.
+    """
+
+    BLOCK = 4096
+    BUFFER = 4 << 20
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._buf = mmap.mmap(-1, self.BUFFER)  # page-aligned, as O_DIRECT needs
+        self._view = memoryview(self._buf)
+        self._filled = 0
+        self._size = 0
+        self._closed = False
+        self._direct = True
+
+    @classmethod
+    def open(cls, path: str) -> _DirectFile | None:
+        """None where O_DIRECT is unknown or refused (tmpfs, some network file systems)."""
+        flag = getattr(os, "O_DIRECT", 0)
+        if not flag:
+            return None
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
+        except OSError:
+            return None
+        return cls(fd)
+
+    def write(self, data: bytes | memoryview) -> int:
+        src = memoryview(data).cast("B")
+        done = 0
+        while done < len(src):
+            n = min(len(src) - done, self.BUFFER - self._filled)
+            self._view[self._filled : self._filled + n] = src[done : done + n]
+            self._filled += n
+            done += n
+            if self._filled == self.BUFFER:
+                self._flush(self.BUFFER)
+        self._size += len(src)
+        return len(src)
+
+    def _flush(self, length: int) -> None:
+        written = 0
+        while written < length:  # O_DIRECT writes of whole blocks; short writes continue
+            try:
+                written += os.write(self._fd, self._view[written:length])
+            except OSError as e:
+                if e.errno != errno.EINVAL or not self._direct:
+                    raise
+                # the file system took the flag but refuses direct writes: write normally
+                fcntl.fcntl(self._fd, fcntl.F_SETFL,
+                            fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                self._direct = False
+        self._filled = 0
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._filled:
+                tail = self._filled
+                padded = -(-tail // self.BLOCK) * self.BLOCK
+                self._view[tail:padded] = bytes(padded - tail)
+                self._flush(padded)
+                os.ftruncate(self._fd, self._size)
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+            self._view.release()
+            self._buf.close()
+
+    def __enter__(self) -> _DirectFile:
         return self
 
     def __exit__(self, *exc: object) -> None:

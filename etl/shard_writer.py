@@ -58,7 +58,7 @@ def write_shard(plan: ShardPlan, staging_dir: str, compression: str,
     sha = hashlib.sha256()
     size = 0
     comp = Compressor(compression)
-    with fs.open_write(fs.join(staging_dir, name)) as fh:
+    with fs.open_write(fs.join(staging_dir, name), bypass_cache=True) as fh:
         for chunk in _chunks(order, sizes[order]):
             data = comp.compress(_gather(ranges, source[chunk], local[chunk]))
             sha.update(data)
