@@ -14,9 +14,11 @@ is only a gather of byte ranges; the framing work happens in stage 1, in paralle
 When stage 2 runs in the process that wrote the spills (the local runner's in-memory and
 multi-threaded modes), spills up to a byte budget are held in that process's memory instead
 (`HELD`, paths "held:..."): the same arrays, never written or read back. Here, filling
-192 MB of fresh page-cache pages costs 0.1-0.5 s, anonymous memory 0.03 s; held spills take
-1.2 s of CPU off stage 1 for 600k MNIST-shaped images. Beyond the budget spills go to disk,
-so memory stays bounded by the budget plus one block and one shard.
+192 MB of fresh page-cache pages costs 0.1-0.5 s, anonymous memory 0.03 s; writing the
+spills of 600k MNIST-shaped images took 1.2 s of CPU in stage 1. Medians of 8 alternating
+runs, disk vs a 256 MiB budget: images 4.11 s vs 3.52 s, 1M benchmark CSV 2.80 s vs 2.74 s
+(single runs here vary more than that). Beyond the budget spills go to disk, so memory stays
+bounded by the budget plus a few blocks and one shard's chunk.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class HeldSpills:
 
     def release(self, group: str) -> None:
         """Drop every spill of one job (its spill directory)."""
-        prefix = HELD_PREFIX + group
+        prefix = HELD_PREFIX + group.rstrip("/") + "/"
         with self._lock:
             for path in [p for p in self._spills if p.startswith(prefix)]:
                 del self._spills[path]
