@@ -4,7 +4,6 @@ with a scheme (gs://, ...) goes through Beam's FileSystems, imported only when n
 from __future__ import annotations
 
 import errno
-import fcntl
 import glob as globlib
 import mmap
 import os
@@ -128,6 +127,7 @@ class _DirectFile:
             except OSError as e:
                 if e.errno != errno.EINVAL or not self._direct:
                     raise
+                import fcntl  # noqa: PLC0415 - POSIX only, like O_DIRECT itself
                 # the file system took the flag but refuses direct writes: write normally
                 fcntl.fcntl(self._fd, fcntl.F_SETFL,
                             fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
