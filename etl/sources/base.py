@@ -25,16 +25,27 @@ class Block:
 
     `positions` number the records within their file (0-based, stable across reruns): they
     feed the shuffle key, so the same input always gives the same permutation.
+    `lines` (text formats: the 1-based physical line each row starts on) and `offsets`
+    (binary formats: each record's byte offset in its file, where known) only name rows in
+    error reports, so a user can open the file at the right place.
+    `bad` are the rows rejected while reading; `num_read` counts them with the good rows
+    (an `unreadable_rest` entry counts as the records it stands for).
     """
 
     columns: dict[str, Any]
     positions: np.ndarray
     source: str
     bad: list[BadRecord] = field(default_factory=list)
+    lines: np.ndarray | None = None
+    offsets: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
         return len(self.positions)
+
+    @property
+    def num_read(self) -> int:
+        return self.num_rows + sum(b.count for b in self.bad)
 
 
 class SourceReader(Protocol):
