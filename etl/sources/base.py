@@ -17,6 +17,9 @@ import numpy as np
 from etl.errors import BadRecord
 
 DEFAULT_BLOCK_ROWS = 65536
+# A record (raw line or field, or serialized proto) above this is rejected as `oversized_record`
+# before the shuffle; the job option `max_record_bytes` changes it.
+DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -56,6 +59,11 @@ class SourceReader(Protocol):
 
     def read(self, path: str) -> Iterator[Block]:
         """Blocks of one input file, in file order."""
+
+    # Optional: `prepare(schema, max_record_bytes)` is called once before any `read` when the
+    # reader defines it: the schema to check records against (image shapes, serialized
+    # records, numeric columns to parse up front) and the size above which a record is
+    # rejected as `oversized_record` without being held whole in memory.
 
 
 def open_file(path: str) -> Any:
