@@ -28,11 +28,12 @@ from typing import Any
 import yaml
 
 from etl.errors import ConfigError
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES
 from etl.tfrecord import COMPRESSIONS
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
          "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
-         "spill", "spill_in_memory"}
+         "spill", "spill_in_memory", "max_record_bytes"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)\s*$", re.I)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
@@ -61,6 +62,7 @@ class JobConfig:
     temp_location: str | None = None
     spill: str = "disk"
     spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -171,5 +173,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         max_bad_fraction=max_bad, temp_location=doc.get("temp_location"), spill=spill,
         spill_in_memory=parse_size(doc.get("spill_in_memory", DEFAULT_SPILL_IN_MEMORY),
                                    f"{path}: spill_in_memory"),
+        max_record_bytes=parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
+                                    f"{path}: max_record_bytes"),
         raw=dict(doc),
     )

@@ -3,6 +3,11 @@
 Output contract:
     OUT/{split}-{i:05d}-of-{n:05d}.tfrecord[.gz|.zz]
     OUT/schema.yaml  OUT/schema.pbtxt  OUT/manifest.json  OUT/_SUCCESS (written last)
+    OUT/rejected/rejected.jsonl (when bad records were allowed through)
+
+Every file but the manifest itself and the empty `_SUCCESS` marker is listed in the manifest
+with its size and sha256 (shards under `splits`, the others under `files`), so `verify` can
+prove the directory is whole and exactly ours.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,13 +28,20 @@ MANIFEST = "manifest.json"
 SUCCESS = "_SUCCESS"
 META_FILES = ("schema.yaml", "schema.pbtxt", MANIFEST, SUCCESS)
 REJECTED_DIR = "rejected"
+REJECTED_FILE = f"{REJECTED_DIR}/rejected.jsonl"
+PRODUCER = "tfrecord-etl"
+FORMAT_VERSION = 2
 
 
 def build_manifest(
     shards: Iterable[ShardResult], splits: list[str], schema_sha256: str, seed: int | None,
     compression: str, inputs: list[dict[str, Any]], rejected: dict[str, Any],
     notes: list[str] | None = None, extra: dict[str, Any] | None = None,
+    files: dict[str, dict[str, Any]] | None = None, input_files: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """`inputs`: per input file read, written and rejected counts; `files`: the other
+    published files (schema.yaml, schema.pbtxt, rejected/...) -> num_bytes and sha256;
+    `input_files`: every file read (multi-file formats read partner files) with its size."""
     by_split: dict[str, list[ShardResult]] = {s: [] for s in splits}
     for r in shards:
         by_split.setdefault(r.split, []).append(r)
@@ -44,12 +55,15 @@ def build_manifest(
                         "sha256": r.sha256} for r in results],
         }
     manifest = {
-        "format_version": 1,
+        "format_version": FORMAT_VERSION,
+        "producer": PRODUCER,
         "splits": out_splits,
+        "files": files or {},
         "schema_sha256": schema_sha256,
         "shuffle": {"seed": seed} if seed is not None else False,
         "compression": compression,
         "inputs": inputs,
+        "input_files": input_files or [],
         "rejected": rejected,
         "notes": notes or [],
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -58,10 +72,24 @@ def build_manifest(
     return manifest
 
 
-def rejected_summary(bad: list[dict[str, Any]], total_read: int) -> dict[str, Any]:
-    reasons = Counter(f"{b.get('feature') or 'record'}: {b['reason']}" for b in bad)
-    return {"num_records": len(bad), "fraction": len(bad) / total_read if total_read else 0.0,
-            "by_reason": dict(reasons.most_common())}
+def file_entry(data: bytes) -> dict[str, Any]:
+    """What the manifest records of a published file other than a shard."""
+    return {"num_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def listed_files(manifest: dict[str, Any]) -> set[str]:
+    """Every path (relative to the output) a manifest accounts for, itself and the marker
+    included. Format 1 manifests did not list rejected/: any file there counts as listed."""
+    listed = set(META_FILES) | set(manifest.get("files", {}))
+    for info in manifest["splits"].values():
+        listed.update(shard["path"] for shard in info["shards"])
+    return listed
+
+
+def is_listed(manifest: dict[str, Any], relative: str) -> bool:
+    if relative in listed_files(manifest):
+        return True
+    return manifest.get("format_version") == 1 and relative.startswith(REJECTED_DIR + "/")
 
 
 def publish(staging: str, output: str, run_id: str) -> None:
@@ -101,11 +129,12 @@ def verify(path: str, check_records: bool = True) -> dict[str, Any]:
     if not fs.exists(fs.join(path, SUCCESS)):
         raise VerifyError(f"{path}: no {SUCCESS} marker: the output is incomplete or absent")
     manifest = load_manifest(path)
-    listed = set(META_FILES)
+    listed = listed_files(manifest)
     total = 0
+    for name, entry in manifest.get("files", {}).items():
+        _verify_file(path, name, entry)
     for split, info in manifest["splits"].items():
         for shard in info["shards"]:
-            listed.add(shard["path"])
             total += _verify_shard(fs.join(path, shard["path"]), shard, check_records)
         count = sum(s["num_records"] for s in info["shards"])
         if count != info["num_records"]:
@@ -113,15 +142,26 @@ def verify(path: str, check_records: bool = True) -> dict[str, Any]:
                               f"its shards hold {count}")
     base = path.rstrip("/") + "/"
     present = {p[len(base):] for p, _ in fs.list_dir(path)}
-    present = {p for p in present if not p.startswith(REJECTED_DIR + "/")}
     missing = sorted(listed - present)
-    extra = sorted(present - listed)
+    extra = sorted(p for p in present if not is_listed(manifest, p))
     if missing:
         raise VerifyError(f"{path}: missing file(s) listed in the manifest: {missing}")
     if extra:
         raise VerifyError(f"{path}: file(s) not in the manifest: {extra}")
     return {"path": path, "records": total, "splits": {k: v["num_records"] for k, v in
                                                        manifest["splits"].items()}}
+
+
+def _verify_file(out: str, name: str, entry: dict[str, Any]) -> None:
+    path = fs.join(out, name)
+    if not fs.exists(path):
+        raise VerifyError(f"{path}: missing file listed in the manifest")
+    got = file_entry(fs.read_bytes(path))
+    if got["num_bytes"] != entry["num_bytes"]:
+        raise VerifyError(f"{path}: {got['num_bytes']} bytes on disk, manifest says "
+                          f"{entry['num_bytes']}")
+    if got["sha256"] != entry["sha256"]:
+        raise VerifyError(f"{path}: sha256 {got['sha256']} does not match the manifest")
 
 
 def _verify_shard(path: str, entry: dict[str, Any], check_records: bool) -> int:

@@ -6,12 +6,13 @@ only per-record work is Arrow's C-level `take`, one call per chunk of about 16 M
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from etl import fs
+from etl.keys import ID_POSITION_BITS
 from etl.planning import ShardPlan
 from etl.spill import RangeIndex, read_index
 from etl.tfrecord import COMPRESSIONS, Compressor
@@ -29,23 +30,25 @@ class ShardResult:
     num_records: int
     num_bytes: int
     sha256: str
+    # records written per input file, by the file's ordinal (the high bits of a record id):
+    # what the driver checks `read = written + rejected` against, per input file
+    per_input: dict[str, int] = field(default_factory=dict)
 
 
 def shard_name(split: str, index: int, num_shards: int, compression: str) -> str:
     return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord{COMPRESSIONS[compression]}"
 
 
-def write_shard(plan: ShardPlan, staging_dir: str, compression: str,
-                in_memory: dict[str, bytes] | None = None) -> ShardResult:
+def write_shard(plan: ShardPlan, staging_dir: str, compression: str) -> ShardResult:
     """Merge this shard's key range of every spill, trim it to the planned ranks, and write it
     framed (and compressed). Only keys and offsets are read for the whole range; payload
     bytes come in chunks of about CHUNK_BYTES, so a worker holds one chunk, not one shard
-    (10M benchmark rows: 124 MB shards). `in_memory` maps "mem:" spill names to their bytes."""
-    memory = in_memory or {}
-    ranges = [read_index(p, plan.key_lo, plan.key_hi, memory.get(p, b"")) for p in plan.spills]
+    (10M benchmark rows: 124 MB shards)."""
+    ranges = [read_index(p, plan.key_lo, plan.key_hi) for p in plan.spills]
     ranges = [r for r in ranges if len(r.keys)]
     name = shard_name(plan.split, plan.index, plan.num_shards, compression)
     order = sizes = np.zeros(0, np.int64)
+    ids = np.zeros(0, np.uint64)
     if ranges:
         keys = np.concatenate([r.keys for r in ranges])
         ids = np.concatenate([r.ids for r in ranges])
@@ -68,8 +71,10 @@ def write_shard(plan: ShardPlan, staging_dir: str, compression: str,
         sha.update(tail)
         size += len(tail)
         fh.write(tail)
+    files, counts = np.unique(ids[order] >> np.uint64(ID_POSITION_BITS), return_counts=True)
+    per_input = {str(int(f)): int(c) for f, c in zip(files, counts, strict=True)}
     return ShardResult(plan.split, plan.index, plan.num_shards, name, len(order), size,
-                       sha.hexdigest())
+                       sha.hexdigest(), per_input)
 
 
 def _chunks(order: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:

@@ -23,7 +23,6 @@ bounded by the budget plus a few blocks and one shard's chunk.
 
 from __future__ import annotations
 
-import io
 import struct
 import threading
 from dataclasses import dataclass
@@ -52,7 +51,6 @@ class SpillMeta:
     key_min: int
     key_max: int
     histogram: bytes  # uint32[2**HIST_BITS] counts of keys per range; b"" when not shuffling
-    data: bytes = b""  # the spill itself, when spilling to memory (path is then "mem:...")
 
 
 def sort_block(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -148,30 +146,27 @@ def write_spill(path: str, split: str, keys: np.ndarray, ids: np.ndarray,
     payload = data_of(framed)
     offsets = offsets_of(framed)
     offsets = offsets - offsets[0]
-    if memory is not None and memory.limit > 0 and not path.startswith("mem:"):
+    if memory is not None and memory.limit > 0:
         held_path = HELD_PREFIX + path
         if HELD.hold(held_path, HeldSpill(keys, ids, offsets, payload), memory):
             return _meta(held_path, split, keys, offsets, histogram)
     parts = [_HEADER.pack(_MAGIC, len(keys)), keys.astype("<u8").tobytes(),
              ids.astype("<u8").tobytes(), offsets.astype("<u8").tobytes(), payload]
-    in_memory = path.startswith("mem:")
-    if not in_memory:
-        with fs.open_write(path, durable=False) as fh:
-            for part in parts:
-                fh.write(part)
-    return _meta(path, split, keys, offsets, histogram,
-                 b"".join(map(bytes, parts)) if in_memory else b"")
+    with fs.open_write(path, durable=False) as fh:
+        for part in parts:
+            fh.write(part)
+    return _meta(path, split, keys, offsets, histogram)
 
 
-def _meta(path: str, split: str, keys: np.ndarray, offsets: np.ndarray, histogram: bool,
-          data: bytes = b"") -> SpillMeta:
+def _meta(path: str, split: str, keys: np.ndarray, offsets: np.ndarray,
+          histogram: bool) -> SpillMeta:
     hist = b""
     if histogram:
         hist = np.bincount((keys >> np.uint64(64 - HIST_BITS)).astype(np.int64),
                            minlength=1 << HIST_BITS).astype(np.uint32).tobytes()
     return SpillMeta(split=split, path=path, count=len(keys), num_bytes=int(offsets[-1]),
                      key_min=int(keys[0]) if len(keys) else 0,
-                     key_max=int(keys[-1]) if len(keys) else 0, histogram=hist, data=data)
+                     key_max=int(keys[-1]) if len(keys) else 0, histogram=hist)
 
 
 @dataclass
@@ -182,7 +177,7 @@ class RangeIndex:
     keys: np.ndarray
     ids: np.ndarray
     offsets: np.ndarray  # offsets of each record's framing in the file (or data), len(keys)+1
-    data: bytes | pa.Buffer | None = None  # the spill (held: its payload), when in memory
+    data: pa.Buffer | None = None  # a held spill's payload
 
     def payload(self, lo: int, hi: int) -> bytes | pa.Buffer:
         """The framed records lo..hi-1 of this range, read in one go."""
@@ -194,15 +189,15 @@ class RangeIndex:
             return fh.read(b - a)
 
 
-def read_index(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> RangeIndex:
+def read_index(path: str, key_lo: int, key_hi: int) -> RangeIndex:
     """Keys, ids and offsets of the records with key_lo <= key < key_hi (key_hi may be 2**64)
-    of one spill file (or of `data`, an in-memory spill); no payload is read yet."""
+    of one spill file (or a held spill); no payload is read yet."""
     if path.startswith(HELD_PREFIX):
         held = HELD.get(path)
         a, b = _key_range(held.keys, key_lo, key_hi)
         return RangeIndex(path, held.keys[a:b], held.ids[a:b], held.offsets[a : b + 1],
                           held.payload)
-    with (io.BytesIO(data) if data else fs.open_read(path)) as fh:
+    with fs.open_read(path) as fh:
         magic, n = _HEADER.unpack(fh.read(_HEADER.size))
         if magic != _MAGIC:
             raise OSError(f"{path}: not a spill file")
@@ -213,7 +208,7 @@ def read_index(path: str, key_lo: int, key_hi: int, data: bytes = b"") -> RangeI
         fh.seek(_HEADER.size + 16 * n + 8 * a)
         offsets = np.frombuffer(fh.read(8 * (b - a + 1)), "<u8").astype(np.int64)
     payload_at = _HEADER.size + 24 * n + 8
-    return RangeIndex(path, keys[a:b].copy(), ids.copy(), offsets + payload_at, data or None)
+    return RangeIndex(path, keys[a:b].copy(), ids.copy(), offsets + payload_at)
 
 
 def _key_range(keys: np.ndarray, key_lo: int, key_hi: int) -> tuple[int, int]:

@@ -4,6 +4,10 @@ Thin wrappers: every step calls into the Beam-free `etl` package. Only small met
 (spill and shard descriptions, rejected-record reports) moves through Beam's shuffles; the
 records themselves go through spill files, so memory is bounded by one block in stage 1
 and one shard in stage 2, on the local runner and on Dataflow workers alike.
+
+Accounting: stage 1 writes, per input file, how many records it read and every record it
+rejected (`_read_parts/`); stage 2 reports, per shard, how many records of each input file it
+wrote. The driver checks `read = written + rejected` per input file from the two.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from etl.codec import Encoder
 from etl.planning import ShardPlan, num_shards_for, plan_split
 from etl.prefetch import ordered_map, prefetch
 from etl.shard_writer import ShardResult, write_shard
-from etl.sources.base import Block
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.spill import MemoryBudget, SpillMeta, write_spill
 from etl.wire import binary_column
@@ -55,12 +59,13 @@ class ConvertSpec:
     shards: int | None
     shard_size: int | None
     max_shard_bytes: int
-    spill: str = "disk"  # "memory": spills travel through Beam instead of temp files
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # larger records: oversized_record
     spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
 
 
 SHARD_PARTS = "_shard_results"  # one JSON ShardResult per written shard
-REJECTED_PARTS = "_rejected_parts"  # one JSON-lines file of rejected records per input file
+# one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
+READ_PARTS = "_read_parts"
 NOTES = "_notes.jsonl"
 
 
@@ -76,34 +81,36 @@ class _ReadEncodeSpillFn(beam.DoFn):
         from etl.schema import schema_from_dict  # noqa: PLC0415
         from etl.sources import make_reader  # noqa: PLC0415
 
-        self.encoder = Encoder(schema_from_dict(yaml.safe_load(self.spec.schema_yaml)))
+        schema = schema_from_dict(yaml.safe_load(self.spec.schema_yaml))
+        self.encoder = Encoder(schema, max_record_bytes=self.spec.max_record_bytes)
         self.readers = {
             name: make_reader(cfg, self.spec.base_dir, f"sources.{name}")
             for name, cfg in self.spec.sources.items()
         }
-        numeric = self.encoder.schema.numeric_columns()
         for reader in self.readers.values():
-            if hasattr(reader, "prefer_types"):  # text formats that can parse numbers up front
-                reader.prefer_types(numeric)
+            if hasattr(reader, "prepare"):  # see etl.sources.base.SourceReader
+                reader.prepare(schema, self.spec.max_record_bytes)
         self.read_counter = Metrics.counter("etl", "records_read")
         self.bad_counter = Metrics.counter("etl", "records_rejected")
         self.spilled_counter = Metrics.counter("etl", "records_encoded")
 
     def process(self, task: ReadTask):  # type: ignore[override]
+        read = 0
         rejected: list[dict[str, Any]] = []
         blocks = prefetch(self.readers[task.source].read(task.path))
         for done in ordered_map(lambda block: spill_block(self.encoder, self.spec, task, block),
                                 blocks):
             # counters are updated here, in the bundle's thread, where Beam tracks metrics
             self.read_counter.inc(done.read)
-            self.bad_counter.inc(len(done.rejected))
+            self.bad_counter.inc(sum(b.get("count", 1) for b in done.rejected))
             self.spilled_counter.inc(sum(m.count for m in done.spills))
+            read += done.read
             rejected += done.rejected
             yield from done.spills
-        if rejected:
-            # one dead-letter file per input file; a retried task rewrites the same file
-            _write_json(rejected, fs.join(self.spec.staging_dir, REJECTED_PARTS,
-                                          f"{task.ordinal:08d}.jsonl"), lambda x: x)
+        # one file per input file, written when it is fully read; a retried task rewrites it
+        summary = {"ordinal": task.ordinal, "path": task.path, "read": read}
+        _write_json([summary, *rejected], fs.join(self.spec.staging_dir, READ_PARTS,
+                                                  f"{task.ordinal:08d}.jsonl"), lambda x: x)
 
 
 @dataclass
@@ -117,17 +124,18 @@ def spill_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Bloc
     """One block: encode it, key it, and write one sorted spill per split it feeds."""
     rejected = [bad.to_json() for bad in block.bad]
     if not block.num_rows:
-        return SpilledBlock(0, [], rejected)
-    if SERIALIZED in block.columns:
+        return SpilledBlock(block.num_read, [], rejected)
+    if SERIALIZED in block.columns:  # checked against the schema by the reader's prepare()
         records = binary_column(block.columns[SERIALIZED])
         rows = np.arange(block.num_rows)
     else:
-        encoded = encoder.encode(block.columns, source=task.path, positions=block.positions)
+        encoded = encoder.encode(block.columns, source=task.path, positions=block.positions,
+                                 lines=block.lines, offsets=block.offsets)
         rejected += [bad.to_json() for bad in encoded.bad]
         records, rows = encoded.array, encoded.rows
     spills: list[SpillMeta] = []
     if not len(rows):
-        return SpilledBlock(block.num_rows, spills, rejected)
+        return SpilledBlock(block.num_read, spills, rejected)
     positions = np.asarray(block.positions)[rows]
     hashed = keys.shuffle_keys(spec.seed or 0, task.identity, positions)
     ids = keys.record_ids(task.ordinal, positions)
@@ -141,13 +149,11 @@ def spill_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Bloc
     for split, idx in targets:
         if not len(idx):
             continue
-        name = f"{uuid.uuid4().hex}.spill"
-        path = (f"mem:{split}/{name}" if spec.spill == "memory"
-                else fs.join(spec.spill_dir, split, name))
+        path = fs.join(spec.spill_dir, split, f"{uuid.uuid4().hex}.spill")
         chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
         spills.append(write_spill(path, split, sort_keys[idx], ids[idx], chosen,
                                   histogram=spec.seed is not None, memory=budget))
-    return SpilledBlock(block.num_rows, spills, rejected)
+    return SpilledBlock(block.num_read, spills, rejected)
 
 
 def plan_shards(metas: list[SpillMeta], spec: ConvertSpec) -> list[ShardPlan]:
@@ -170,8 +176,8 @@ class _WriteShardFn(beam.DoFn):
     def __init__(self, spec: ConvertSpec):
         self.spec = spec
 
-    def process(self, plan: ShardPlan, memory=None):  # type: ignore[override]
-        result = write_shard(plan, self.spec.staging_dir, self.spec.compression, memory)
+    def process(self, plan: ShardPlan):  # type: ignore[override]
+        result = write_shard(plan, self.spec.staging_dir, self.spec.compression)
         _write_json([result], fs.join(self.spec.staging_dir, SHARD_PARTS,
                                       f"{result.name}.json"), lambda r: r.__dict__)
         Metrics.counter("etl", "records_written").inc(result.num_records)
@@ -195,8 +201,8 @@ def _all_in_one(pcoll: beam.PCollection, label: str) -> beam.PCollection:
 
 class ConvertToShards(beam.PTransform):
     """Files -> shuffled, sharded TFRecords in `spec.staging_dir`, plus side files there for
-    the driver to check and publish: one JSON per shard in `_shard_results/`, the rejected
-    records of each input file in `_rejected_parts/`, and `_notes.jsonl`."""
+    the driver to check and publish: one JSON per shard in `_shard_results/`, each input
+    file's read count and rejected records in `_read_parts/`, and `_notes.jsonl`."""
 
     def __init__(self, spec: ConvertSpec, tasks: list[ReadTask]):
         super().__init__()
@@ -211,16 +217,11 @@ class ConvertToShards(beam.PTransform):
             | "ListInputFiles" >> beam.Create(self.tasks)
             | "ReadEncodeSpill" >> beam.ParDo(_ReadEncodeSpillFn(spec))
         )
-        collected = _all_in_one(spills, "CollectSpills")
-        side = {}
-        if spec.spill == "memory":
-            side["memory"] = beam.pvalue.AsSingleton(
-                collected | "KeepSpillData" >> beam.Map(lambda ms: {m.path: m.data for m in ms}))
         return (
-            collected
+            _all_in_one(spills, "CollectSpills")
             | "PlanShards" >> beam.FlatMap(plan_shards, spec)
             | "DistributeShards" >> beam.Reshuffle()
-            | "WriteShards" >> beam.ParDo(_WriteShardFn(spec), **side)
+            | "WriteShards" >> beam.ParDo(_WriteShardFn(spec))
         )
 
 

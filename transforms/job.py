@@ -22,7 +22,8 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from etl import fs, keys
 from etl.config import JobConfig
 from etl.errors import ConfigError, EtlError
-from etl.manifest import MANIFEST, REJECTED_DIR, build_manifest, publish, rejected_summary
+from etl.accounting import account, check_threshold
+from etl.manifest import MANIFEST, REJECTED_FILE, build_manifest, file_entry, publish
 from etl.schema import Schema, load_schema
 from etl.shard_writer import ShardResult
 from etl.sources import make_reader
@@ -30,7 +31,7 @@ from etl.spill import HELD
 from etl.tfmd import to_pbtxt
 from transforms.convert import (
     NOTES,
-    REJECTED_PARTS,
+    READ_PARTS,
     SHARD_PARTS,
     ConvertSpec,
     ConvertToShards,
@@ -126,13 +127,13 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None) -> JobResult:
         fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
         staging_dir=fs.join(tmp, "staging"), compression=job.compression,
         splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
-        max_shard_bytes=job.max_shard_bytes, spill=job.spill,
+        max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
         spill_in_memory=job.spill_in_memory if shares_process(args) else 0,
     )
     try:
         with beam.Pipeline(options=options) as p:
             _ = p | "Convert" >> ConvertToShards(spec, tasks)
-        return _check_and_publish(job, schema, spec, inputs, run_id, started)
+        return _check_and_publish(job, schema, spec, tasks, inputs, run_id, started)
     finally:
         HELD.release(spec.spill_dir)
         fs.delete_tree(tmp)
@@ -154,26 +155,20 @@ def _side_files(staging: str, folder: str) -> list[str]:
     return sorted(found)
 
 
-def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec,
-                       inputs: list[dict[str, Any]], run_id: str, started: float) -> JobResult:
+def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec, tasks: list[ReadTask],
+                       input_files: list[dict[str, Any]], run_id: str,
+                       started: float) -> JobResult:
     staging = spec.staging_dir
     shards = [ShardResult(**r) for r in _read_jsonl(_side_files(staging, SHARD_PARTS))]
-    bad = _read_jsonl(_side_files(staging, REJECTED_PARTS))
+    parts = [_read_jsonl([path]) for path in _side_files(staging, READ_PARTS)]
     notes = _read_jsonl([fs.join(staging, NOTES)])
     # side files are the driver's, never part of the published dataset
-    for side in (SHARD_PARTS, REJECTED_PARTS, NOTES):
+    for side in (SHARD_PARTS, READ_PARTS, NOTES):
         fs.delete_tree(fs.join(staging, side))
-    written = sum(r.num_records for r in shards)
-    read = written + len(bad)
-    rejected = rejected_summary(bad, read)
-    if bad and rejected["fraction"] > job.max_bad_fraction:
-        first = bad[0]
-        where = f"{first['source']}:{first['position']}"
-        feature = f" feature {first['feature']!r}:" if first.get("feature") else ""
-        raise EtlError(
-            f"{len(bad)} of {read} records rejected ({rejected['fraction']:.2%} > "
-            f"max_bad_fraction {job.max_bad_fraction:.2%}); nothing published. First: "
-            f"{where}:{feature} {first['reason']}")
+    acc = account(parts, shards, {t.ordinal for t in tasks})
+    bad = acc.rejected
+    rejected = acc.summary()
+    check_threshold(acc, job.max_bad_fraction)
     for note in notes:
         log.warning(note)
     for split in job.splits:
@@ -181,13 +176,17 @@ def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec,
         if not got or got != list(range(_count(shards, split))):
             raise EtlError(f"split {split!r}: shard results are incomplete ({got}); "
                            "nothing published")
+    published = {"schema.yaml": schema.to_yaml().encode(),
+                 "schema.pbtxt": to_pbtxt(schema).encode()}
     if bad:
-        fs.write_bytes(fs.join(staging, REJECTED_DIR, "rejected.jsonl"),
-                       "\n".join(json.dumps(b, sort_keys=True) for b in bad).encode() + b"\n")
+        published[REJECTED_FILE] = "".join(json.dumps(b, sort_keys=True) + "\n"
+                                           for b in bad).encode()
+    for name, data in published.items():
+        fs.write_bytes(fs.join(staging, name), data)
     manifest = build_manifest(shards, job.splits, schema.sha256(), job.seed, job.compression,
-                              inputs, rejected, notes)
-    fs.write_bytes(fs.join(staging, "schema.yaml"), schema.to_yaml().encode())
-    fs.write_bytes(fs.join(staging, "schema.pbtxt"), to_pbtxt(schema).encode())
+                              acc.inputs, rejected, notes,
+                              files={k: file_entry(v) for k, v in published.items()},
+                              input_files=input_files)
     fs.write_bytes(fs.join(staging, MANIFEST), json.dumps(manifest, indent=1).encode())
     publish(staging, job.output, run_id)
     _remove_leftovers(job.output)
