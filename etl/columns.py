@@ -5,6 +5,9 @@ A column arrives as whatever a source produced: a NumPy block (n, *shape), an Ar
 LargeList (LargeList-of-LargeList for sequence features) of int64 / float32 / binary, the
 layout tfx_bsl's C++ encoder and our wire encoder consume, plus the rows that failed with
 a reason. No per-record Python work on the good path.
+
+Every rejection carries a reason code from `etl.errors.REASONS` with its text: a `Why` is
+the pair (code, text), so the encoder can build `BadRecord`s and the manifest count by code.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _JPEG_MAGIC = b"\xff\xd8"
 
+Why = tuple[str, str]  # (reason code from etl.errors.REASONS, readable detail)
+MISSING: Why = ("missing_required", "missing value")
+
 
 @dataclass
 class Nested:
@@ -41,7 +47,7 @@ class Converted:
     """A feature's storage for a batch and the rows that could not be converted."""
 
     storage: pa.Array
-    bad: dict[int, str]
+    bad: dict[int, Why]
 
 
 def as_arrow(col: Any) -> pa.Array | np.ndarray:
@@ -57,7 +63,8 @@ def as_arrow(col: Any) -> pa.Array | np.ndarray:
     return _objects_to_arrow(list(col))
 
 
-def _objects_to_arrow(items: list[Any]) -> pa.Array | np.ndarray:
+def _objects_to_arrow(items: list[Any], feature: Feature | None = None,
+                      flag: Any = None) -> pa.Array | np.ndarray:
     if items and all(isinstance(x, np.ndarray) for x in items):
         shapes = {x.shape for x in items}
         if len(shapes) == 1:
@@ -66,9 +73,45 @@ def _objects_to_arrow(items: list[Any]) -> pa.Array | np.ndarray:
     items = [x.tolist() if isinstance(x, np.ndarray) else x for x in items]
     try:
         return pa.array(items)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        # Mixed types (e.g. "3" and 3): keep them as text so the conversion reports the bad ones.
-        return pa.array([None if x is None else _as_text(x) for x in items], pa.large_string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    if feature is not None and flag is not None:
+        # Lists mixed with single values (JSON `"tokens": "oops"` among lists): reject the
+        # odd rows as wrong_type, so the rest of the batch converts as usual.
+        is_list = np.array([isinstance(x, (list, tuple)) for x in items], bool)
+        is_value = np.array([x is not None for x in items], bool) & ~is_list
+        if is_list.any() and is_value.any():
+            if feature.is_sequence or len(feature.shape) > 0 and feature.encoding == "values":
+                want_list = True
+            elif feature.shape == () and feature.encoding == "values":
+                want_list = False
+            else:  # images and raw blobs come as one blob or as a list of numbers
+                want_list = int(is_list.sum()) >= int(is_value.sum())
+            odd = is_value if want_list else is_list
+            what = "a list of values" if want_list else "a single value"
+            rows = np.flatnonzero(odd)
+            flag(rows, [("wrong_type", f"expected {what} for shape {list(feature.shape)}, "
+                                       f"found {_short(items[r])}") for r in rows.tolist()])
+            items = [None if o else x for x, o in zip(items, odd.tolist(), strict=True)]
+            try:
+                return pa.array(items)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                pass
+    # Mixed types (e.g. "3" and 3): keep them as text so the conversion reports the bad ones.
+    return pa.array([None if x is None else _as_text(x) for x in items], pa.large_string())
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _column(feature: Feature, col: Any, flag: Any) -> pa.Array | np.ndarray:
+    """`as_arrow`, with rows of the wrong kind (list vs single value) flagged, not stringified."""
+    if isinstance(col, (pa.Array, pa.ChunkedArray)) or (
+            isinstance(col, np.ndarray) and col.dtype != object):
+        return as_arrow(col)
+    return _objects_to_arrow(list(col), feature, flag)
 
 
 def _as_text(x: Any) -> str:
@@ -121,8 +164,8 @@ def rows_of(leaf_mask: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def convert_leaves(feature: Feature, leaves: pa.Array | np.ndarray) -> tuple[Any, np.ndarray, Any]:
     """Leaf values -> (storage values, bad mask, reason for the bad ones).
 
-    The reason is one string, or an object array with one reason per bad leaf (naming the
-    value found there); `leaf_reasons` picks them for the bad leaves.
+    The reason is one `Why`, or an object array with one `Why` per bad leaf (naming the
+    value found there; None reads as a missing value); `leaf_reasons` picks them.
     """
     if feature.vocabulary:
         return _lookup(feature, leaves)
@@ -152,7 +195,7 @@ def _to_binary(leaves: Any) -> tuple[pa.Array, np.ndarray, str]:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             leaves = pa.array([_as_bytes(x) for x in leaves.to_pylist()], pa.large_binary())
     bad = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
-    return leaves, bad, "missing value"
+    return leaves, bad, MISSING
 
 
 def _as_bytes(x: Any) -> bytes | None:
@@ -175,7 +218,8 @@ def _lookup(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, Any]
         missing = real_null
     expected = f"not in vocabulary (expected one of {_preview(feature.vocabulary)})"
     # nulls keep no reason of their own: leaf_reasons calls them "missing value"
-    return values, missing, _name_values(missing & ~real_null, leaves, "{value!r} " + expected)
+    return values, missing, _name_values(missing & ~real_null, leaves, "not_in_vocabulary",
+                                         "{value!r} " + expected)
 
 
 def _preview(items: tuple[str, ...]) -> str:
@@ -201,17 +245,17 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
     bad = null.copy()
     # one shared reason until a value needs naming: a per-leaf object array for a block of
     # 64k images would be 50M Python slots
-    reason: Any = "missing value"
+    reason: Any = MISSING
     if want.kind in "biu":
         if raw.dtype.kind == "f":
             frac = ~np.isfinite(raw) | (raw != np.floor(raw))
             frac &= ~null
             if frac.any():
                 bad |= frac
-                reason = _name_values(frac, raw, f"expected an integer for {feature.dtype}, found "
-                             "{value!r}", reason)
+                reason = _name_values(frac, raw, "out_of_range", "expected an integer for "
+                                      f"{feature.dtype}, found " + "{value!r}", reason)
             raw = np.where(frac, 0, raw)
-        lo, hi = (0, 1) if want.kind == "b" else (np.iinfo(want).min, np.iinfo(want).max)
+        lo, hi = (0, 1) if want.kind == "b" else (int(np.iinfo(want).min), int(np.iinfo(want).max))
         # a source type that fits the declared one needs no check (uint8 images: 470M
         # comparisons saved on 600k MNIST-shaped records)
         fits = raw.dtype.kind in "biu" and np.can_cast(raw.dtype, want, "safe")
@@ -220,21 +264,34 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
         elif raw.dtype.kind == "u":
             out_of_range = raw > hi
         else:
-            out_of_range = (raw < lo) | (raw > hi)
+            # `>= hi + 1`: float(2**63 - 1) rounds up to 2**63, which would pass `> hi`
+            out_of_range = (raw < lo) | (raw >= hi + 1)
         if out_of_range is not None and out_of_range.any():
             bad |= out_of_range
-            reason = _name_values(out_of_range, raw, "value {value!r} out of range for "
-                         f"{feature.dtype} [{lo}, {hi}]", reason)
+            reason = _name_values(out_of_range, raw, "out_of_range", "value {value!r} out of "
+                                  f"range for {feature.dtype} [{lo}, {hi}]", reason)
+            raw = np.where(out_of_range, 0, raw)
         values = raw.astype(np.int64 if feature.storage == "int64" else want, copy=False)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
-            values = raw.astype(want)
-            overflow = np.isinf(values) & np.isfinite(raw.astype(np.float64))
-        if overflow.any():
-            bad |= overflow
-            reason = _name_values(overflow, raw, "value {value!r} overflows " + feature.dtype, reason)
+            values = raw.astype(want, copy=False)
+        # one pass on the good path; the split into overflow / NaN only when something is off
+        nonfinite = ~np.isfinite(values)
+        if nonfinite.any():
+            source_nonfinite = (nonfinite & ~np.isfinite(raw) if raw.dtype.kind == "f"
+                                else np.zeros(len(raw), bool))
+            overflow = nonfinite & ~source_nonfinite
+            if overflow.any():
+                bad |= overflow
+                reason = _name_values(overflow, raw, "out_of_range",
+                                      "value {value!r} overflows " + feature.dtype, reason)
+            if source_nonfinite.any() and not feature.allow_nan:
+                bad |= source_nonfinite
+                reason = _name_values(source_nonfinite, raw, "nan_not_allowed",
+                                      "value {value!r} is not finite (the feature does not "
+                                      "say allow_nan: true)", reason)
         if feature.storage == "float":
-            values = values.astype(np.float32)
+            values = values.astype(np.float32, copy=False)
     return values, bad, reason
 
 
@@ -244,69 +301,94 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
     text = pc.utf8_trim_whitespace(text)
     empty = pc.equal(text, "")
     text = pc.if_else(empty, pa.scalar(None, pa.large_string()), text)
-    target = pa.float64() if np.dtype(feature.dtype).kind == "f" else pa.int64()
+    is_float = np.dtype(feature.dtype).kind == "f"
+    target = pa.float64() if is_float else pa.int64()
+    range_bad = None
     try:
         parsed = text.cast(target)
         parse_bad = np.zeros(len(text), bool)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # the slow path, only for a batch with a cell Arrow cannot cast: find which ones
         cells = text.to_pylist()
         out: list[Any] = []
         parse_bad = np.zeros(len(cells), bool)
+        range_bad = np.zeros(len(cells), bool)
         for i, c in enumerate(cells):
+            if c is None:
+                out.append(None)
+                continue
             try:
-                out.append(None if c is None else (float(c) if target == pa.float64() else int(c)))
+                if "_" in c:  # Python reads "1_000"; Arrow and every other reader do not
+                    raise ValueError(c)
+                v: Any = float(c) if is_float else int(c)
             except ValueError:
                 out.append(None)
                 parse_bad[i] = True
+                continue
+            if not is_float and not -(2**63) <= v < 2**63:
+                out.append(None)  # beyond int64: no Arrow array can hold it
+                range_bad[i] = True
+                continue
+            out.append(v)
         parsed = pa.array(out, target)
     values, bad, reason = _to_number(feature, parsed)
     if parse_bad.any():
-        reason = _name_values(parse_bad, leaves, "cannot parse {value!r} as " + feature.dtype, reason)
-        return values, bad | parse_bad, reason
+        reason = _name_values(parse_bad, leaves, "unparsable_number",
+                              "cannot parse {value!r} as " + feature.dtype, reason)
+        bad = bad | parse_bad
+    if range_bad is not None and range_bad.any():
+        lo, hi = np.iinfo(np.dtype(feature.dtype)).min, np.iinfo(np.dtype(feature.dtype)).max
+        reason = _name_values(range_bad, text, "out_of_range", "value {value!s} out of range "
+                              f"for {feature.dtype} [{lo}, {hi}]", reason)
+        bad = bad | range_bad
     return values, bad, reason
 
 
-def _name_values(mask: np.ndarray, leaves: Any, template: str,
-                 out: np.ndarray | None = None) -> np.ndarray:
-    """Per-leaf reasons: `template` formatted with the value of each masked leaf."""
-    if out is None or isinstance(out, str):
+def _name_values(mask: np.ndarray, leaves: Any, code: str, template: str,
+                 out: Any = None) -> np.ndarray:
+    """Per-leaf reasons: (code, `template` formatted with the value of each masked leaf)."""
+    if out is None or isinstance(out, tuple):
         out = np.full(len(mask), None, object)
     idx = np.flatnonzero(mask)
     if len(idx):
         found = (leaves[idx].tolist() if isinstance(leaves, np.ndarray)
                  else leaves.take(pa.array(idx)).to_pylist())
-        out[idx] = [template.format(value=v) for v in found]
+        out[idx] = [(code, template.format(value=v)) for v in found]
     return out
 
 
-def leaf_reasons(reason: Any, idx: np.ndarray) -> str | list[str]:
-    """The reasons of the leaves `idx` (a shared string, or each leaf's own)."""
-    if isinstance(reason, str):
+def leaf_reasons(reason: Any, idx: np.ndarray) -> Why | list[Why]:
+    """The reasons of the leaves `idx` (a shared one, or each leaf's own)."""
+    if isinstance(reason, tuple):
         return reason
-    return [reason[i] or "missing value" for i in np.asarray(idx).tolist()]
+    return [reason[i] or MISSING for i in np.asarray(idx).tolist()]
 
 
 # ---- whole-column conversion ---------------------------------------------------------------
 def to_storage(feature: Feature, columns: Mapping[str, Any], n: int) -> Converted:
     """Convert the feature's source column(s) of one batch into its stored lists."""
-    bad: dict[int, str] = {}
+    bad: dict[int, Why] = {}
 
-    def flag(rows: np.ndarray, reason: str | list[str]) -> None:
+    def flag(rows: np.ndarray, why: Why | list[Why]) -> None:
+        """Reject `rows` for `why` (one (code, text) for all, or one per row); a row keeps
+        its first reason."""
         rows = np.asarray(rows).tolist()
-        reasons = [reason] * len(rows) if isinstance(reason, str) else reason
-        for r, why in zip(rows, reasons, strict=True):
-            bad.setdefault(int(r), why)
+        if not rows:
+            return
+        reasons = [why] * len(rows) if isinstance(why, tuple) else why
+        for r, w in zip(rows, reasons, strict=True):
+            bad.setdefault(int(r), w)
 
     missing_cols = [s for s in feature.sources if s not in columns]
     if missing_cols:
         if feature.required:
-            flag(np.arange(n), f"source column {missing_cols[0]!r} is missing")
+            flag(np.arange(n), ("missing_required", f"source column {missing_cols[0]!r} is missing"))
         nested = Nested(np.zeros(0, feature.storage_numpy_dtype), [np.zeros(n + 1, np.int64)],
                         np.zeros(n, bool))
     elif len(feature.sources) > 1:
         nested = _pack(feature, columns, n, flag)
     else:
-        nested = nest(as_arrow(columns[feature.sources[0]]), n)
+        nested = nest(_column(feature, columns[feature.sources[0]], flag), n)
 
     if feature.is_sequence:
         storage = _sequence_storage(feature, nested, n, flag)
@@ -322,15 +404,16 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
     for name in feature.sources:
         col = nest(as_arrow(columns[name]), n)
         if col.levels:
-            flag(np.arange(n), f"source column {name!r} must hold one value per row to be packed")
+            flag(np.arange(n), ("wrong_shape",
+                                f"source column {name!r} must hold one value per row to be packed"))
             return Nested(np.zeros(0), [np.zeros(n + 1, np.int64)], np.zeros(n, bool))
         values, leaf_bad, reason = convert_leaves(feature, col.leaves)
         missing = ~col.row_valid | leaf_bad
         if missing.any():
             rows = np.flatnonzero(missing)
-            why = leaf_reasons(reason, rows) if leaf_bad.any() else "missing value"
-            flag(rows, [f"column {name!r}: {w}" for w in why] if isinstance(why, list)
-                 else f"column {name!r}: {why}")
+            why = leaf_reasons(reason, rows) if leaf_bad.any() else MISSING
+            flag(rows, [(c, f"column {name!r}: {w}") for c, w in why] if isinstance(why, list)
+                 else (why[0], f"column {name!r}: {why[1]}"))
         valid &= ~missing
         parts.append(np.asarray(values))
     block = np.stack(parts, axis=1)
@@ -353,7 +436,7 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
     else:
         present = nested.row_valid
     if feature.required:
-        flag(np.flatnonzero(~present), "missing required value")
+        flag(np.flatnonzero(~present), ("missing_required", "missing required value"))
     if feature.encoding != "values":
         return _blob_storage(feature, values, offsets, present, flag)
     if feature.fixed:
@@ -361,8 +444,8 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
         wrong = present & (counts != k)
         if wrong.any():
             r = int(np.flatnonzero(wrong)[0])
-            flag(np.flatnonzero(wrong), f"expected {k} value(s) for shape {list(feature.shape)}, "
-                                        f"found {int(counts[r])}")
+            flag(np.flatnonzero(wrong), ("wrong_shape", f"expected {k} value(s) for shape "
+                                        f"{list(feature.shape)}, found {int(counts[r])}"))
         if present.all() and not wrong.any():
             return _list_array(values, np.arange(n + 1, dtype=np.int64) * k, feature)
         dense = _filled(feature, n, k)
@@ -374,8 +457,8 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
     inner = int(np.prod(feature.inner_shape, dtype=np.int64))
     ragged_bad = counts % inner != 0 if inner > 1 else np.zeros(n, bool)
     if ragged_bad.any():
-        flag(np.flatnonzero(ragged_bad), f"value count is not a multiple of {inner} for shape "
-                                         f"{list(feature.shape)}")
+        flag(np.flatnonzero(ragged_bad), ("wrong_shape", f"value count is not a multiple of "
+                                         f"{inner} for shape {list(feature.shape)}"))
     return _list_array(values, offsets, feature)
 
 
@@ -415,22 +498,22 @@ def _blob_storage(
         one = present & (counts == 1)
         wrong = present & (counts != 1)
         if wrong.any():
-            flag(np.flatnonzero(wrong), "expected one encoded blob per record")
+            flag(np.flatnonzero(wrong), ("wrong_shape", "expected one encoded blob per record"))
         blobs = values.take(pa.array(np.where(one, offsets[:-1], 0)))
         lengths = np.asarray(pc.binary_length(blobs).fill_null(0).to_numpy(), np.int64)
         if feature.encoding == "raw":
             bad_len = one & (lengths != feature.raw_record_bytes)
             if bad_len.any():
                 r = int(np.flatnonzero(bad_len)[0])
-                flag(np.flatnonzero(bad_len), f"raw blob has {int(lengths[r])} bytes, expected "
-                                              f"{feature.raw_record_bytes} for "
-                                              f"{feature.dtype}{list(feature.shape)}")
+                flag(np.flatnonzero(bad_len), ("wrong_shape", f"raw blob has {int(lengths[r])} "
+                                              f"bytes, expected {feature.raw_record_bytes} for "
+                                              f"{feature.dtype}{list(feature.shape)}"))
+            if np.dtype(feature.dtype).kind == "f" and not feature.allow_nan:
+                _flag_raw_nonfinite(feature, blobs, one & ~bad_len, flag)
         else:
-            magic = _PNG_MAGIC if feature.encoding == "png" else _JPEG_MAGIC
-            starts = pc.binary_slice(blobs, 0, len(magic)).to_pylist()
-            not_image = [i for i, s in enumerate(starts) if one[i] and s != magic]
-            if not_image:
-                flag(np.array(not_image), f"not a {feature.encoding.upper()} image")
+            problems = image_header_problems(feature, blobs, one)
+            for i, why in problems.items():
+                flag(np.array([i]), why)
         return pa.LargeListArray.from_arrays(
             pa.array(np.arange(n + 1, dtype=np.int64)), blobs.cast(pa.large_binary())
         )
@@ -438,8 +521,8 @@ def _blob_storage(
     wrong = present & (counts != k)
     if wrong.any():
         r = int(np.flatnonzero(wrong)[0])
-        flag(np.flatnonzero(wrong), f"expected {k} values for {feature.dtype}{list(feature.shape)}, "
-                                    f"found {int(counts[r])}")
+        flag(np.flatnonzero(wrong), ("wrong_shape", f"expected {k} values for "
+                                    f"{feature.dtype}{list(feature.shape)}, found {int(counts[r])}"))
     ok = present & ~wrong
     if ok.all() and offsets[0] == 0 and offsets[-1] == n * k:
         # every record has exactly k values, back to back: a reshape, no gather
@@ -459,6 +542,29 @@ def _blob_storage(
         blobs = pa.array([_encode_image(feature, dense[i]) if ok[i] else b"" for i in range(n)],
                          pa.large_binary())
     return pa.LargeListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int64)), blobs)
+
+
+def _flag_raw_nonfinite(feature: Feature, blobs: pa.Array, rows: np.ndarray, flag: Any) -> None:
+    """NaN/Inf inside raw float tensor bytes (sources that hand over blobs: IDX, npy rows)."""
+    idx = np.flatnonzero(rows)
+    if not len(idx):
+        return
+    blobs = blobs.cast(pa.large_binary())
+    buffers = blobs.buffers()
+    if buffers[2] is None:
+        return
+    starts = np.frombuffer(buffers[1], np.int64)[blobs.offset: blobs.offset + len(blobs) + 1][idx]
+    data = np.frombuffer(buffers[2], np.uint8)
+    row, k = feature.raw_record_bytes, feature.value_count
+    dtype = np.dtype(feature.dtype).newbyteorder("<")
+    if len(idx) > 1 and (np.diff(starts) == row).all() or len(idx) == 1:
+        block = data[starts[0]: starts[0] + row * len(idx)]  # back to back: a view, no gather
+    else:
+        block = data[(starts[:, None] + np.arange(row)[None, :]).reshape(-1)]
+    nonfinite = ~np.isfinite(block.view(dtype).reshape(len(idx), k)).all(axis=1)
+    if nonfinite.any():
+        flag(idx[nonfinite], ("nan_not_allowed", "raw tensor holds NaN or Inf (the feature does "
+                                                 "not say allow_nan: true)"))
 
 
 def _encode_image(feature: Feature, pixels: np.ndarray) -> bytes:
@@ -491,17 +597,144 @@ def _png16(img: np.ndarray) -> bytes:
             + chunk(b"IEND", b""))
 
 
+
+# ---- image headers ---------------------------------------------------------------------------
+# PNG colour type -> allowed bit depths (PNG spec, 11.2.2 IHDR)
+_PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+# JPEG start-of-frame markers (baseline, progressive, ...): C0-CF except DHT, JPG, DAC
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def image_header_problems(feature: Feature, blobs: pa.Array, check: np.ndarray) -> dict[int, Why]:
+    """Blob index -> why, for the `check`ed PNG/JPEG blobs whose header is broken
+    (`bad_image`) or whose height and width differ from the feature's shape (`wrong_shape`).
+
+    Only headers are read (PNG IHDR: vectorised over the batch; JPEG: a walk over the
+    segment markers up to the frame header, a few steps per image), nothing is decoded.
+    Channels and bit depth are not compared: tf.io.decode_png/decode_jpeg convert them to
+    the schema's (grey -> RGB, 16 -> 8 bit), so such an image reads back in the declared
+    shape, while another height or width would fail `make_dataset`.
+    """
+    n = len(blobs)
+    if not n or not check.any():
+        return {}
+    blobs = blobs.cast(pa.large_binary())
+    buffers = blobs.buffers()
+    offsets = np.frombuffer(buffers[1], np.int64)[blobs.offset: blobs.offset + n + 1]
+    data = (np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None
+            else np.zeros(0, np.uint8))
+    height, width = feature.shape[0], feature.shape[1]
+    if feature.encoding == "png":
+        return _png_problems(feature, data, offsets, check, height, width)
+    return _jpeg_problems(data, offsets, check, height, width, feature)
+
+
+def _png_problems(feature: Feature, data: np.ndarray, offsets: np.ndarray, check: np.ndarray,
+                  height: int, width: int) -> dict[int, Why]:
+    out: dict[int, Why] = {}
+    size = 33  # signature 8 + IHDR chunk length 4 + type 4 + data 13 (no CRC needed)
+    lengths = np.diff(offsets)
+    short = check & (lengths < size)
+    for i in np.flatnonzero(short).tolist():
+        signed = bytes(data[offsets[i]: offsets[i] + 8]) == _PNG_MAGIC
+        what = "PNG header is truncated" if signed else "not a PNG image"
+        out[i] = ("bad_image", f"{what} ({int(lengths[i])} bytes)")
+    rows = np.flatnonzero(check & ~short)
+    if not len(rows):
+        return out
+    head = data[offsets[:-1][rows][:, None] + np.arange(size)[None, :]]
+    magic = np.frombuffer(_PNG_MAGIC, np.uint8)
+    not_png = ~(head[:, :8] == magic).all(axis=1)
+    no_ihdr = ~(head[:, 12:16] == np.frombuffer(b"IHDR", np.uint8)).all(axis=1)
+    be = np.array([1 << 24, 1 << 16, 1 << 8, 1], np.int64)
+    w = head[:, 16:20].astype(np.int64) @ be
+    h = head[:, 20:24].astype(np.int64) @ be
+    depth, ctype = head[:, 24], head[:, 25]
+    bad_combo = np.ones(len(rows), bool)
+    for c, depths in _PNG_DEPTHS.items():
+        bad_combo &= ~((ctype == c) & np.isin(depth, depths))
+    broken = not_png | no_ihdr | bad_combo | (w == 0) | (h == 0)
+    wrong = ~broken & ((h != height) | (w != width))
+    for j in np.flatnonzero(broken | wrong).tolist():
+        i = int(rows[j])
+        if not_png[j]:
+            out[i] = ("bad_image", "not a PNG image (no PNG signature)")
+        elif no_ihdr[j]:
+            out[i] = ("bad_image", "PNG header is broken (no IHDR chunk first)")
+        elif broken[j]:
+            out[i] = ("bad_image", f"PNG header is broken (colour type {int(ctype[j])}, "
+                                   f"bit depth {int(depth[j])}, {int(h[j])}x{int(w[j])})")
+        else:
+            channels = _PNG_CHANNELS.get(int(ctype[j]), 0)
+            out[i] = ("wrong_shape", f"PNG image is {int(h[j])}x{int(w[j])}x{channels} "
+                                     f"(height x width x channels), shape {list(feature.shape)} "
+                                     f"expects {height}x{width}")
+    return out
+
+
+def _jpeg_problems(data: np.ndarray, offsets: np.ndarray, check: np.ndarray, height: int,
+                   width: int, feature: Feature) -> dict[int, Why]:
+    out: dict[int, Why] = {}
+    mv = memoryview(data)
+    for i in np.flatnonzero(check).tolist():
+        start, end = int(offsets[i]), int(offsets[i + 1])
+        frame = _jpeg_frame(mv, start, end)
+        if isinstance(frame, str):
+            out[i] = ("bad_image", frame)
+            continue
+        h, w, components = frame
+        if h != height or w != width:
+            out[i] = ("wrong_shape", f"JPEG image is {h}x{w}x{components} (height x width x "
+                                     f"channels), shape {list(feature.shape)} expects "
+                                     f"{height}x{width}")
+    return out
+
+
+def _jpeg_frame(mv: memoryview, start: int, end: int) -> tuple[int, int, int] | str:
+    """(height, width, components) from the first SOF segment, or why it cannot be read."""
+    if end - start < 4 or mv[start] != 0xFF or mv[start + 1] != 0xD8:
+        return "not a JPEG image (no SOI marker)"
+    pos = start + 2
+    while pos + 4 <= end:
+        if mv[pos] != 0xFF:
+            return f"JPEG header is broken (no marker at byte {pos - start})"
+        marker = mv[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # no length
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            return "JPEG header is broken (image data before a frame header)"
+        length = (mv[pos + 2] << 8) | mv[pos + 3]
+        if length < 2:
+            return f"JPEG header is broken (segment length {length} at byte {pos - start})"
+        if marker in _JPEG_SOF:
+            if pos + 10 > end or length < 8:
+                return "JPEG frame header is truncated"
+            h = (mv[pos + 5] << 8) | mv[pos + 6]
+            w = (mv[pos + 7] << 8) | mv[pos + 8]
+            components = mv[pos + 9]
+            if h == 0 or w == 0 or components == 0:
+                return f"JPEG frame header is broken ({h}x{w}, {components} components)"
+            return h, w, components
+        pos += 2 + length
+    return "JPEG header is truncated (no frame header)"
+
+
 def _sequence_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.Array:
     """Sequence features: rows -> steps -> values (LargeList of LargeList)."""
     if not nested.levels:
-        flag(np.arange(n), "a sequence feature needs a list of steps per record")
+        flag(np.arange(n), ("wrong_type", "a sequence feature needs a list of steps per record"))
         empty = _list_array(np.zeros(0, feature.storage_numpy_dtype), np.zeros(1, np.int64), feature)
         return pa.LargeListArray.from_arrays(pa.array(np.zeros(n + 1, np.int64)), empty)
     step_offsets = nested.levels[0]
     n_steps = int(step_offsets[-1])
     value_offsets = compose(nested.levels[1:], n_steps)
     if not nested.row_valid.all():
-        flag(np.flatnonzero(~nested.row_valid), "missing required value")
+        flag(np.flatnonzero(~nested.row_valid), ("missing_required", "missing required value"))
     values, leaf_bad, reason = convert_leaves(feature, nested.leaves)
     row_of_value = compose(nested.levels, n)
     if leaf_bad.any():
@@ -512,11 +745,18 @@ def _sequence_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa
         blobs = feature.encoding != "values" and isinstance(values, pa.Array)
         k = 1 if blobs else feature.value_count
         wrong = counts != k
+        if blobs and feature.encoding in ("png", "jpeg") and not wrong.all():
+            # the step's one blob, per step (steps with another count are flagged below)
+            per_step = values if not wrong.any() else values.take(
+                pa.array(np.where(wrong, value_offsets[:-1][~wrong][0], value_offsets[:-1])))
+            problems = image_header_problems(feature, per_step, ~wrong)
+            for step, why in problems.items():
+                flag(np.searchsorted(step_offsets, [step], side="right") - 1, why)
         if wrong.any():
             first = int(np.flatnonzero(wrong)[0])
             flag(np.searchsorted(step_offsets, np.flatnonzero(wrong), side="right") - 1,
-                 f"expected {k} value(s) per step for shape {list(feature.shape)}, "
-                 f"found {int(counts[first])}")
+                 ("wrong_shape", f"expected {k} value(s) per step for shape "
+                                 f"{list(feature.shape)}, found {int(counts[first])}"))
             values, value_offsets = _pad_steps(feature, values, value_offsets, k)
     if feature.encoding == "raw" and not isinstance(values, pa.Array):
         # numbers per step -> one raw blob per step

@@ -6,6 +6,13 @@ the parsed tensor is restored to the declared dtype and shape (`decode`). The en
 reader and the TFMD export all derive from these objects, so writer and reader cannot drift.
 
 TensorFlow is imported lazily: loading and checking a schema, and encoding, never pay for it.
+
+Feature keys: `dtype`, `shape`, `encoding` (values | raw | png | jpeg), `default`, `required`,
+`source`, `vocabulary` / `vocabulary_file`, `oov_id`, `representation` (ragged | sparse),
+`description`, and `allow_nan` (float dtypes only, default false): NaN and +-Inf are
+rejected as `nan_not_allowed` unless the feature says `allow_nan: true`, because a NaN that
+slips into training data poisons every gradient it touches, and a float32 overflow (1e39)
+silently becomes Inf.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, "bytes")
 _RAW_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                "float16", "float32", "float64")
 _FEATURE_KEYS = {"dtype", "shape", "encoding", "default", "required", "source", "vocabulary",
-                 "vocabulary_file", "oov_id", "representation", "description"}
+                 "vocabulary_file", "oov_id", "representation", "description", "allow_nan"}
 
 
 def _tf() -> Any:
@@ -62,6 +69,7 @@ class Feature:
     representation: str = "ragged"
     is_sequence: bool = False
     description: str = ""
+    allow_nan: bool = False
 
     # ---- derived facts -------------------------------------------------------------
     @property
@@ -207,6 +215,8 @@ class Feature:
             out["representation"] = self.representation
         if self.description:
             out["description"] = self.description
+        if self.allow_nan:
+            out["allow_nan"] = True
         return out
 
 
@@ -421,6 +431,12 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
     if representation == "sparse" and (fixed or len(shape) != 1 or is_sequence):
         raise fail("representation: sparse (VarLenFeature) needs shape [-1] on a context feature")
 
+    allow_nan = spec.get("allow_nan", False)
+    if not isinstance(allow_nan, bool):
+        raise fail(f"allow_nan must be true or false, got {allow_nan!r}")
+    if allow_nan and dtype not in _FLOAT_DTYPES:
+        raise fail(f"allow_nan applies to float dtypes only, got {dtype!r}")
+
     vocabulary = _vocabulary(spec, fail, base_dir)
     if vocabulary and dtype not in _INT_DTYPES[1:]:
         raise fail(f"a vocabulary maps labels to integer ids; dtype must be an integer, got {dtype!r}")
@@ -443,6 +459,8 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
             raise fail(f"default for a bytes feature must be a string, got {default!r}")
         if dtype != "bytes" and not vocabulary and not isinstance(default, (int, float, bool)):
             raise fail(f"default for a {dtype} feature must be a number, got {default!r}")
+        if isinstance(default, float) and not np.isfinite(default) and not allow_nan:
+            raise fail(f"default {default!r} is not finite; set allow_nan: true to allow it")
     elif not required and fixed and not is_sequence:
         raise fail("an optional fixed-shape feature needs a 'default' (what a missing value reads as)")
     if not required and encoding != "values":
@@ -464,6 +482,7 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
         required=required, source=source_t, vocabulary=vocabulary,
         oov_id=None if oov_id is None else int(oov_id), representation=representation,
         is_sequence=is_sequence, description=str(spec.get("description", "")),
+        allow_nan=allow_nan,
     )
 
 

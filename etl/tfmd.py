@@ -2,6 +2,14 @@
 
 Tensor representations are written explicitly, so tfx_bsl's `CreateTfExampleParserConfig`
 rebuilds exactly the parse spec `Schema.parse_spec()` gives (tests pin this).
+
+tfx_bsl's readers (`TFExampleRecord`, `TFSequenceExampleRecord`) also infer a representation
+from every `Feature` and refuse a feature that has `shape` without `presence.min_fraction: 1`
+(tensor_representation_util._InferTensorRepresentationFromSchema). So a fixed-shape feature
+that may be absent (it has a `default:`) states its size as `value_count {min: k max: k}`
+instead of `shape`; its explicit dense representation carries the shape and the default,
+and the explicit representation wins over the inferred one (tests/test_tfx_readers.py reads
+every feature kind through those readers).
 """
 
 from __future__ import annotations
@@ -53,14 +61,19 @@ def _context_feature(feature: Feature) -> tuple[schema_pb2.Feature, TR]:
     out = _base(feature)
     if feature.encoding != "values" or feature.fixed:
         shape = () if feature.encoding != "values" else feature.shape
-        out.shape.CopyFrom(_dims(shape))
         rep = TR(dense_tensor=TR.DenseTensor(column_name=feature.name, shape=_dims(shape)))
         default = feature.storage_default
         if default is not None:
             kind = {"int64": "int_value", "float": "float_value", "bytes": "bytes_value"}
             setattr(rep.dense_tensor.default_value, kind[feature.storage], default[0])
         if feature.required:
+            out.shape.CopyFrom(_dims(shape))
             out.presence.min_fraction = 1.0
+        else:
+            # may be absent: `shape` would need min_fraction 1 (see the module docstring)
+            count = int(np.prod(shape, dtype=np.int64))
+            out.value_count.min = count
+            out.value_count.max = count
         return out, rep
     out.value_count.min = 0
     if feature.representation == "sparse":

@@ -81,6 +81,12 @@ FEATURE_ERRORS = [
      ["packing 2 source columns needs shape [2]", "[3]"]),
     ("source_not_names", {"dtype": "float32", "source": 3}, ["source must be a column name"]),
     ("spec_not_mapping", "int64", ["spec must be a mapping", "'int64'"]),
+    ("allow_nan_on_int", {"dtype": "int64", "allow_nan": True},
+     ["allow_nan applies to float dtypes only", "'int64'"]),
+    ("allow_nan_not_bool", {"dtype": "float32", "allow_nan": "yes"},
+     ["allow_nan must be true or false", "'yes'"]),
+    ("nan_default", {"dtype": "float32", "default": float("nan")},
+     ["default nan is not finite", "allow_nan: true"]),
 ]
 
 
@@ -190,6 +196,21 @@ def test_yaml_round_trip(name):
     assert again.sha256() == schema.sha256()
 
 
+def test_allow_nan_round_trips_and_changes_the_fingerprint():
+    plain = example(x={"dtype": "float32", "shape": []})
+    nan_ok = example(x={"dtype": "float32", "shape": [], "allow_nan": True})
+    assert (plain.feature("x").allow_nan, nan_ok.feature("x").allow_nan) == (False, True)
+    assert "allow_nan" not in plain.to_yaml()  # absent key: fingerprints of old schemas stay
+    assert nan_ok.to_dict()["features"]["x"] == {"dtype": "float32", "shape": [], "allow_nan": True}
+    again = schema_from_dict(yaml.safe_load(nan_ok.to_yaml()))
+    assert again == nan_ok and again.sha256() == nan_ok.sha256() != plain.sha256()
+    values = [1.0, float("nan"), float("inf"), -float("inf")]
+    assert [(b.record, b.code) for b in Encoder(plain).encode({"x": values}).bad] == [
+        (1, "nan_not_allowed"), (2, "nan_not_allowed"), (3, "nan_not_allowed")]
+    out = Encoder(nan_ok).encode({"x": values})
+    assert out.bad == [] and out.rows.tolist() == [0, 1, 2, 3]
+
+
 # ---- encoder bad-record reasons ------------------------------------------------------------------
 ENCODE_SCHEMA = {
     "n": {"dtype": "int64", "shape": []},
@@ -205,58 +226,69 @@ ENCODE_SCHEMA = {
 GOOD = {"n": 1, "u": 2, "v": [1.0, 2.0, 3.0], "h": 0.5, "lab": "dog", "tags": ["a"], "p1": 1,
         "p2": -1, "m": [1, 2], "raw": b"\x01\x02"}
 BAD_RECORDS = [
-    # id, change to a good record, feature named, fragments of the reason
-    ("text_in_int", {"n": "abc"}, "n", ["'abc'", "int64"]),
-    ("fraction_in_int", {"n": 2.5}, "n", ["expected an integer for int64", "2.5"]),
-    ("uint8_too_big", {"u": 300}, "u", ["300", "out of range", "uint8 [0, 255]"]),
-    ("uint8_negative", {"u": -1}, "u", ["-1", "out of range"]),
-    ("float16_overflow", {"h": 70000.0}, "h", ["70000.0", "overflows float16"]),
-    ("too_few_values", {"v": [1.0, 2.0]}, "v", ["expected 3 value(s) for shape [3], found 2"]),
-    ("too_many_values", {"v": [1, 2, 3, 4]}, "v", ["expected 3 value(s)", "found 4"]),
-    ("vocabulary_miss", {"lab": "cow"}, "lab",
+    # id, change to a good record, feature named, reason code, fragments of the reason
+    ("text_in_int", {"n": "abc"}, "n", "unparsable_number", ["'abc'", "int64"]),
+    ("fraction_in_int", {"n": 2.5}, "n", "out_of_range", ["expected an integer for int64", "2.5"]),
+    ("uint8_too_big", {"u": 300}, "u", "out_of_range", ["300", "out of range", "uint8 [0, 255]"]),
+    ("uint8_negative", {"u": -1}, "u", "out_of_range", ["-1", "out of range"]),
+    ("float16_overflow", {"h": 70000.0}, "h", "out_of_range", ["70000.0", "overflows float16"]),
+    ("nan", {"h": float("nan")}, "h", "nan_not_allowed", ["nan", "allow_nan: true"]),
+    ("too_few_values", {"v": [1.0, 2.0]}, "v", "wrong_shape",
+     ["expected 3 value(s) for shape [3], found 2"]),
+    ("too_many_values", {"v": [1, 2, 3, 4]}, "v", "wrong_shape", ["expected 3 value(s)", "found 4"]),
+    ("vocabulary_miss", {"lab": "cow"}, "lab", "not_in_vocabulary",
      ["'cow'", "not in vocabulary", "'cat', 'dog', 'bird'"]),
-    ("vocabulary_miss_in_list", {"tags": ["a", "zz"]}, "tags", ["'zz'", "'a', 'b'"]),
-    ("missing_required", {"n": None}, "n", ["missing required value"]),
-    ("packed_column_bad", {"p2": 200}, "pair", ["column 'p2'", "200", "int8 [-128, 127]"]),
-    ("packed_column_missing", {"p1": None}, "pair", ["column 'p1'", "missing value"]),
-    ("ragged_not_multiple", {"m": [1, 2, 3]}, "m", ["not a multiple of 2", "[-1, 2]"]),
-    ("raw_wrong_length", {"raw": b"\x01"}, "raw", ["raw blob has 1 bytes, expected 2"]),
+    ("vocabulary_miss_in_list", {"tags": ["a", "zz"]}, "tags", "not_in_vocabulary",
+     ["'zz'", "'a', 'b'"]),
+    ("missing_required", {"n": None}, "n", "missing_required", ["missing required value"]),
+    ("packed_column_bad", {"p2": 200}, "pair", "out_of_range",
+     ["column 'p2'", "200", "int8 [-128, 127]"]),
+    ("packed_column_missing", {"p1": None}, "pair", "missing_required",
+     ["column 'p1'", "missing value"]),
+    ("ragged_not_multiple", {"m": [1, 2, 3]}, "m", "wrong_shape", ["not a multiple of 2", "[-1, 2]"]),
+    ("raw_wrong_length", {"raw": b"\x01"}, "raw", "wrong_shape", ["raw blob has 1 bytes, expected 2"]),
+    ("scalar_for_list", {"v": 7.0}, "v", "wrong_type", ["expected a list of values", "found 7.0"]),
 ]
 
 
-@pytest.mark.parametrize("change,feature,fragments", [c[1:] for c in BAD_RECORDS],
+@pytest.mark.parametrize("change,feature,code,fragments", [c[1:] for c in BAD_RECORDS],
                          ids=[c[0] for c in BAD_RECORDS])
-def test_encoder_bad_record_reasons(change, feature, fragments):
+def test_encoder_bad_record_reasons(change, feature, code, fragments):
     schema = example(**ENCODE_SCHEMA)
     bad = {**GOOD, **change}
     out = Encoder(schema).encode_records([GOOD, bad, GOOD], source="in.jsonl")
     assert out.rows.tolist() == [0, 2] and len(out.records) == 2
     assert len(out.bad) == 1
     rec = out.bad[0]
-    assert (rec.source, rec.position, rec.feature) == ("in.jsonl", 1, feature)
+    assert (rec.source, rec.record, rec.line, rec.feature, rec.code) == (
+        "in.jsonl", 1, None, feature, code)
     for fragment in fragments:
         assert fragment in rec.reason, rec.reason
-    assert rec.message().startswith(f"in.jsonl:1: feature {feature!r}:")
+    assert rec.message().startswith(f"in.jsonl: record 1: feature {feature!r}: ")
+    assert rec.message().endswith(f" [{code}]")
 
 
 def test_each_bad_row_names_its_own_value():
     schema = example(lab=ENCODE_SCHEMA["lab"], u=ENCODE_SCHEMA["u"])
     out = Encoder(schema).encode({"lab": ["cow", "dog", "pig"], "u": [1, 256, 1000]})
-    reasons = {(b.position, b.feature): b.reason for b in out.bad}
-    assert out.rows.tolist() == []
-    assert reasons[(0, "lab")].startswith("'cow' not in vocabulary")
-    assert reasons[(2, "lab")].startswith("'pig' not in vocabulary")
-    assert reasons[(1, "u")].startswith("value 256 out of range")
+    # each row once, with its first reason (features in schema order: lab before u)
+    reasons = {b.record: (b.feature, b.code, b.reason) for b in out.bad}
+    assert out.rows.tolist() == [] and len(out.bad) == 3
+    assert reasons[0][:2] == ("lab", "not_in_vocabulary") and reasons[0][2].startswith("'cow'")
+    assert reasons[2][:2] == ("lab", "not_in_vocabulary") and reasons[2][2].startswith("'pig'")
+    assert reasons[1] == ("u", "out_of_range", "value 256 out of range for uint8 [0, 255]")
 
 
 def test_missing_required_column():
     schema = example(a={"dtype": "int64", "shape": []}, b={"dtype": "float32", "shape": [2]})
     out = Encoder(schema).encode({"a": [1, 2]})
-    assert [(b.position, b.feature, b.reason) for b in out.bad] == [
-        (0, "b", "source column 'b' is missing"), (1, "b", "source column 'b' is missing")]
+    assert [(b.record, b.feature, b.code, b.reason) for b in out.bad] == [
+        (0, "b", "missing_required", "source column 'b' is missing"),
+        (1, "b", "missing_required", "source column 'b' is missing")]
 
 
 def test_encode_one_raises_naming_the_feature():
     schema = example(**ENCODE_SCHEMA)
-    with pytest.raises(RecordError, match=r"record 0: feature 'u': value 300 out of range"):
+    with pytest.raises(RecordError, match=r"record 0: feature 'u': value 300 out of range .*"
+                                          r"\[out_of_range\]"):
         Encoder(schema).encode_one({**GOOD, "u": 300})
