@@ -1,22 +1,35 @@
-"""CSV files through pyarrow's streaming reader, every column as text.
+"""CSV files through pyarrow, every column as text (or, on the fast path, the schema's numbers).
 
 Columns are read as strings (never inferred) so two blocks of one file can never disagree on a
-type: the encoder parses numbers against the schema. The parser runs single-threaded because
-only then does pyarrow report the row number of a malformed row; Beam parallelises across
-files instead.
+type: the encoder parses numbers against the schema. Good rows carry `Block.lines`, the 1-based
+physical line each starts on (quoted newlines of earlier rows, the header and `skip_rows`
+counted, so it matches what an editor shows; `skip_rows` and the header are one line each).
 
-Bad rows never stop a file:
-- a row with the wrong number of fields (including an unterminated quote, which swallows the
-  rest of the file into one field) comes back from pyarrow's `invalid_row_handler`;
-- a row with bytes that are not UTF-8: cells are read as binary and checked per column, so
-  only the offending rows are rejected (pyarrow's own check would fail the whole block).
-Both become `BadRecord`s whose position is the 1-based physical line the row starts on
-(quoted newlines in earlier rows are counted, so it matches what an editor shows). Blank
-lines are no records (in a file of more than one column a row whose every field is empty
-is taken for one); they only use up their line and record index.
-Good rows' positions are record indexes: 0 for the first row after the header, counting
-every row the parser saw (rejected and blank ones included), so fixing one bad row never
-renumbers the others.
+Bad rows never stop a file, and never take good neighbours down with them:
+- a row with the wrong number of fields on one line: `wrong_field_count`, that line;
+- a row that runs over several lines and is bad (a quote that opens a field and is not closed
+  where the row should end): the row's FIRST line is rejected, as `unterminated_quote` when that
+  line holds an odd number of quote characters, else `wrong_field_count`, and parsing resumes
+  at the NEXT physical line: the lines the bad row ran over are parsed again as rows of their
+  own (a later bad quote among them is handled the same way). pyarrow itself accepts a quote
+  left open at the end of the data as a value running to the end; a sentinel row appended
+  after the data tells that case apart, so it is rejected the same way. So 1,000 rows with one
+  unterminated quote give 999 good rows and 1 rejected record, on the right line. A quote that
+  a later line happens to close makes one valid (multi-line) value; the encoder judges it.
+- a row with bytes that are not UTF-8: `not_utf8` (cells are checked per column, so only the
+  offending rows are rejected);
+- a physical line longer than `max_record_bytes` (default 64 MiB, set by `prepare`):
+  `oversized_record`, one record; it is skipped while the raw bytes stream past (never held
+  whole) and the parser sees a line break there (a quoted row it was part of ends before it).
+  A quoted field still open after `max_record_bytes` of lines is rejected like an unterminated
+  quote at its first line.
+Memory stays bounded by about one 16 MiB region plus `max_record_bytes`.
+
+Every row is one record: good rows' positions are record indexes, 0 for the first row after
+the header, counting every row in file order (each rejected row or line counts as one record,
+blank rows too), so fixing one bad row never renumbers the others. Blank lines are no records
+in a file of more than one column (a row whose every field is empty is taken for one); they
+only use up their line and record index.
 
 The helpers at the top (paths, `block_rows`, excerpts, column/file pairing) serve every reader
 in this package; they would sit best in `base.py`.
@@ -34,7 +47,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from etl.errors import BadRecord, ConfigError
-from etl.sources.base import DEFAULT_BLOCK_ROWS, Block, expand, open_file, options
+from etl.sources.base import (
+    DEFAULT_BLOCK_ROWS,
+    DEFAULT_MAX_RECORD_BYTES,
+    Block,
+    expand,
+    open_file,
+    options,
+)
 
 
 # ---- helpers shared by the readers -------------------------------------------------------------
@@ -223,13 +243,33 @@ class CsvReader(FileSource):
             raise ConfigError(f"{where}: 'header: false' needs a 'columns:' list of names")
         self.skip_rows = int_option(opts, "skip_rows", 0, where)
         self.numeric: dict[str, pa.DataType] = {}
+        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
 
-    def prefer_types(self, numeric: Mapping[str, str]) -> None:
-        """Columns the schema reads as numbers (Schema.numeric_columns): turns on the fast path."""
-        self.numeric = {name: pa.type_for_alias(t) for name, t in numeric.items()}
+    def prepare(self, schema: Any, max_record_bytes: int) -> None:
+        """Columns the schema reads as numbers (`schema.numeric_columns()`) turn on the fast
+        path; a physical line over `max_record_bytes` is rejected as `oversized_record`."""
+        self.numeric = {name: pa.type_for_alias(t) for name, t in schema.numeric_columns().items()}
+        self.max_record_bytes = int(max_record_bytes)
+
+    @property
+    def _quote(self) -> str:
+        return self.quote_char if self.quote_char not in (None, False) else ""
+
+    @property
+    def _header_lines(self) -> int:
+        return self.skip_rows + (1 if self.header else 0)
+
+    def _sentinel(self, columns: int) -> bytes:
+        """A row appended after the data: on its own it is `"0",,…` (recognised and dropped);
+        after a row still inside an open quote, its first quote closes that row, which then
+        ends in `0"`. pyarrow takes a quote left open at the end of the data as a good value
+        that runs to the end, so this is how a row running off the end is told apart."""
+        if not self._quote:
+            return b""
+        return (self._quote + "0" + self._quote + self.delimiter * (columns - 1) + "\n").encode()
 
     def _parse_options(self, handler: Any) -> pa_csv.ParseOptions:
-        quoting = self.quote_char not in (None, False)
+        quoting = bool(self._quote)
         return pa_csv.ParseOptions(
             delimiter=self.delimiter,
             quote_char=self.quote_char if quoting else False,
@@ -253,9 +293,9 @@ class CsvReader(FileSource):
     def read(self, path: str) -> Iterator[Block]:
         """Fast path first when the schema named numeric columns: pyarrow parses with all
         cores and converts those columns itself (1M benchmark rows: stage 1 1.6 s -> 1.1 s).
-        The first malformed row, unparsable number or invalid UTF-8 makes it stop; the
-        careful path then takes over after the records already delivered, so bad rows get
-        their line numbers and the results are exactly the careful path's."""
+        The first malformed row, unparsable number, invalid UTF-8, over-long line or quote
+        left open at the end makes it stop; the careful path then takes over after the
+        records already delivered, so the results are exactly the careful path's."""
         if not self.numeric:
             yield from self._read_careful(path)
             return
@@ -282,23 +322,37 @@ class CsvReader(FileSource):
             null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=True,
         )
         buffer = _Rows(names)
-        cursor = 0
+        cursor = 0  # record index of the next row
+        newlines = 0  # quoted newlines in the rows before `cursor`
+        first_line = self._header_lines + 1
+        sentinel = self._sentinel(len(names))
         with open_file(path) as fh:
-            reader = pa_csv.open_csv(fh, read_options=read_options,
+            reader = pa_csv.open_csv(_WithTail(fh, sentinel) if sentinel else fh,
+                                     read_options=read_options,
                                      parse_options=self._parse_options(None),
                                      convert_options=convert)
+            last: pa.RecordBatch | None = None  # the last non-empty batch
             for batch in reader:
                 m = batch.num_rows
                 positions = np.arange(cursor, cursor + m, dtype=np.int64)
+                extra = _newlines(batch)
+                lines = first_line + positions + newlines + np.cumsum(extra) - extra
                 cursor += m
+                newlines += int(extra.sum())
                 blank = _blank_rows(batch)
                 if blank is not None:
-                    batch, positions = batch.filter(pa.array(~blank)), positions[~blank]
-                buffer.add(batch, positions)
-                while buffer.rows >= self.block_rows:
-                    yield buffer.take(self.block_rows, path, None)
+                    keep = ~blank
+                    batch, positions, lines = batch.filter(pa.array(keep)), positions[keep], lines[keep]
+                buffer.add(batch, positions, lines)
+                last = batch if batch.num_rows else last
+                while buffer.rows > self.block_rows:  # the last row may be the sentinel: keep it
+                    yield buffer.take(self.block_rows, path, [])
+        if sentinel:  # the file's last row is followed by the sentinel row, unless it runs off
+            if last is None or not _is_sentinel(last, last.num_rows - 1):
+                raise _RunsOff("a quoted field is still open at the end of the file")
+            buffer.drop_last()
         while buffer.rows:
-            yield buffer.take(self.block_rows, path, None)
+            yield buffer.take(self.block_rows, path, [])
 
     def _read_careful(self, path: str, skip: int = 0) -> Iterator[Block]:
         """Single-threaded, every column as text, bad rows reported with their line;
@@ -307,41 +361,247 @@ class CsvReader(FileSource):
             if skip and block.num_rows and block.positions[0] < skip:
                 keep = np.asarray(block.positions) >= skip
                 block = Block({k: v.filter(pa.array(keep)) for k, v in block.columns.items()},
-                              np.asarray(block.positions)[keep], block.source, block.bad)
+                              np.asarray(block.positions)[keep], block.source, block.bad,
+                              lines=np.asarray(block.lines)[keep])
             if block.num_rows or block.bad:
                 yield block
 
     def _read_text(self, path: str) -> Iterator[Block]:
+        """The file in regions of whole lines (one chunk of the line scan, plus the lines of a
+        row still open at the end of the last region), each parsed by `_Careful`."""
+        from etl.sources.text_source import scan_lines  # noqa: PLC0415 (it imports this module)
+
         names = self._names(path)
-        rejected: list[tuple[int, str]] = []  # (row number as pyarrow counts it, row text)
+        limit = self.max_record_bytes
+        parser = _Careful(self, names, path)
+        buffer = _Rows(names)
+        skip = self._header_lines
+        carry, carry_line = b"", 0  # lines of a row that was still open at the end of a region
+        for run in scan_lines(path, limit):
+            start = min(skip, run.count)
+            skip -= start
+            cuts = sorted(i for i in run.oversized if i >= start)
+            for cut in [*cuts, None]:
+                stop = run.count if cut is None else cut
+                if stop > start:
+                    data = run.data[run.bounds[start] : run.bounds[stop]]
+                    first = carry_line if carry else run.first + start + 1
+                    buf = carry + data if carry else data
+                    carry, carry_line = parser.region(buf, first, final=False)
+                    if len(carry) > limit:  # open too long: no record may be that big
+                        parser.region(carry, carry_line, final=True, too_long=True)
+                        carry = b""
+                if cut is not None:  # an over-long line ends the region (and any open row)
+                    if carry:
+                        parser.region(carry, carry_line, final=True)
+                        carry = b""
+                    parser.oversized(run.first + cut + 1, run.oversized[cut])
+                    start = cut + 1
+            for item in parser.take():
+                buffer.add(*item)
+            while buffer.rows >= self.block_rows:
+                yield buffer.take(self.block_rows, path, parser.take_bad())
+        if carry:
+            parser.region(carry, carry_line, final=True)
+        for item in parser.take():
+            buffer.add(*item)
+        while buffer.rows or parser.bad:
+            yield buffer.take(self.block_rows, path, parser.take_bad())
+
+
+class _RunsOff(pa.ArrowInvalid):
+    """The fast path's last row is still inside a quote at the end of the file."""
+
+
+class _WithTail:
+    """A read handle that gives `tail` after the file's own bytes (after a newline, if the
+    file does not end with one): how the fast path appends the sentinel row."""
+
+    def __init__(self, fh: Any, tail: bytes):
+        self.fh, self.tail, self.last, self.closed = fh, tail, b"\n", False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        if data:
+            self.last = data[-1:]
+            return data
+        tail, self.tail = self.tail, b""
+        return (b"\n" if tail and self.last not in (b"\n", b"\r") else b"") + tail
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _is_sentinel(batch: pa.RecordBatch, row: int) -> bool:
+    """Whether a row is exactly the sentinel `"0",,…` (numbers converted, text as bytes)."""
+    values = [c[row].as_py() for c in batch.columns]
+    return values[0] in (b"0", 0) and all(v in (None, b"") for v in values[1:])
+
+
+def _newlines(batch: pa.RecordBatch) -> np.ndarray:
+    """Quoted newlines in each row (a row spans that many lines more than one)."""
+    extra = np.zeros(batch.num_rows, np.int64)
+    for col in batch.columns:
+        if pa.types.is_binary(col.type) or pa.types.is_string(col.type):
+            extra += np.asarray(pc.count_substring(col, "\n").fill_null(0), np.int64)
+    return extra
+
+
+class _Careful:
+    """Parses regions of whole lines one at a time with pyarrow (single-threaded, text
+    columns) and applies the recovery rule of the module docstring.
+
+    Every row is one record: `record` counts them in file order (good, rejected and blank
+    rows alike), so a row's position never depends on where the regions or blocks fall.
+    """
+
+    def __init__(self, reader: CsvReader, names: list[str], path: str):
+        self.names = names
+        self.path = path
+        self.quote = reader._quote.encode()
+        self.sentinel = reader._sentinel(len(names))
+        self.parse_options = reader._parse_options
+        self.limit = reader.max_record_bytes
+        self.record = 0
+        self.good: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = []
+        self.bad: list[BadRecord] = []
+
+    def take(self) -> list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
+        good, self.good = self.good, []
+        return good
+
+    def take_bad(self) -> list[BadRecord]:
+        bad, self.bad = self.bad, []
+        return bad
+
+    def oversized(self, line: int, size: int) -> None:
+        self.bad.append(BadRecord(
+            self.path, "oversized_record",
+            f"line of {size} bytes is over max_record_bytes ({self.limit}); skipped unread",
+            line=line))
+        self.record += 1
+
+    def _parse(self, data: bytes) -> tuple[pa.Table, list[tuple[int, str, int]]]:
+        rejected: list[tuple[int, str, int]] = []  # (0-based row, text, fields found)
 
         def on_invalid(row: Any) -> str:
-            rejected.append((row.number, row.text))
+            rejected.append((row.number - 1, row.text, row.actual_columns))
             return "skip"
 
-        read_options = pa_csv.ReadOptions(
-            use_threads=False,
-            skip_rows=self.skip_rows,
-            column_names=names if self.columns is not None else None,
-            skip_rows_after_names=1 if (self.header and self.columns is not None) else 0,
+        table = pa_csv.read_csv(
+            pa.BufferReader(data),
+            read_options=pa_csv.ReadOptions(use_threads=False, column_names=self.names,
+                                            block_size=len(data) + 1),
+            parse_options=self.parse_options(on_invalid),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={name: pa.binary() for name in self.names}),
         )
-        convert = pa_csv.ConvertOptions(column_types={name: pa.binary() for name in names})
-        header_rows = self.skip_rows + (1 if self.header else 0)
-        lines = _LineTracker(header_rows + 1, header_rows, len(names), self.quote_char or "")
-        buffer = _Rows(names)
-        with open_file(path) as fh:
-            reader = pa_csv.open_csv(
-                fh, read_options=read_options, parse_options=self._parse_options(on_invalid),
-                convert_options=convert,
-            )
-            for batch in reader:
-                buffer.add(*lines.place(batch, rejected, path))
-                rejected.clear()
-                while buffer.rows >= self.block_rows:
-                    yield buffer.take(self.block_rows, path, lines)
-        lines.place(_empty(names), rejected, path, final=True)
-        while buffer.rows or lines.bad:
-            yield buffer.take(self.block_rows, path, lines)
+        return table, rejected
+
+    def region(self, buf: bytes, first_line: int, final: bool, too_long: bool = False,
+               depth: int = 0) -> tuple[bytes, int]:
+        """Parse `buf` (whole lines, the first is line `first_line`). When not `final` and
+        its last row is still inside a quote at the end, that row is left out: its lines
+        come back (with their first line number) to be parsed again with the next lines."""
+        if not buf:
+            return b"", 0
+        data = buf if buf.endswith(b"\n") else buf + b"\n"
+        table, rejected = self._parse(data + self.sentinel)
+        total = table.num_rows + len(rejected)
+        rej = np.array([r for r, _, _ in rejected], np.int64)
+        is_good = np.ones(total, bool)
+        is_good[rej] = False
+        good_rows = np.flatnonzero(is_good)
+        extra = np.zeros(total, np.int64)
+        extra[good_rows] = _newlines(table.to_batches()[0]) if table.num_rows else 0
+        extra[rej] = [text.count("\n") for _, text, _ in rejected]
+        runs_off = False
+        if self.sentinel:
+            if is_good[-1] and _is_sentinel(table.combine_chunks().to_batches()[0], table.num_rows - 1):
+                total -= 1
+                table, good_rows, extra = table.slice(0, total), good_rows[:-1], extra[:-1]
+            else:
+                runs_off = True
+        starts = first_line + np.arange(total) + np.cumsum(extra) - extra
+        line_at = np.concatenate([[0], np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1])
+        found = dict(zip(rej.tolist(), [(t, f) for _, t, f in rejected], strict=True))
+        breaks = [r for r in rej.tolist() if extra[r] > 0 and r < total]
+        if runs_off:
+            breaks = [r for r in breaks if r < total - 1] + [total - 1]
+        done = 0
+        for r in breaks:
+            self._rows(table, good_rows, found, starts, done, r)
+            i = int(starts[r]) - first_line  # the bad row's first line, in buf
+            last = r == total - 1 and runs_off
+            if last and not final:
+                return buf[line_at[i] :], int(starts[r])
+            text = data[line_at[i] : line_at[i + 1]]
+            if last and too_long:
+                code, reason = ("unterminated_quote",
+                                f"quoted field still open after max_record_bytes ({self.limit}) "
+                                f"bytes; parsing resumes at the next line")
+            elif text.count(self.quote) % 2:
+                code, reason = ("unterminated_quote",
+                                "unbalanced quote (the field runs on over the next lines); "
+                                "parsing resumes at the next line")
+            else:
+                code, reason = ("wrong_field_count",
+                                f"wrong number of fields (expected {len(self.names)}, found "
+                                f"{found.get(r, ('', '?'))[1]} in a row over several lines); "
+                                f"parsing resumes at the next line")
+            self.bad.append(BadRecord(self.path, code, reason, line=int(starts[r]),
+                                      raw=excerpt(text.rstrip(b"\r\n"))))
+            self.record += 1
+            # the lines the bad row ran over are parsed again, as rows of their own
+            end = len(line_at) - 1 if last else i + int(extra[r]) + 1
+            sub = data[line_at[i + 1] : line_at[end]]
+            if depth < 32:
+                self.region(sub, int(starts[r]) + 1, final=True, depth=depth + 1)
+            else:  # nested bad quotes: line by line, so the nesting stops here
+                for k in range(i + 1, end):
+                    self.region(data[line_at[k] : line_at[k + 1]], first_line + k, final=True,
+                                depth=depth + 1)
+            done = r + 1
+        self._rows(table, good_rows, found, starts, done, total)
+        return b"", 0
+
+    def _rows(self, table: pa.Table, good_rows: np.ndarray, found: dict[int, tuple[str, int]],
+              starts: np.ndarray, a: int, b: int) -> None:
+        """Rows a..b-1 of a parse, none of them spanning lines when rejected: the good ones
+        go out (blank ones dropped, non-UTF-8 ones rejected), the others are rejected."""
+        if b <= a:
+            return
+        base = self.record - a  # record index of row r is base + r
+        for r in [r for r in found if a <= r < b]:
+            text, fields = found[r]
+            self.bad.append(BadRecord(
+                self.path, "wrong_field_count",
+                f"wrong number of fields (expected {len(self.names)}, found {fields})",
+                line=int(starts[r]), raw=excerpt(text)))
+        lo, hi = np.searchsorted(good_rows, [a, b])
+        if hi > lo:
+            batch = table.slice(int(lo), int(hi - lo)).combine_chunks().to_batches()
+            batch = batch[0] if batch else _empty(self.names)
+            rows = good_rows[lo:hi]
+            positions = base + rows
+            lines = starts[rows]
+            not_utf8 = np.zeros(len(rows), bool)
+            blank = np.full(len(rows), len(self.names) > 1)
+            for col in batch.columns:
+                not_utf8 |= utf8_bad_rows(col)
+                blank &= np.asarray(pc.binary_length(col).fill_null(0), np.int64) == 0
+            for k in np.flatnonzero(not_utf8).tolist():
+                raw = b"|".join(b"" if c[k].as_py() is None else c[k].as_py() for c in batch.columns)
+                self.bad.append(BadRecord(self.path, "not_utf8", "not valid UTF-8 text",
+                                          line=int(lines[k]), raw=excerpt(raw)))
+            keep = ~not_utf8 & ~blank
+            if not keep.all():
+                batch, positions, lines = batch.filter(pa.array(keep)), positions[keep], lines[keep]
+            self.good.append((batch, positions, lines))
+        self.record += b - a
 
 
 class _Rows:
@@ -351,27 +611,35 @@ class _Rows:
         self.names = names
         self.batches: list[pa.RecordBatch] = []
         self.positions: list[np.ndarray] = []
+        self.lines: list[np.ndarray] = []
         self.rows = 0
 
-    def add(self, batch: pa.RecordBatch, positions: np.ndarray) -> None:
+    def add(self, batch: pa.RecordBatch, positions: np.ndarray, lines: np.ndarray) -> None:
         if batch.num_rows:
             self.batches.append(batch)
             self.positions.append(positions)
+            self.lines.append(lines)
             self.rows += batch.num_rows
 
-    def take(self, n: int, path: str, lines: _LineTracker | None) -> Block:
-        """The first `n` (or fewer) waiting rows as text columns, with the bad rows found so far."""
+    def drop_last(self) -> None:
+        """Forget the last waiting row (the fast path's sentinel)."""
+        self.batches[-1] = self.batches[-1].slice(0, self.batches[-1].num_rows - 1)
+        self.positions[-1], self.lines[-1] = self.positions[-1][:-1], self.lines[-1][:-1]
+        self.rows -= 1
+
+    def take(self, n: int, path: str, bad: list[BadRecord]) -> Block:
+        """The first `n` (or fewer) waiting rows as text columns, with the bad rows given."""
         table = pa.Table.from_batches(self.batches or [_empty(self.names)])
         positions = np.concatenate(self.positions or [np.zeros(0, np.int64)])
+        lines = np.concatenate(self.lines or [np.zeros(0, np.int64)])
         head, rest = table.slice(0, n), table.slice(n)
         self.batches = rest.combine_chunks().to_batches() if rest.num_rows else []
         self.positions = [positions[n:]] if rest.num_rows else []
+        self.lines = [lines[n:]] if rest.num_rows else []
         self.rows = rest.num_rows
-        columns = {n: _as_text(head.column(n).combine_chunks()) for n in self.names}
-        bad: list[BadRecord] = []
-        if lines is not None:
-            bad, lines.bad = lines.bad, []
-        return Block(columns=columns, positions=positions[:n], source=path, bad=bad)
+        columns = {name: _as_text(head.column(name).combine_chunks()) for name in self.names}
+        return Block(columns=columns, positions=positions[:n], source=path,
+                     bad=sorted(bad, key=lambda b: b.line or 0), lines=lines[:n].astype(np.int64))
 
 
 def _as_text(col: pa.Array) -> pa.Array:
@@ -397,85 +665,3 @@ def _blank_rows(batch: pa.RecordBatch) -> np.ndarray | None:
 
 def _empty(names: list[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], pa.binary()) for _ in names], names=names)
-
-
-class _LineTracker:
-    """Turns pyarrow's row numbers into record indexes and 1-based physical line numbers.
-
-    pyarrow numbers rows (1-based, counting skipped and header rows) but not lines: a quoted
-    newline makes a row span several lines. Good rows' quoted newlines are counted per batch
-    (vectorised) and rejected rows' in their text, so every bad row gets the line it starts on.
-    Good rows get record indexes that leave gaps where the parser rejected rows, so positions
-    stay the same whatever the block sizes.
-    """
-
-    def __init__(self, first_line: int, header_rows: int, expected: int, quote: str):
-        self.first_line = first_line
-        self.header_rows = header_rows
-        self.expected = expected  # fields per row
-        self.quote = quote  # "" when quoting is off
-        self.cursor = 0  # record index right after the last good row placed so far
-        self.newlines = 0  # quoted newlines in all records before `cursor`
-        self.waiting: list[tuple[int, str]] = []  # rejected rows (record index, text) past cursor
-        self.bad: list[BadRecord] = []
-
-    def place(
-        self, batch: pa.RecordBatch, rejected: list[tuple[int, str]], path: str, final: bool = False
-    ) -> tuple[pa.RecordBatch, np.ndarray]:
-        """Positions of a batch's good rows; rows with bad UTF-8 are dropped and reported.
-
-        Rejected rows before the batch's last good row are settled now; `final` settles all.
-        """
-        self.waiting.extend((number - 1 - self.header_rows, text) for number, text in rejected)
-        self.waiting.sort()
-        waiting = np.array([r for r, _ in self.waiting], np.int64)
-        m = batch.num_rows
-        k = np.arange(m, dtype=np.int64)
-        gaps = waiting - self.cursor - np.arange(len(waiting))  # good rows before each rejected
-        positions = self.cursor + k + np.searchsorted(gaps, k, side="right")
-        extra = np.zeros(m, np.int64)
-        not_utf8 = np.zeros(m, bool)
-        blank = np.full(m, len(batch.columns) > 1)
-        for col in batch.columns:
-            extra += np.asarray(pc.count_substring(col, "\n").fill_null(0), np.int64)
-            not_utf8 |= utf8_bad_rows(col)
-            blank &= np.asarray(pc.binary_length(col).fill_null(0), np.int64) == 0
-        before = np.concatenate([[0], np.cumsum(extra)])  # quoted newlines of good rows before
-        new_cursor = int(positions[-1]) + 1 if m else self.cursor
-        if final:
-            new_cursor = waiting[-1] + 1 if len(waiting) else new_cursor
-        found: list[tuple[int, BadRecord]] = []
-        rejected_extra = 0
-        keep: list[tuple[int, str]] = []
-        for record, text in self.waiting:
-            if record >= new_cursor:
-                keep.append((record, text))
-                continue
-            good_before = int(before[np.searchsorted(positions, record)])
-            line = self.first_line + record + self.newlines + good_before + rejected_extra
-            rejected_extra += text.count("\n")
-            found.append((record, self._malformed(path, line, text)))
-        for i in np.flatnonzero(not_utf8).tolist():
-            record = int(positions[i])
-            earlier = sum(t.count("\n") for r, t in self.waiting if r < record)
-            line = self.first_line + record + self.newlines + int(before[i]) + earlier
-            raw = b"|".join(b"" if c[i].as_py() is None else c[i].as_py() for c in batch.columns)
-            found.append((record, BadRecord(path, line, f"line {line}: not valid UTF-8 text",
-                                            raw=excerpt(raw))))
-        self.bad.extend(b for _, b in sorted(found, key=lambda f: f[0]))
-        self.newlines += int(before[-1]) + rejected_extra
-        self.waiting = keep
-        self.cursor = new_cursor
-        if not_utf8.any() or blank.any():
-            good = ~not_utf8 & ~blank
-            batch = batch.filter(pa.array(good))
-            positions = positions[good]
-        return batch, positions
-
-    def _malformed(self, path: str, line: int, text: str) -> BadRecord:
-        if self.quote and text.count(self.quote) % 2:
-            reason = (f"line {line}: unbalanced quote (the field runs on to the end of the row "
-                      f"or file)")
-        else:
-            reason = f"line {line}: wrong number of fields (expected {self.expected})"
-        return BadRecord(path, line, reason, raw=excerpt(text))

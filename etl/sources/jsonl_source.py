@@ -2,8 +2,12 @@
 
 Fast path: a block of lines goes to `pyarrow.json` in one call (nested lists come out as Arrow
 list arrays). If pyarrow rejects the block, only that block is parsed again line by line with
-`json.loads`, so just the invalid lines become BadRecords (position: 1-based line number) and
-the rest still go through. Blank lines are no records; positions are 0-based line indexes.
+`json.loads`, so just the invalid lines become BadRecords (`invalid_json`, `not_utf8`) with
+their 1-based line, and the rest still go through. When the valid lines' types clash (a scalar
+where other lines hold lists, `3` and `"3"`), the block goes out as Python lists, one value per
+row: the encoder then rejects only the rows that do not fit the schema (`wrong_type`, ...).
+Lines longer than `max_record_bytes` are `oversized_record`s, skipped while they stream past.
+Blank lines are no records; positions are 0-based line indexes, `Block.lines` 1-based lines.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from etl.errors import BadRecord
-from etl.sources.base import Block
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
 from etl.sources.csv_source import FileSource, excerpt, utf8_bad_rows
 from etl.sources.text_source import LineBlock, line_blocks
 
@@ -26,18 +30,31 @@ from etl.sources.text_source import LineBlock, line_blocks
 class JsonlReader(FileSource):
     """`format: jsonl`; options: block_rows."""
 
+    def __init__(self, config: dict[str, Any], base_dir: str, where: str):
+        super().__init__(config, base_dir, where)
+        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
+
+    def prepare(self, schema: Any, max_record_bytes: int) -> None:
+        """A line over `max_record_bytes` is rejected as `oversized_record` without being read."""
+        self.max_record_bytes = int(max_record_bytes)
+
     def read(self, path: str) -> Iterator[Block]:
-        for block in line_blocks(path, self.block_rows):
-            rows = np.flatnonzero(~block.blank())
+        for block in line_blocks(path, self.block_rows, self.max_record_bytes):
+            oversized = block.oversized_records(path, self.max_record_bytes)
+            rows = np.flatnonzero(~block.blank() & ~block.oversized_mask())
             positions = block.first + rows
             # pyarrow.json takes bytes that are not UTF-8 into string columns without a word
             valid = not utf8_bad_rows(block.binary()).any()
+            # oversized lines are empty in block.data: pyarrow skips them like blank ones
             table = _arrow(block.data, len(rows)) if valid else None
             if table is not None:
                 columns = {n: table.column(n).combine_chunks() for n in table.schema.names}
-                yield Block(columns=columns, positions=positions, source=path)
+                yield Block(columns=columns, positions=positions, source=path, bad=oversized,
+                            lines=positions + 1)
             else:
-                yield _line_by_line(block, rows, path)
+                out = _line_by_line(block, rows, path)
+                out.bad = sorted(out.bad + oversized, key=lambda b: b.line or 0)
+                yield out
 
 
 def _arrow(data: bytes, expected_rows: int) -> pa.Table | None:
@@ -62,26 +79,28 @@ def _line_by_line(block: LineBlock, rows: np.ndarray, path: str) -> Block:
         try:
             value = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
-            bad.append(BadRecord(path, line, f"line {line}: not valid UTF-8 text",
+            bad.append(BadRecord(path, "not_utf8", "not valid UTF-8 text", line=line,
                                  raw=excerpt(raw)))
             continue
         except json.JSONDecodeError as e:
-            bad.append(BadRecord(path, line, f"line {line}: invalid JSON: {e.msg} at column "
-                                             f"{e.colno}", raw=excerpt(raw)))
+            bad.append(BadRecord(path, "invalid_json", f"invalid JSON: {e.msg} at column {e.colno}",
+                                 line=line, raw=excerpt(raw)))
             continue
         if not isinstance(value, dict):
-            bad.append(BadRecord(path, line, f"line {line}: expected a JSON object, "
-                                             f"got {type(value).__name__}", raw=excerpt(raw)))
+            bad.append(BadRecord(path, "invalid_json",
+                                 f"expected a JSON object, got {type(value).__name__}",
+                                 line=line, raw=excerpt(raw)))
             continue
         good.append(i)
         records.append(value)
     positions = block.first + np.array(good, np.int64)
     # The valid lines usually go through pyarrow after all (so types match the fast path);
-    # if their types clash (3 in one line, "3" in another) the encoder gets Python lists.
+    # if their types clash (3 in one line, "3" in another, a scalar among lists) the encoder
+    # gets Python lists and rejects just the rows that do not fit the schema.
     table = _arrow(b"\n".join(block.line(i) for i in good), len(good)) if good else None
     if table is not None:
         columns: dict[str, Any] = {n: table.column(n).combine_chunks() for n in table.schema.names}
     else:
         names = list(dict.fromkeys(k for r in records for k in r))
         columns = {n: [r.get(n) for r in records] for n in names}
-    return Block(columns=columns, positions=positions, source=path, bad=bad)
+    return Block(columns=columns, positions=positions, source=path, bad=bad, lines=positions + 1)

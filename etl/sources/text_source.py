@@ -3,23 +3,26 @@
 Lines are found with one NumPy scan per chunk and handed to Arrow as one buffer, so there is
 no Python step per line. `line_blocks` is shared with the JSONL reader.
 Columns: `id` (0-based line index, int64), `text`, `tokens` (list of strings), `length`
-(int64 token count). Lines that are not UTF-8 become BadRecords (position: 1-based line
-number); blank lines are skipped by default but keep their line number, so ids never shift.
+(int64 token count). Lines that are not UTF-8 become BadRecords `not_utf8`, lines longer than
+`max_record_bytes` `oversized_record` (skipped while they stream past, never held whole), both
+with their 1-based line; blank lines are skipped by default but keep their line number, so
+ids never shift. A gzip file that breaks off raises BadInputError naming the file and line.
 """
 
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.errors import BadRecord, ConfigError
-from etl.sources.base import Block, open_file
+from etl.errors import BadInputError, BadRecord, ConfigError
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, open_file
 from etl.sources.csv_source import FileSource, bool_option, excerpt, utf8_bad_rows
 
 _CHUNK_BYTES = 1 << 24
@@ -27,16 +30,103 @@ _WHITESPACE = np.array([ord(" "), ord("\t"), ord("\r"), ord("\n")], np.uint8)
 
 
 @dataclass
-class LineBlock:
-    """Up to `block_rows` consecutive lines of one file as one buffer."""
+class LineRun:
+    """Whole lines of a file as one buffer, as `scan_lines` finds them.
+
+    A line longer than the limit is not kept: it stands in `bounds` as an empty line (so line
+    numbers stay right) and `oversized` maps its index in the run to its length in bytes.
+    """
 
     first: int  # 0-based index of the first line in the file
     data: bytes
     bounds: np.ndarray  # int64, n+1: line i is data[bounds[i]:bounds[i+1]] (with its newline)
+    oversized: dict[int, int] = field(default_factory=dict)
+    end_byte: int = 0  # uncompressed byte offset in the file just after these lines
 
     @property
     def count(self) -> int:
         return len(self.bounds) - 1
+
+
+def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+               chunk_bytes: int = _CHUNK_BYTES) -> Iterator[LineRun]:
+    """A file (gzip if it ends in .gz) as runs of whole lines, one NumPy scan per chunk.
+
+    Memory stays bounded by `chunk_bytes + max_line_bytes` whatever the file holds: a line
+    longer than `max_line_bytes` is dropped while it streams past and reported in
+    `LineRun.oversized`. A gzip stream that breaks off (truncated, corrupt) raises
+    BadInputError naming the file and where it breaks: how many records are lost is unknown.
+    """
+    with open_file(path) as raw:
+        stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+        buf = b""  # an unfinished line from the chunks before
+        first = 0  # 0-based index of the line `buf` starts
+        consumed = 0  # uncompressed bytes before `buf`
+        skipping = -1  # length so far of an oversized line being skipped, else -1
+        while True:
+            chunk = _read_chunk(stream, path, chunk_bytes, first, consumed + len(buf))
+            if skipping >= 0:
+                nl = chunk.find(b"\n")
+                if nl < 0 and chunk:
+                    skipping += len(chunk)
+                    continue
+                took = len(chunk) if nl < 0 else nl + 1
+                skipping += took
+                yield LineRun(first, b"", np.zeros(2, np.int64), {0: skipping},
+                              consumed + skipping)
+                first, consumed, skipping = first + 1, consumed + skipping, -1
+                chunk = chunk[took:]
+                if not chunk:
+                    if nl < 0:
+                        return
+                    continue
+            eof = not chunk
+            data = buf + chunk
+            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + 1 + len(buf)
+            if eof and len(data) and (not len(ends) or ends[-1] != len(data)):
+                ends = np.append(ends, len(data))  # a last line without a newline
+            stop = int(ends[-1]) if len(ends) else 0
+            if len(ends):
+                bounds = np.concatenate([[0], ends]).astype(np.int64)
+                yield _cut_long(LineRun(first, data[:stop], bounds, {}, consumed + stop),
+                                max_line_bytes)
+                first += len(ends)
+                consumed += stop
+            buf = data[stop:]
+            if eof:
+                return
+            if len(buf) > max_line_bytes:  # an unfinished line already too long: skip the rest
+                skipping, buf = len(buf), b""
+
+
+def _read_chunk(stream: Any, path: str, size: int, line: int, byte: int) -> bytes:
+    try:
+        return stream.read(size)
+    except (EOFError, OSError, zlib.error) as e:
+        raise BadInputError(
+            f"{path}: the compressed stream breaks off near line {line + 1} (uncompressed byte "
+            f"{byte}): {e}; the records after it cannot be read (is the file truncated?)"
+        ) from e
+
+
+def _cut_long(run: LineRun, limit: int) -> LineRun:
+    """Lines over `limit` bytes replaced by empty ones and listed in `oversized` (rare: only
+    a line that ends in the chunk that made it too long gets here)."""
+    lengths = np.diff(run.bounds)
+    long = np.flatnonzero(lengths > limit)
+    if not len(long):
+        return run
+    keep = lengths.copy()
+    keep[long] = 0
+    parts = [run.data[run.bounds[i] : run.bounds[i + 1]] for i in np.flatnonzero(keep).tolist()]
+    bounds = np.concatenate([[0], np.cumsum(keep)]).astype(np.int64)
+    oversized = {int(i): int(lengths[i]) for i in long}
+    return LineRun(run.first, b"".join(parts), bounds, oversized, run.end_byte)
+
+
+@dataclass
+class LineBlock(LineRun):
+    """Up to `block_rows` consecutive lines of one file as one buffer."""
 
     def line_numbers(self) -> np.ndarray:
         """1-based line numbers, as editors show them."""
@@ -46,10 +136,28 @@ class LineBlock:
         return self.data[self.bounds[i] : self.bounds[i + 1]].rstrip(b"\r\n")
 
     def blank(self) -> np.ndarray:
-        """Lines holding only spaces, tabs and line ends (what pyarrow's JSON reader skips)."""
+        """Lines holding only spaces, tabs and line ends (what pyarrow's JSON reader skips);
+        oversized lines are not blank."""
         u8 = np.frombuffer(self.data, np.uint8)
         ink = np.concatenate([[0], np.cumsum(~np.isin(u8, _WHITESPACE), dtype=np.int64)])
-        return ink[self.bounds[1:]] == ink[self.bounds[:-1]]
+        blank = ink[self.bounds[1:]] == ink[self.bounds[:-1]]
+        if self.oversized:
+            blank[list(self.oversized)] = False
+        return blank
+
+    def oversized_mask(self) -> np.ndarray:
+        mask = np.zeros(self.count, bool)
+        if self.oversized:
+            mask[list(self.oversized)] = True
+        return mask
+
+    def oversized_records(self, path: str, limit: int) -> list[BadRecord]:
+        return [
+            BadRecord(path, "oversized_record",
+                      f"line of {size} bytes is over max_record_bytes ({limit}); skipped unread",
+                      line=self.first + i + 1)
+            for i, size in sorted(self.oversized.items())
+        ]
 
     def binary(self) -> pa.Array:
         """The lines as one LargeBinary array, newlines still attached (zero-copy)."""
@@ -59,36 +167,48 @@ class LineBlock:
         )
 
 
-def line_blocks(path: str, max_lines: int) -> Iterator[LineBlock]:
-    """A file (gzip if it ends in .gz) as blocks of whole lines, without a Python step per line."""
-    with open_file(path) as raw:
-        stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
-        buf = b""
-        ends = np.zeros(0, np.int64)  # end (after the newline) of each whole line in buf
-        first = 0
-        eof = False
-        while not eof:
-            chunk = stream.read(_CHUNK_BYTES)
-            eof = not chunk
-            found = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + 1 + len(buf)
-            buf += chunk
-            ends = np.concatenate([ends, found])
-            if eof and (ends[-1] if len(ends) else 0) != len(buf):
-                ends = np.append(ends, len(buf))  # a last line without a newline
-            start = 0
-            while len(ends) >= max_lines or (eof and len(ends)):
-                take, ends = ends[:max_lines], ends[max_lines:]
-                stop = int(take[-1])
-                bounds = np.concatenate([[start], take]) - start
-                yield LineBlock(first, buf[start:stop], bounds.astype(np.int64))
-                first += len(take)
-                start = stop
-            buf = buf[start:]
-            ends = ends - start
+def line_blocks(path: str, max_lines: int,
+                max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[LineBlock]:
+    """A file as blocks of `max_lines` whole lines, without a Python step per line; lines
+    over `max_line_bytes` are empty in the block and listed in `LineBlock.oversized`."""
+    runs: list[LineRun] = []
+    waiting = 0
+    for run in scan_lines(path, max_line_bytes):
+        runs.append(run)
+        waiting += run.count
+        while waiting >= max_lines:
+            block, runs = _take_lines(runs, max_lines)
+            waiting -= block.count
+            yield block
+    while waiting:
+        block, runs = _take_lines(runs, max_lines)
+        waiting -= block.count
+        yield block
+
+
+def _take_lines(runs: list[LineRun], n: int) -> tuple[LineBlock, list[LineRun]]:
+    """The first `n` lines of `runs` as one block, and the runs left."""
+    parts, bounds, oversized = [], [np.zeros(1, np.int64)], {}
+    first, taken, rest = runs[0].first, 0, list(runs)
+    while rest and taken < n:
+        run = rest.pop(0)
+        k = min(run.count, n - taken)
+        stop = int(run.bounds[k])
+        parts.append(run.data[:stop])
+        bounds.append(run.bounds[1 : k + 1] + bounds[-1][-1])
+        oversized.update({taken + i: s for i, s in run.oversized.items() if i < k})
+        if k < run.count:
+            tail = LineRun(run.first + k, run.data[stop:], run.bounds[k:] - stop,
+                           {i - k: s for i, s in run.oversized.items() if i >= k}, run.end_byte)
+            rest.insert(0, tail)
+        taken += k
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    return LineBlock(first, data, np.concatenate(bounds).astype(np.int64), oversized), rest
 
 
 def decode_lines(block: LineBlock, path: str) -> tuple[pa.Array, np.ndarray, list[BadRecord]]:
-    """Lines as text without line ends, their row indexes in the block, and the non-UTF-8 ones."""
+    """Lines as text without line ends, their row indexes in the block, and the rejected ones
+    (not UTF-8 or oversized); oversized lines are not among the rows."""
     lines = block.binary()
     bad = utf8_bad_rows(lines)
     rows = np.arange(block.count)
@@ -96,12 +216,14 @@ def decode_lines(block: LineBlock, path: str) -> tuple[pa.Array, np.ndarray, lis
     if bad.any():
         numbers = block.line_numbers()
         rejected = [
-            BadRecord(path, int(numbers[i]), f"line {int(numbers[i])}: not valid UTF-8 text",
+            BadRecord(path, "not_utf8", "not valid UTF-8 text", line=int(numbers[i]),
                       raw=excerpt(block.line(i)))
             for i in np.flatnonzero(bad).tolist()
         ]
-        rows = rows[~bad]
-        lines = lines.filter(pa.array(~bad))
+    drop = bad | block.oversized_mask()
+    if drop.any():
+        rows = rows[~drop]
+        lines = lines.filter(pa.array(~drop))
     text = pc.utf8_rtrim(lines.cast(pa.large_string()), characters="\r\n")
     return text, rows, rejected
 
@@ -120,10 +242,17 @@ class TextReader(FileSource):
                               f"got {self.tokenizer!r}")
         self.lowercase = bool_option(self.opts, "lowercase", False, where)
         self.skip_empty = bool_option(self.opts, "skip_empty", True, where)
+        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
+
+    def prepare(self, schema: Any, max_record_bytes: int) -> None:
+        """A line over `max_record_bytes` is rejected as `oversized_record` without being read."""
+        self.max_record_bytes = int(max_record_bytes)
 
     def read(self, path: str) -> Iterator[Block]:
-        for block in line_blocks(path, self.block_rows):
+        for block in line_blocks(path, self.block_rows, self.max_record_bytes):
             text, rows, bad = decode_lines(block, path)
+            bad = sorted(bad + block.oversized_records(path, self.max_record_bytes),
+                         key=lambda b: b.line or 0)
             trimmed = pc.utf8_trim_whitespace(text)
             empty = np.asarray(pc.equal(pc.utf8_length(trimmed), 0), bool)
             if self.skip_empty and empty.any():
@@ -137,7 +266,7 @@ class TextReader(FileSource):
                 "tokens": tokens,
                 "length": np.asarray(pc.list_value_length(tokens), np.int64),
             }
-            yield Block(columns=columns, positions=ids, source=path, bad=bad)
+            yield Block(columns=columns, positions=ids, source=path, bad=bad, lines=ids + 1)
 
     def _tokens(self, text: pa.Array, empty: np.ndarray) -> pa.Array:
         if self.lowercase:
