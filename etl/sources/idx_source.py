@@ -4,8 +4,16 @@ Each `paths` key is a column; its files (paths or globs) are paired with the oth
 sorted order. The first column's file (the images, for MNIST) names the pair: it is what
 `files()` returns and what `Block.source` says, so record identity is (image file, index).
 Columns are NumPy blocks straight from the file: image (n, 28, 28) uint8, label (n,) uint8.
-A wrong magic number, dims that do not match the data, or paired files whose record counts
-differ raise a RecordError naming the file(s): the whole pair is unusable.
+Bad files (the rule for binary inputs: what is lost is counted when the header says how many
+records there are, the run fails when it does not):
+- a wrong magic number or truncated header, a plain file longer than its dims describe, or paired
+  files whose headers promise different record counts: BadInputError naming the file(s) and the
+  byte, raised by `files()` (at plan time, before any work: only headers are read) and again by
+  `read`; nothing in the pair can be trusted;
+- data that ends early (a truncated file, a gzip stream that breaks): the complete records go
+  through and one `unreadable_rest` BadRecord counts the records the header promised but the
+  data did not hold (record index and byte offset of the first one), so `max_bad_fraction`
+  sees the real loss.
 """
 
 from __future__ import annotations
@@ -16,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from etl.errors import RecordError
-from etl.idx import iter_blocks, open_idx
+from etl.errors import BadInputError, BadRecord
+from etl.idx import IdxHeader, check_end, open_idx, read_block
 from etl.sources.base import Block, options
 from etl.sources.csv_source import PairedFiles, block_rows
 
@@ -39,27 +47,56 @@ class IdxReader:
         return self.pairs.key_column
 
     def files(self) -> list[str]:
-        return self.pairs.keys()
+        keys = self.pairs.keys()
+        for key in keys:  # headers only: a broken file fails the run before any work
+            with ExitStack() as stack:
+                self._open(key, stack)
+        return keys
 
     def inputs(self) -> list[str]:
         return self.pairs.every_file()
 
+    def _open(self, path: str, stack: ExitStack) -> dict[str, tuple[str, IdxHeader, Any]]:
+        """column -> (file, header, stream at the first record); headers agree on the count."""
+        opened = {}
+        for name, f in self.pairs.partners(path).items():
+            header, stream = stack.enter_context(open_idx(f))
+            opened[name] = (f, header, stream)
+        counts = {f: header.count for f, header, _ in opened.values()}
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{f} has {c}" for f, c in counts.items())
+            raise BadInputError(f"{self.where}: paired IDX files hold different numbers of "
+                                f"records (first dimension of their headers): {listed}")
+        return opened
+
     def read(self, path: str) -> Iterator[Block]:
-        files = self.pairs.partners(path)
         with ExitStack() as stack:
-            opened = {name: stack.enter_context(open_idx(f)) for name, f in files.items()}
-            counts = {files[name]: header.count for name, (header, _) in opened.items()}
-            if len(set(counts.values())) > 1:
-                listed = ", ".join(f"{f} has {c}" for f, c in counts.items())
-                raise RecordError(f"{self.where}: paired IDX files hold different numbers of "
-                                  f"records: {listed}")
-            streams = {
-                name: iter_blocks(stream, header, self.block_rows, files[name])
-                for name, (header, stream) in opened.items()
-            }
+            opened = self._open(path, stack)
+            total = next(iter(opened.values()))[1].count
             start = 0
-            for blocks in zip(*streams.values(), strict=True):
-                columns = dict(zip(streams, blocks, strict=True))
-                n = len(blocks[0])
-                yield Block(columns, np.arange(start, start + n, dtype=np.int64), source=path)
-                start += n
+            while start < total:
+                want = min(self.block_rows, total - start)
+                parts = {name: read_block(stream, header, want, f)
+                         for name, (f, header, stream) in opened.items()}
+                n = min(len(block) for block, _ in parts.values())
+                columns = {name: block[:n] for name, (block, _) in parts.items()}
+                if n == want:
+                    yield Block(columns, np.arange(start, start + n, dtype=np.int64), source=path)
+                    start += n
+                    continue
+                # some file ended early: its complete records go, the rest is counted as lost
+                short = min(parts, key=lambda name: len(parts[name][0]))
+                f, header, _ = opened[short]
+                lost = total - start - n
+                byte = header.header_bytes + (start + n) * header.record_bytes
+                gz = " (uncompressed)" if f.endswith(".gz") else ""
+                named = "" if f == path else f"{f}: "
+                bad = BadRecord(path, "unreadable_rest",
+                                f"{named}{parts[short][1]} at{gz} byte {byte}: records {start + n} to "
+                                f"{total - 1} of the {total} its header promises are missing",
+                                record=start + n, byte=byte, count=lost)
+                yield Block(columns, np.arange(start, start + n, dtype=np.int64), source=path,
+                            bad=[bad])
+                return
+            for f, header, stream in opened.values():
+                check_end(stream, header, f)

@@ -7,23 +7,33 @@ and a block spans many image files. Columns: `image` (the encoded file bytes as 
 large_binary, or with `decode: true` a uint8 NumPy block (n, H, W, channels)), `label` (the
 class folder name) and `filename` (path relative to the root).
 
-Every image is decoded once with Pillow to prove it is readable (`verify: false` skips that
-when not decoding); a file that fails (e.g. truncated) or, when decoding, whose size differs
-from the root's first good image is a BadRecord with the file path and the reason.
+Every image is decoded once with Pillow to prove it is readable (`verify: false` skips the
+full decode when not decoding, the header is still read). Rejected images are BadRecords whose
+`source` is the image file itself and `record` its index in the root:
+- `bad_image`: Pillow cannot open or decode it (truncated, not a PNG/JPEG);
+- `wrong_shape`: with `prepare(schema, ...)` (the pipeline always calls it) the schema's image
+  feature (the one whose source column is `image`) declares [height, width, channels]; an image
+  of another height or width is rejected (PNG/JPEG blobs are re-decoded to the schema's channel
+  count by `tf.io.decode_png/jpeg`, so only decoded pixels must match the channels). Without a
+  schema, decoded images must match the root's first good image;
+- `oversized_record`: a file over `max_record_bytes`, rejected without being read.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from etl.errors import BadRecord, ConfigError
-from etl.sources.base import Block, expand, open_file
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, expand, open_file
 from etl.sources.csv_source import FileSource, bool_option, join
+
+if TYPE_CHECKING:
+    from etl.schema import Schema
 
 EXTENSIONS = (".png", ".jpg", ".jpeg")
 _MODES = {1: "L", 3: "RGB"}
@@ -45,6 +55,24 @@ class ImageFolderReader(FileSource):
         if "channels" in opts and not self.decode:
             raise ConfigError(f"{where}: 'channels' needs 'decode: true' (undecoded images "
                               f"are passed on as they are)")
+        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
+        self.feature = ""  # the schema feature the `image` column feeds, once prepared
+        self.shape: tuple[int, int, int] | None = None  # its declared [height, width, channels]
+
+    def prepare(self, schema: Schema, max_record_bytes: int) -> None:
+        """Learn the image feature's declared shape, so every image is checked against it."""
+        self.max_record_bytes = int(max_record_bytes)
+        for f in schema.features:
+            if "image" not in f.sources or len(f.shape) != 3 or not f.fixed:
+                continue
+            if f.encoding in ("png", "jpeg") or (self.decode and f.dtype == "uint8"):
+                self.feature = f.name
+                self.shape = (int(f.shape[0]), int(f.shape[1]), int(f.shape[2]))
+                break
+        if self.shape and self.decode and self.shape[2] != self.channels:
+            raise ConfigError(f"{self.where}: images are decoded to {self.channels} channel(s) "
+                              f"('channels' option), but schema feature {self.feature!r} has "
+                              f"shape {list(self.shape)}; set 'channels: {self.shape[2]}'")
 
     def _images(self) -> dict[str, list[str]]:
         """root -> its image files (sorted), for every root the patterns match."""
@@ -67,6 +95,8 @@ class ImageFolderReader(FileSource):
         root = path.rstrip("/")
         images = _image_files(root).get(root, [])
         size: tuple[int, int] | None = None  # (width, height) of the root's first good image
+        if self.shape:
+            size = (self.shape[1], self.shape[0])
         for start in range(0, len(images), self.block_rows):
             chunk = images[start : start + self.block_rows]
             good: list[int] = []
@@ -74,22 +104,30 @@ class ImageFolderReader(FileSource):
             pixels: list[np.ndarray] = []
             bad: list[BadRecord] = []
             for i, f in enumerate(chunk, start):
-                try:
-                    with open_file(f) as fh:
-                        data = fh.read()
-                    array = self._check(data) if (self.decode or self.verify) else None
-                except Exception as e:  # Pillow raises many types for broken files
-                    bad.append(BadRecord(f, i, f"cannot read image: {_why(e)}",
+                def reject(code: str, reason: str, f: str = f, i: int = i,
+                           bad: list[BadRecord] = bad) -> None:
+                    bad.append(BadRecord(f, code, reason, record=i, feature=self.feature,
                                          raw=_relative(root, f)))
+
+                try:
+                    data = self._load(f)
+                except _TooBig as e:
+                    reject("oversized_record", str(e))
+                    continue
+                try:
+                    found, array = self._check(data)
+                except Exception as e:  # Pillow raises many types for broken files
+                    reject("bad_image", f"cannot read image: {_why(e)}")
+                    continue
+                size = size or found
+                if found != size:
+                    what = (f"schema feature {self.feature!r} has shape {list(self.shape)}"
+                            if self.shape else f"the first image of {root} is "
+                                               f"{size[0]}x{size[1]}")
+                    reject("wrong_shape", f"image is {found[0]}x{found[1]} (width x height), "
+                                          f"expected {size[0]}x{size[1]}: {what}")
                     continue
                 if self.decode:
-                    found = (array.shape[1], array.shape[0])
-                    size = size or found
-                    if found != size:
-                        bad.append(BadRecord(f, i, f"image is {found[0]}x{found[1]}, expected "
-                                                   f"{size[0]}x{size[1]} (the first image of "
-                                                   f"{root})", raw=_relative(root, f)))
-                        continue
                     pixels.append(array)
                 else:
                     blobs.append(data)
@@ -102,16 +140,33 @@ class ImageFolderReader(FileSource):
             }
             yield Block(columns, np.array(good, np.int64), source=path, bad=bad)
 
-    def _check(self, data: bytes) -> np.ndarray | None:
-        """Decode fully (a truncated file fails here); pixels when `decode` is on."""
+    def _load(self, f: str) -> bytes:
+        with open_file(f) as fh:
+            try:
+                size = fh.seek(0, 2)
+                fh.seek(0)
+            except (OSError, AttributeError, ValueError):
+                size = 0
+            if size > self.max_record_bytes:
+                raise _TooBig(f"image file of {size} bytes is over max_record_bytes "
+                              f"({self.max_record_bytes}); skipped unread")
+            return fh.read()
+
+    def _check(self, data: bytes) -> tuple[tuple[int, int], np.ndarray | None]:
+        """(width, height), and the pixels when `decode` is on. Decodes fully unless
+        `verify: false` (a truncated file fails in `load`); the header is always read."""
         from PIL import Image  # noqa: PLC0415
 
         with Image.open(io.BytesIO(data)) as img:
-            img.load()
+            if img.format not in ("PNG", "JPEG"):
+                raise _NotPngJpeg(f"a {img.format} image; PNG or JPEG expected")
+            found = (int(img.size[0]), int(img.size[1]))
+            if self.decode or self.verify:
+                img.load()
             if not self.decode:
-                return None
+                return found, None
             array = np.asarray(img.convert(_MODES[self.channels]), np.uint8)
-        return array.reshape(*array.shape[:2], self.channels)
+        return found, array.reshape(*array.shape[:2], self.channels)
 
     def _image_column(
         self, pixels: list[np.ndarray], blobs: list[bytes], size: tuple[int, int] | None
@@ -137,11 +192,21 @@ def _image_files(pattern: str) -> dict[str, list[str]]:
     return {root: sorted(files) for root, files in roots.items()}
 
 
+class _TooBig(Exception):
+    """An image file over max_record_bytes."""
+
+
+class _NotPngJpeg(Exception):
+    """Pillow opened it, but it is another format (GIF, BMP...) the schema cannot decode."""
+
+
 def _why(error: Exception) -> str:
     from PIL import UnidentifiedImageError  # noqa: PLC0415
 
     if isinstance(error, UnidentifiedImageError):  # its message only names a BytesIO
         return "not a PNG/JPEG image, or its header is cut off"
+    if isinstance(error, _NotPngJpeg):
+        return str(error)
     return f"{type(error).__name__}: {error}"
 
 

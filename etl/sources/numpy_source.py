@@ -4,27 +4,34 @@
   sorted order and the first column's file names the pair (`files()`, `Block.source`).
 - `format: npz`, `paths: [data-*.npz]`: every array in an archive is a column, or the ones
   `columns:` picks (a list of array names, or a mapping array name -> column name).
-Row i of every column is record i, so all columns of one record must share their first
-dimension (else a RecordError naming the files/arrays). Blocks are NumPy slices: local .npy
-files are memory-mapped, remote ones and archive members are streamed block by block, so an
-array never has to fit in memory. Object (pickled) arrays are refused: loading them would run
-arbitrary code.
+Row i of every column is record i. Blocks are NumPy slices: local .npy files are
+memory-mapped, remote ones and archive members are streamed block by block, so an array never
+has to fit in memory. Object (pickled) arrays are refused: loading them would run arbitrary code.
+
+Bad files (the rule for binary inputs: what is lost is counted when the header says how many
+records there are, the run fails when it does not):
+- not a .npy array / a broken header, an object array, a 0-d array, an npz that is not a
+  readable zip or lacks a selected array, columns of one record set whose first dimensions
+  differ: BadInputError naming the file (and array), raised by `files()` at plan time (only
+  headers are read) and again by `read`;
+- array data that ends early (truncated file): the complete rows go through and one
+  `unreadable_rest` BadRecord counts the rows the header promised but the data did not hold.
 """
 
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from etl.errors import ConfigError, RecordError
+from etl.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, open_file, options
 from etl.sources.csv_source import PairedFiles, block_rows, expand_each, path_list
 
-_Array = tuple[str, tuple[int, ...], Iterator[np.ndarray]]  # (what to call it, shape, blocks)
+_Array = tuple[str, tuple[int, ...], "_Rows"]  # (what to call it, shape, its rows)
 
 
 class NumpyReader:
@@ -64,105 +71,165 @@ class NumpyReader:
         return None if self.npz else self.pairs.key_column
 
     def files(self) -> list[str]:
-        if self.npz:
-            return expand_each(self.patterns, self.base_dir, self.where)
-        return self.pairs.keys()
+        units = expand_each(self.patterns, self.base_dir, self.where) if self.npz \
+            else self.pairs.keys()
+        for unit in units:  # headers only: a broken file fails the run before any work
+            with ExitStack() as stack:
+                self._open(unit, stack)
+        return units
 
     def inputs(self) -> list[str]:
-        return self.files() if self.npz else self.pairs.every_file()
+        return expand_each(self.patterns, self.base_dir, self.where) if self.npz \
+            else self.pairs.every_file()
+
+    def _open(self, path: str, stack: ExitStack) -> dict[str, _Array]:
+        arrays = self._open_npz(path, stack) if self.npz else self._open_npy(path, stack)
+        counts = {label: shape[0] for label, shape, _ in arrays.values()}
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{label} has {c}" for label, c in counts.items())
+            raise BadInputError(f"{self.where}: arrays of one record set differ in length "
+                                f"(first dimension): {listed}")
+        return arrays
 
     def read(self, path: str) -> Iterator[Block]:
         with ExitStack() as stack:
-            arrays = self._open_npz(path, stack) if self.npz else self._open_npy(path, stack)
-            counts = {label: shape[0] for label, shape, _ in arrays.values()}
-            if len(set(counts.values())) > 1:
-                listed = ", ".join(f"{label} has {c}" for label, c in counts.items())
-                raise RecordError(f"{self.where}: arrays of one record set differ in length "
-                                  f"(first dimension): {listed}")
-            columns = {column: blocks for column, (_, _, blocks) in arrays.items()}
+            arrays = self._open(path, stack)
+            total = next(iter(arrays.values()))[1][0]
             start = 0
-            for parts in zip(*columns.values(), strict=True):
-                n = len(parts[0])
-                yield Block(dict(zip(columns, parts, strict=True)),
-                            np.arange(start, start + n, dtype=np.int64), source=path)
-                start += n
+            while start < total:
+                want = min(self.block_rows, total - start)
+                parts = {column: rows.take(want) for column, (_, _, rows) in arrays.items()}
+                n = min(len(block) for block, _ in parts.values())
+                columns = {column: block[:n] for column, (block, _) in parts.items()}
+                positions = np.arange(start, start + n, dtype=np.int64)
+                if n == want:
+                    yield Block(columns, positions, source=path)
+                    start += n
+                    continue
+                short = min(parts, key=lambda column: len(parts[column][0]))
+                label, _, rows = arrays[short]
+                named = "" if label == path else f"{label}: "
+                lost = total - start - n
+                yield Block(columns, positions, source=path, bad=[BadRecord(
+                    path, "unreadable_rest",
+                    f"{named}{parts[short][1]} at byte {rows.byte(start + n)}: rows {start + n} "
+                    f"to {total - 1} of the {total} its header promises are missing",
+                    record=start + n, byte=rows.byte(start + n), count=lost)])
+                return
 
     def _open_npy(self, path: str, stack: ExitStack) -> dict[str, _Array]:
-        """column -> (file, shape, blocks) for the pair `path` names."""
+        """column -> (file, shape, rows) for the pair `path` names."""
         out = {}
         for name, f in self.pairs.partners(path).items():
-            if "://" in f:
-                fh = stack.enter_context(open_file(f))
-                shape, blocks = stream_npy(fh, self.block_rows, f)
-            else:
-                shape, blocks = _mmap_npy(f, self.block_rows)
-            out[name] = (f, shape, blocks)
+            fh = stack.enter_context(open_file(f))
+            out[name] = (f, *_npy_rows(fh, f, mmap="://" not in f))
         return out
 
     def _open_npz(self, path: str, stack: ExitStack) -> dict[str, _Array]:
-        """column -> (archive[array], shape, blocks) of the selected arrays."""
+        """column -> (archive[array], shape, rows) of the selected arrays."""
         fh = stack.enter_context(open_file(path))
         try:
             archive = stack.enter_context(zipfile.ZipFile(fh))
-        except (zipfile.BadZipFile, OSError) as e:
-            raise RecordError(f"{path}: not a readable npz archive: {e}") from e
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise BadInputError(f"{path}: not a readable npz archive (a zip's directory is at its "
+                                f"end, so a truncated archive fails here): {e}") from e
         present = [m[:-4] for m in archive.namelist() if m.endswith(".npy")]
         wanted = self.rename or {name: name for name in present}
         missing = sorted(set(wanted) - set(present))
         if missing:
-            raise RecordError(f"{path}: npz archive has no array(s) {missing}; it holds {present}")
+            raise BadInputError(f"{path}: npz archive has no array(s) {missing}; it holds "
+                                f"{present}")
         out = {}
         for name, column in wanted.items():
-            member = stack.enter_context(archive.open(f"{name}.npy"))
-            shape, blocks = stream_npy(member, self.block_rows, f"{path}[{name}]")
-            out[column] = (f"{path}[{name}]", shape, blocks)
+            label = f"{path}[{name}]"
+            try:
+                member = stack.enter_context(archive.open(f"{name}.npy"))
+            except (zipfile.BadZipFile, OSError, EOFError) as e:
+                raise BadInputError(f"{label}: cannot open the archive member: {e}") from e
+            out[column] = (label, *_npy_rows(member, label, mmap=False))
         return out
 
 
-def _mmap_npy(path: str, rows: int) -> tuple[tuple[int, ...], Iterator[np.ndarray]]:
-    try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as e:  # not .npy, truncated, or an object (pickled) array
-        raise RecordError(f"{path}: cannot read .npy file: {e}") from e
-    if array.ndim < 1:
-        raise RecordError(f"{path}: a 0-d array holds no records")
-    return array.shape, _split(array, rows)
+class _Rows:
+    """Rows of one array, `take(n)` at a time: (up to n complete rows, why fewer came)."""
+
+    def __init__(self, take: Callable[[int], tuple[np.ndarray, str]], header_bytes: int,
+                 row_bytes: int):
+        self.take = take
+        self.header_bytes = header_bytes
+        self.row_bytes = row_bytes
+
+    def byte(self, row: int) -> int:
+        """Byte offset of `row` in the (uncompressed) .npy data."""
+        return self.header_bytes + row * self.row_bytes
 
 
-def stream_npy(
-    fh: BinaryIO, rows: int, name: str
-) -> tuple[tuple[int, ...], Iterator[np.ndarray]]:
-    """Shape and row blocks of a .npy stream, read sequentially (gs:// files, npz members)."""
+def _npy_header(fh: BinaryIO, name: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran order, dtype, header bytes) of a .npy stream at its start."""
     fmt = np.lib.format
     try:
         version = fmt.read_magic(fh)
         read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
         shape, fortran, dtype = read_header(fh)
-    except ValueError as e:
-        raise RecordError(f"{name}: not a .npy array: {e}") from e
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise BadInputError(f"{name}: not a .npy array (bad header in its first bytes): {e}") from e
     if dtype.hasobject:
-        raise RecordError(f"{name}: object arrays are not supported (they need pickle)")
+        raise BadInputError(f"{name}: object arrays are not supported (they need pickle)")
     if len(shape) < 1:
-        raise RecordError(f"{name}: a 0-d array holds no records")
+        raise BadInputError(f"{name}: a 0-d array holds no records")
+    header_bytes = {(1, 0): 10, (2, 0): 12, (3, 0): 12}.get(version, 12)
+    try:
+        header_bytes = fh.tell()
+    except (OSError, AttributeError, ValueError):
+        pass  # not seekable (an archive member): offsets count from the magic's length
+    return tuple(shape), fortran, dtype, header_bytes
+
+
+def _npy_rows(fh: BinaryIO, name: str, mmap: bool) -> tuple[tuple[int, ...], _Rows]:
+    """Shape and a row reader of a .npy stream: memory-mapped (local files) or read."""
+    shape, fortran, dtype, header_bytes = _npy_header(fh, name)
     row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    if fortran and len(shape) > 1:  # column-major: rows are not contiguous, read it whole
+        size = shape[0] * row_bytes
+        if mmap and fh.seek(0, 2) == header_bytes + size:
+            array = np.memmap(name, dtype, "r", offset=header_bytes, shape=shape, order="F")
+            return shape, _Rows(_slicer(array), header_bytes, row_bytes)
+        fh.seek(header_bytes) if mmap else None
+        data = fh.read(size)
+        if len(data) < size:
+            raise BadInputError(f"{name}: .npy data (Fortran order) is truncated at byte "
+                                f"{header_bytes + len(data)} of {header_bytes + size}; no row "
+                                f"is whole in column-major order")
+        array = np.frombuffer(data, dtype).reshape(shape[::-1]).T
+        return shape, _Rows(_slicer(array), header_bytes, row_bytes)
+    if mmap:
+        size = fh.seek(0, 2)
+        whole = (size - header_bytes) // row_bytes if row_bytes else shape[0]
+        rows = min(shape[0], whole)
+        array = (np.memmap(name, dtype, "r", offset=header_bytes, shape=(rows, *shape[1:]))
+                 if rows else np.zeros((0, *shape[1:]), dtype))
+        why = "" if rows == shape[0] else "the data ends early (truncated file)"
+        return shape, _Rows(_slicer(array, why), header_bytes, row_bytes)
 
-    def blocks() -> Iterator[np.ndarray]:
-        if fortran and len(shape) > 1:  # column-major: rows are not contiguous, read it whole
-            yield from _split(_exact(fh, shape[0] * row_bytes, name, dtype, shape[::-1]).T, rows)
-            return
-        for start in range(0, shape[0], rows):
-            n = min(rows, shape[0] - start)
-            yield _exact(fh, n * row_bytes, name, dtype, (n, *shape[1:]))
+    def take(n: int) -> tuple[np.ndarray, str]:
+        try:
+            data = fh.read(n * row_bytes)
+        except (OSError, EOFError, zipfile.BadZipFile) as e:
+            return np.zeros((0, *shape[1:]), dtype), f"cannot read the data ({e})"
+        got = len(data) // row_bytes if row_bytes else n
+        why = "" if got == n else "the data ends early (truncated file)"
+        return np.frombuffer(data[: got * row_bytes], dtype).reshape((got, *shape[1:])), why
 
-    return tuple(shape), blocks()
-
-
-def _exact(fh: BinaryIO, size: int, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
-    data = fh.read(size)
-    if len(data) < size:
-        raise RecordError(f"{name}: .npy data is truncated ({len(data)} of {size} bytes left)")
-    return np.frombuffer(data, dtype).reshape(shape)
+    return shape, _Rows(take, header_bytes, row_bytes)
 
 
-def _split(array: np.ndarray, rows: int) -> Iterator[np.ndarray]:
-    return (array[i : i + rows] for i in range(0, len(array), rows))
+def _slicer(array: np.ndarray, why: str = "") -> Callable[[int], tuple[np.ndarray, str]]:
+    at = 0
+
+    def take(n: int) -> tuple[np.ndarray, str]:
+        nonlocal at
+        block = array[at : at + n]
+        at += len(block)
+        return block, (why if len(block) < n else "")
+
+    return take

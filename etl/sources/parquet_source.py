@@ -1,20 +1,26 @@
 """Parquet files, read in row batches by pyarrow (columns stay Arrow: no per-row Python).
 
-A file pyarrow cannot open (broken footer, not Parquet at all) or a page it cannot decode
-raises a RecordError naming the file (and the first row of the failing batch), which the
-pipeline routes like any other unreadable input; earlier batches have already gone through.
+Bad files (the rule for binary inputs: what is lost is counted when the file says how many
+records there are, the run fails when it does not):
+- a file pyarrow cannot open (broken footer, not Parquet at all) or without a `columns:`
+  column: BadInputError naming the file, raised by `files()` at plan time (only footers are
+  read) and again by `read`: its row count is in the footer, so it is unknown;
+- a row group that cannot be decoded (a corrupt page): its rows not yet read are one
+  `unreadable_rest` BadRecord (first row index, byte offset of the row group, count from the
+  footer), and reading goes on with the next row group; positions stay the row numbers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from etl.errors import ConfigError, RecordError
+from etl.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, open_file
 from etl.sources.csv_source import FileSource
 
@@ -33,27 +39,66 @@ class ParquetReader(FileSource):
             raise ConfigError(f"{where}: 'columns' must be a list of column names, "
                               f"got {self.columns!r}")
 
+    def files(self) -> list[str]:
+        found = super().files()
+        for path in found:  # footers only: a broken file fails the run before any work
+            with ExitStack() as stack:
+                self._open(path, stack)
+        return found
+
+    def inputs(self) -> list[str]:
+        return super().files()
+
+    def _open(self, path: str, stack: ExitStack) -> pq.ParquetFile:
+        fh = stack.enter_context(open_file(path))
+        try:
+            parquet = stack.enter_context(pq.ParquetFile(fh))
+        except (pa.ArrowException, OSError) as e:
+            raise BadInputError(f"{path}: not a readable Parquet file (its footer, at the end of "
+                                f"the file, cannot be read: {e}); fix or re-create it, or leave "
+                                f"it out of 'paths'") from e
+        missing = sorted(set(self.columns or []) - set(parquet.schema_arrow.names))
+        if missing:
+            raise BadInputError(f"{path}: Parquet file has no column(s) {missing} "
+                                f"({self.where}: columns); it has {parquet.schema_arrow.names}")
+        return parquet
+
     def read(self, path: str) -> Iterator[Block]:
-        with open_file(path) as fh:
-            try:
-                parquet = pq.ParquetFile(fh)
-            except (pa.ArrowException, OSError) as e:
-                raise RecordError(f"{path}: not a readable Parquet file: {e}") from e
-            missing = sorted(set(self.columns or []) - set(parquet.schema_arrow.names))
-            if missing:
-                raise RecordError(f"{path}: Parquet file has no column(s) {missing} "
-                                  f"({self.where}: columns); it has {parquet.schema_arrow.names}")
-            batches = parquet.iter_batches(batch_size=self.block_rows, columns=self.columns)
+        with ExitStack() as stack:
+            parquet = self._open(path, stack)
+            meta = parquet.metadata
             start = 0
-            while True:
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    return
-                except (pa.ArrowException, OSError) as e:
-                    raise RecordError(f"{path}: cannot decode Parquet data at row {start}: "
-                                      f"{e}") from e
-                n = batch.num_rows
-                columns = {name: batch.column(name) for name in batch.schema.names}
-                yield Block(columns, np.arange(start, start + n, dtype=np.int64), source=path)
-                start += n
+            for group in range(meta.num_rows and meta.num_row_groups):
+                rows = meta.row_group(group).num_rows
+                done = 0
+                batches = parquet.iter_batches(batch_size=self.block_rows, row_groups=[group],
+                                               columns=self.columns)
+                while True:
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        break
+                    except (pa.ArrowException, OSError) as e:
+                        lost = rows - done
+                        byte = _group_offset(meta, group)
+                        yield Block({}, np.zeros(0, np.int64), source=path, bad=[BadRecord(
+                            path, "unreadable_rest",
+                            f"row group {group} cannot be decoded ({type(e).__name__}: {e}); "
+                            f"its rows {start + done} to {start + rows - 1} are lost",
+                            record=start + done, byte=byte, count=lost)])
+                        break
+                    n = batch.num_rows
+                    columns = {name: batch.column(name) for name in batch.schema.names}
+                    yield Block(columns, np.arange(start + done, start + done + n, dtype=np.int64),
+                                source=path)
+                    done += n
+                start += rows
+
+
+def _group_offset(meta: pq.FileMetaData, group: int) -> int | None:
+    """Byte offset of a row group's first column chunk (where its data starts)."""
+    try:
+        column = meta.row_group(group).column(0)
+        return int(column.dictionary_page_offset or column.data_page_offset)
+    except (IndexError, ValueError, AttributeError):
+        return None

@@ -5,8 +5,9 @@ passed to it. With `num_shards: k`, `files()` lists k pseudo-files
 `python:package.module:function#i-of-k` and each is read by calling the function with
 `shard_index=i, num_shards=k` as well, so Beam can run the shards in parallel. Records are
 gathered into blocks of Python lists per column (NumPy values stay arrays); a record that is
-not a dict is a BadRecord, and an exception inside the generator stops the shard with a
-RecordError naming the function and the record index, as the generator cannot go on.
+not a dict is a `wrong_type` BadRecord (its 0-based record index), and an exception inside
+the generator stops the shard with a RecordError (exit 3) naming the function and the record
+index: the generator cannot go on, and how many records it would still have given is unknown.
 """
 
 from __future__ import annotations
@@ -86,9 +87,9 @@ class PythonReader:
                 rows.append(record)
                 positions.append(index)
             else:
-                bad.append(BadRecord(path, index, f"record {index}: expected a dict of feature "
-                                                  f"values, got {type(record).__name__}",
-                                     raw=excerpt(repr(record))))
+                bad.append(BadRecord(path, "wrong_type", f"expected a dict of feature values, "
+                                                         f"got {type(record).__name__}",
+                                     record=index, raw=excerpt(repr(record))))
             if len(rows) == self.block_rows:
                 yield _block(rows, positions, bad, path)
                 rows, positions, bad = [], [], []
