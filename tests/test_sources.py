@@ -49,8 +49,18 @@ def positions(blocks: list[Block]) -> list[int]:
     return [int(p) for b in blocks for p in b.positions]
 
 
-def bad(blocks: list[Block]) -> list[tuple[str, int, str]]:
-    return [(Path(r.source).name, r.position, r.reason) for b in blocks for r in b.bad]
+def bad(blocks: list[Block]) -> list[tuple[str, int | None, str]]:
+    """(file name, 1-based line or else record index, reason) of each rejected record."""
+    return [(Path(r.source).name, r.line if r.line is not None else r.record, r.reason)
+            for b in blocks for r in b.bad]
+
+
+def codes(blocks: list[Block]) -> list[str]:
+    return [r.code for b in blocks for r in b.bad]
+
+
+def lines(blocks: list[Block]) -> list[int]:
+    return [int(n) for b in blocks for n in b.lines]
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -106,29 +116,32 @@ CSV = (
     b"\n"                 # 7: blank line, no record
     b"\xff\xfe,1,2\n"     # 8: not UTF-8
     b'"q ""z""",6,7\n'    # 9: record 6, escaped quotes
-    b'1,"abc,3\n'         # 10: unterminated quote: swallows the rest of the file
-    b"5,6,7\n"
+    b'1,"abc,3\n'         # 10: unterminated quote: rejected, parsing resumes at line 11
+    b"5,6,7\n"            # 11: record 8
 )
 
 
 def test_csv_good_rows_and_bad_rows_with_line_numbers(tmp_path: Path) -> None:
     write(tmp_path / "t.csv", CSV)
     blocks = read(tmp_path, {"format": "csv", "paths": "t.csv", "block_rows": 2})
-    assert [b.num_rows for b in blocks] == [2, 1]
-    assert column(blocks, "a") == ["1", "x\ny", 'q "z"']
-    assert column(blocks, "b") == ["2", "7", "6"]
-    assert column(blocks, "c") == ["3", "8", "7"]
+    assert [b.num_rows for b in blocks] == [2, 2]
+    assert column(blocks, "a") == ["1", "x\ny", 'q "z"', "5"]
+    assert column(blocks, "b") == ["2", "7", "6", "6"]
+    assert column(blocks, "c") == ["3", "8", "7", "7"]
     assert all(pa.types.is_string(b.columns["a"].type) for b in blocks)
-    assert positions(blocks) == [0, 2, 6]
+    assert positions(blocks) == [0, 2, 6, 8]
+    assert lines(blocks) == [2, 4, 9, 11]
     assert bad(blocks) == [
-        ("t.csv", 3, "line 3: wrong number of fields (expected 3)"),
-        ("t.csv", 6, "line 6: wrong number of fields (expected 3)"),
-        ("t.csv", 8, "line 8: not valid UTF-8 text"),
-        ("t.csv", 10, "line 10: unbalanced quote (the field runs on to the end of the row or "
-                      "file)"),
+        ("t.csv", 3, "wrong number of fields (expected 3, found 2)"),
+        ("t.csv", 6, "wrong number of fields (expected 3, found 4)"),
+        ("t.csv", 8, "not valid UTF-8 text"),
+        ("t.csv", 10, "unbalanced quote (the field runs on over the next lines); parsing resumes "
+                      "at the next line"),
     ]
+    assert codes(blocks) == ["wrong_field_count", "wrong_field_count", "not_utf8",
+                             "unterminated_quote"]
     raws = [r.raw for b in blocks for r in b.bad]
-    assert raws == ["4,5", "9,10,11,12", "\\xff\\xfe|1|2", '1,"abc,3\n5,6,7']
+    assert raws == ["4,5", "9,10,11,12", "\\xff\\xfe|1|2", '1,"abc,3']
 
 
 def test_csv_positions_do_not_depend_on_block_size(tmp_path: Path) -> None:
@@ -157,7 +170,7 @@ def test_csv_columns_override_header_names(tmp_path: Path) -> None:
     blocks = read(tmp_path, {"format": "csv", "paths": "t.csv", "columns": ["x", "y"]})
     assert list(blocks[0].columns) == ["x", "y"]
     assert column(blocks, "y") == ["2"]
-    assert bad(blocks) == [("t.csv", 3, "line 3: wrong number of fields (expected 2)")]
+    assert bad(blocks) == [("t.csv", 3, "wrong number of fields (expected 2, found 1)")]
 
 
 # ---- JSONL -------------------------------------------------------------------------------------
@@ -175,12 +188,13 @@ def test_jsonl_nested_lists_and_invalid_lines(tmp_path: Path) -> None:
     assert column(blocks, "id") == [1, 3, 6]
     assert column(blocks, "steps") == [[[1, 2], [3]], [], [[7]]]
     assert pa.types.is_list(blocks[0].columns["steps"].type)
-    assert positions(blocks) == [0, 4, 6]
+    assert positions(blocks) == [0, 4, 6] and lines(blocks) == [1, 5, 7]
     assert bad(blocks) == [
-        ("t.jsonl", 3, "line 3: invalid JSON: Expecting value at column 20"),
-        ("t.jsonl", 4, "line 4: expected a JSON object, got list"),
-        ("t.jsonl", 6, "line 6: invalid JSON: Extra data at column 10"),
+        ("t.jsonl", 3, "invalid JSON: Expecting value at column 20"),
+        ("t.jsonl", 4, "expected a JSON object, got list"),
+        ("t.jsonl", 6, "invalid JSON: Extra data at column 10"),
     ]
+    assert codes(blocks) == ["invalid_json"] * 3
 
 
 def test_jsonl_fast_path_and_clashing_types(tmp_path: Path) -> None:
@@ -199,7 +213,7 @@ def test_jsonl_bad_utf8_line(tmp_path: Path) -> None:
     write(tmp_path / "t.jsonl", b'{"s": "ok"}\n{"s": "\xff"}\n{"s": "fine"}\n')
     blocks = read(tmp_path, {"format": "jsonl", "paths": "t.jsonl"})
     assert column(blocks, "s") == ["ok", "fine"] and positions(blocks) == [0, 2]
-    assert bad(blocks) == [("t.jsonl", 2, "line 2: not valid UTF-8 text")]
+    assert bad(blocks) == [("t.jsonl", 2, "not valid UTF-8 text")] and codes(blocks) == ["not_utf8"]
 
 
 # ---- text --------------------------------------------------------------------------------------
@@ -213,7 +227,8 @@ def test_text_tokens_ids_and_bad_utf8(tmp_path: Path) -> None:
     assert column(blocks, "text") == ["The cat  sat", "Last Line"]
     assert column(blocks, "tokens") == [["the", "cat", "sat"], ["last", "line"]]
     assert column(blocks, "length") == [3, 2]
-    assert bad(blocks) == [("t.txt", 4, "line 4: not valid UTF-8 text")]
+    assert bad(blocks) == [("t.txt", 4, "not valid UTF-8 text")] and codes(blocks) == ["not_utf8"]
+    assert lines(blocks) == [1, 5]
 
 
 def test_text_keeps_empty_lines_and_char_tokens(tmp_path: Path) -> None:
