@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from etl.codec import Encoder
-from etl.errors import ConfigError, RecordError
+from etl.errors import BadInputError, BadRecord, ConfigError, RecordError
 from etl.idx import read_idx, write_idx
 from etl.schema import load_schema, schema_from_dict
 from etl.sources import make_reader
@@ -291,7 +291,8 @@ def test_idx_reader_blocks(tmp_path: Path) -> None:
 def test_idx_wrong_magic_names_the_file(tmp_path: Path) -> None:
     mnist_like(tmp_path)
     write(tmp_path / "images.gz", gzip.compress(b"\x08\x03\x00\x00" + bytes(20), mtime=0))
-    with pytest.raises(RecordError, match=r"images\.gz: not an IDX file \(magic bytes 08 03 00 00"):
+    with pytest.raises(BadInputError, match=r"images\.gz: not an IDX file \(magic bytes 08 03 00 00 "
+                                            r"at byte 0"):
         read(tmp_path, IDX)
 
 
@@ -300,20 +301,29 @@ def test_idx_dims_that_do_not_match_the_data(tmp_path: Path) -> None:
     data = (tmp_path / "images").read_bytes()
     write(tmp_path / "images", data[:-100])
     config = {"format": "idx", "paths": {"image": "images", "label": "labels"}}
-    with pytest.raises(RecordError, match=r"images: IDX dims \[5, 28, 28\] of u1 need 3936 bytes, "
-                                          r"the file has 3836"):
-        read(tmp_path, config)
-    # gzipped, the size is only known while streaming
+    # shorter than the dims: the 4 whole records go, the 5th is counted as lost
+    blocks = read(tmp_path, config)
+    assert positions(blocks) == [0, 1, 2, 3]
+    assert [b for bl in blocks for b in bl.bad] == [BadRecord(
+        str(tmp_path / "images"), "unreadable_rest", "the data ends early (truncated file) at byte "
+        "3152: records 4 to 4 of the 5 its header promises are missing", record=4, byte=3152)]
+    # gzipped, the size is only known while streaming: the same
     write(tmp_path / "images.gz", gzip.compress(data[:-100], mtime=0))
-    with pytest.raises(RecordError, match=r"images\.gz: IDX data ends after record 4, but its dims "
-                                          r"\[5, 28, 28\] promise 5 records"):
-        read(tmp_path, {**IDX, "paths": {"image": "images.gz", "label": "labels"}})
+    blocks = read(tmp_path, {**IDX, "paths": {"image": "images.gz", "label": "labels"}})
+    assert positions(blocks) == [0, 1, 2, 3]
+    assert [(b.code, b.record, b.count) for bl in blocks for b in bl.bad] == [
+        ("unreadable_rest", 4, 1)]
+    # longer than the dims: the dims are wrong, nothing can be trusted
+    write(tmp_path / "images", data + b"\x00")
+    with pytest.raises(BadInputError, match=r"images: IDX dims \[5, 28, 28\] of u1 describe 3936 "
+                                            r"bytes, the file has 3937"):
+        read(tmp_path, config)
 
 
 def test_idx_mismatched_counts_name_both_files(tmp_path: Path) -> None:
     mnist_like(tmp_path)
     write_idx(str(tmp_path / "labels.gz"), np.zeros(4, np.uint8))
-    with pytest.raises(RecordError, match=r"different numbers of records: .*images\.gz has 5, "
+    with pytest.raises(BadInputError, match=r"different numbers of records .*images\.gz has 5, "
                                           r".*labels\.gz has 4"):
         read(tmp_path, IDX)
 
@@ -341,7 +351,7 @@ def test_npy_columns_are_paired_memory_mapped_slices(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.concatenate([b.columns["x"] for b in blocks]), x)
     assert column(blocks, "y") == [0, 3, 6, 9, 12] and positions(blocks) == [0, 1, 2, 3, 4]
     np.save(tmp_path / "y.npy", np.arange(4))
-    with pytest.raises(RecordError, match=r"differ in length.*x\.npy has 5, .*y\.npy has 4"):
+    with pytest.raises(BadInputError, match=r"differ in length.*x\.npy has 5, .*y\.npy has 4"):
         read(tmp_path, {"format": "npy", "paths": {"x": "x.npy", "y": "y.npy"}})
 
 
@@ -355,7 +365,7 @@ def test_npz_arrays_with_column_mapping(tmp_path: Path) -> None:
                                                                                 [4, 5]]
     fortran = np.concatenate([b.columns["fortran"] for b in blocks])
     assert fortran.tolist() == np.arange(12).reshape(3, 4).tolist()
-    with pytest.raises(RecordError, match=r"d\.npz: npz archive has no array\(s\) \['nope'\]"):
+    with pytest.raises(BadInputError, match=r"d\.npz: npz archive has no array\(s\) \['nope'\]"):
         read(tmp_path, {"format": "npz", "paths": ["d.npz"], "columns": ["nope"]})
 
 
@@ -370,7 +380,8 @@ def test_parquet_batches_and_broken_footer(tmp_path: Path) -> None:
     assert positions(blocks) == [0, 1, 2, 3, 4]
     data = (tmp_path / "t.parquet").read_bytes()
     write(tmp_path / "t.parquet", data[:-6])  # footer cut off
-    with pytest.raises(RecordError, match=r"t\.parquet: not a readable Parquet file: .*magic"):
+    with pytest.raises(BadInputError, match=r"t\.parquet: not a readable Parquet file \(its footer.*"
+                                            r"magic"):
         read(tmp_path, {"format": "parquet", "paths": "t.parquet"})
 
 
@@ -386,14 +397,16 @@ def test_tfrecord_plain_and_gzip(tmp_path: Path, write_tfrecord: Any, compressio
     assert pa.types.is_large_binary(blocks[0].columns["__serialized__"].type)
 
 
-def test_tfrecord_corrupted_byte_keeps_earlier_records(tmp_path: Path) -> None:
+def test_tfrecord_corrupted_byte_costs_one_record(tmp_path: Path) -> None:
     data = bytearray(frame_all(RECORDS))
     data[3 * 24 + 12] ^= 0x01  # first data byte of record 3
     write(tmp_path / "t.tfrecord", bytes(data))
     blocks = read(tmp_path, {"format": "tfrecord", "paths": "t.tfrecord", "block_rows": 2})
-    assert column(blocks, "__serialized__") == RECORDS[:3] and positions(blocks) == [0, 1, 2]
-    assert bad(blocks) == [("t.tfrecord", 3, "record 3: corrupted record data (CRC mismatch) at "
-                                             "offset 72; the rest of the file is skipped")]
+    assert column(blocks, "__serialized__") == RECORDS[:3] + RECORDS[4:]
+    assert positions(blocks) == [0, 1, 2, 4]
+    assert [b for bl in blocks for b in bl.bad] == [BadRecord(
+        str(tmp_path / "t.tfrecord"), "corrupt_record", "data CRC mismatch in a record of 8 bytes "
+        "(its length header is valid: reading goes on with the next record)", record=3, byte=72)]
 
 
 # ---- images ------------------------------------------------------------------------------------
@@ -433,8 +446,9 @@ def test_image_folder_bytes_and_truncated_png(tmp_path: Path) -> None:
     assert positions(blocks) == [0, 1, 3, 4]
     assert column(blocks, "image")[2] == (tmp_path / "root/dog/c.png").read_bytes()
     assert all(b.source == reader.files()[0] for b in blocks)
-    assert bad(blocks) == [("t.png", 2, "cannot read image: OSError: image file is truncated")]
-    assert blocks[0].bad[0].raw == "cat/t.png"
+    assert [b for bl in blocks for b in bl.bad] == [BadRecord(
+        str(tmp_path / "root/cat/t.png"), "bad_image",
+        "cannot read image: OSError: image file is truncated", record=2, raw="cat/t.png")]
     assert len(pixels) == 3
 
 
@@ -445,8 +459,9 @@ def test_image_folder_decoded_and_size_mismatch(tmp_path: Path) -> None:
     image = blocks[0].columns["image"]
     assert image.shape == (4, 6, 5, 3) and image.dtype == np.uint8
     np.testing.assert_array_equal(image[:3], np.stack(list(pixels.values())))
-    assert bad(blocks) == [("e.png", 4, "image is 5x7, expected 5x6 (the first image of "
-                                        f"{tmp_path}/root)")]
+    assert [(Path(b.source).name, b.code, b.record, b.reason) for bl in blocks for b in bl.bad] == [
+        ("e.png", "wrong_shape", 4, f"image is 5x7 (width x height), expected 5x6: the first "
+                                    f"image of {tmp_path}/root is 5x6")]
     grey = read(tmp_path, {"format": "images", "paths": ["root"], "decode": True, "channels": 1})
     assert grey[0].columns["image"].shape == (4, 6, 5, 1)
 
@@ -502,8 +517,9 @@ def test_python_generator_bad_record_and_exception(tmp_path: Path, user_module: 
             got.append(block)
     assert positions(got) == [0, 2] and column(got, "id") == [0, 2]
     assert column(got[1:], "extra") == ["x"]
-    assert bad(got) == [(f"python:{user_module}:flaky", 1,
-                         "record 1: expected a dict of feature values, got list")]
+    assert [b for bl in got for b in bl.bad] == [BadRecord(
+        f"python:{user_module}:flaky", "wrong_type", "expected a dict of feature values, got list",
+        record=1, raw="['not', 'a', 'dict']")]
 
 
 # ---- end to end: blocks encode under the schemas -----------------------------------------------
