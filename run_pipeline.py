@@ -2,13 +2,19 @@
 """Command line: raw data -> shuffled, sharded TFRecords, and the tools around them.
 
     python run_pipeline.py                         # demo: bundled digits -> out/demo
-    python run_pipeline.py run JOB.yaml [--output PATH] [--sample] [Beam options...]
+    python run_pipeline.py run JOB.yaml [--output PATH] [--sample] [--break-lock]
+                               [--lock-stale-after 24h] [--debug] [Beam options...]
     python run_pipeline.py verify OUT
     python run_pipeline.py spec SCHEMA.yaml
     python run_pipeline.py inspect PATH... [--limit N] [--schema SCHEMA.yaml]
 
 Arguments after our own go to Beam's PipelineOptions untouched (--runner, --direct_num_workers,
 Dataflow options...). Without --runner the local FnApiRunner is used (no Prism download).
+
+Exit codes: 0 ok, 1 other failure, 2 bad configuration or arguments (also a refused output),
+3 bad input over the allowed fraction (or input whose rest cannot be read), 4 output locked
+by another run, 5 storage error (disk full, permission, read-only, I/O). Errors are one line;
+--debug adds the full traceback, which a run's log file always holds.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import gc
 import logging
 import os
 import sys
+import traceback
 
 # Python's cyclic GC rescans every live object of Beam, pyarrow and protobuf's modules again
 # and again while they import (~200k objects), and once more at exit. Off while importing,
@@ -33,19 +40,34 @@ DEMO_JOB = os.path.join(HERE, "examples", "demo.yaml")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="run_pipeline.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true",
+                        help="on failure print the full traceback (always in the run's log file), "
+                             "and show every library's warnings")
+    writes = argparse.ArgumentParser(add_help=False)
+    writes.add_argument("--break-lock", action="store_true",
+                        help="take the output's lock even if its holder looks alive (only when "
+                             "you know that run is gone)")
+    writes.add_argument("--lock-stale-after", default=None, metavar="DURATION",
+                        help="a lock or leftover run older than this is recovered even if its "
+                             "holder cannot be checked (other host); default 24h")
     sub = p.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="convert a job file (extra args go to Beam)")
+    run = sub.add_parser("run", help="convert a job file (extra args go to Beam)",
+                         parents=[common, writes])
     run.add_argument("job")
     run.add_argument("--output", help="override the job file's output")
     run.add_argument("--sample", action="store_true",
                      help="also print one decoded record (imports TensorFlow: ~4 s, ~600 MB)")
-    demo = sub.add_parser("demo", help="convert the bundled sample data (the default)")
+    demo = sub.add_parser("demo", help="convert the bundled sample data (the default)",
+                          parents=[common, writes])
     demo.add_argument("--output", default=os.path.join("out", "demo"))
-    verify = sub.add_parser("verify", help="check every shard against the manifest")
+    verify = sub.add_parser("verify", help="check every shard against the manifest",
+                            parents=[common])
     verify.add_argument("path")
-    spec = sub.add_parser("spec", help="print the tf.io parse spec of a schema")
+    spec = sub.add_parser("spec", help="print the tf.io parse spec of a schema", parents=[common])
     spec.add_argument("schema")
-    inspect = sub.add_parser("inspect", help="print decoded records of TFRecord files")
+    inspect = sub.add_parser("inspect", help="print decoded records of TFRecord files",
+                             parents=[common])
     inspect.add_argument("paths", nargs="+")
     inspect.add_argument("--limit", type=int, default=5)
     inspect.add_argument("--schema")
@@ -57,7 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     args, beam_args = _parser().parse_known_args(argv or ["demo"])
     if beam_args and args.command not in ("run", "demo"):
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    debug = bool(getattr(args, "debug", False))
+    # the console handler keeps the real stderr even while a run sends fd 2 to its log file
+    console = os.fdopen(os.dup(2), "w", buffering=1)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=console)
+    if not debug:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_ours_only)
     from etl.errors import EtlError  # noqa: PLC0415
 
     try:
@@ -80,16 +108,42 @@ def main(argv: list[str] | None = None) -> int:
             print(f"OK {report['path']}: {report['records']} records "
                   + ", ".join(f"{k}={v}" for k, v in report["splits"].items()))
         else:
+            from etl.config import parse_duration  # noqa: PLC0415
             from transforms.summary import run_and_report  # noqa: PLC0415
 
             _imports_done()
-            if args.command == "demo":
-                return run_and_report(DEMO_JOB, args.output, beam_args, sample=True)
-            return run_and_report(args.job, args.output, beam_args, sample=args.sample)
+            stale = (None if args.lock_stale_after is None
+                     else parse_duration(args.lock_stale_after, "--lock-stale-after"))
+            job = DEMO_JOB if args.command == "demo" else args.job
+            return run_and_report(job, args.output, beam_args,
+                                  sample=True if args.command == "demo" else args.sample,
+                                  break_lock=args.break_lock, lock_stale_after=stale,
+                                  debug=debug)
     except EtlError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _report(f"error: {e}", e, debug)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug: still one line, the traceback on --debug
+        _report(f"error: unexpected {type(e).__name__}: {e}".splitlines()[0]
+                + ("" if debug else " (rerun with --debug for the traceback)"), e, debug)
         return 1
     return 0
+
+
+def _ours_only(record: logging.LogRecord) -> bool:
+    """Without --debug the console shows our own warnings (and Beam's option warnings, e.g. a
+    misspelt option); the runner's worker errors and tracebacks go to the run's log file."""
+    name = record.name
+    return (name.split(".", 1)[0] in ("etl", "transforms", "__main__", "root")
+            or name.startswith("apache_beam.options"))
+
+
+def _report(line: str, exc: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    print(line, file=sys.stderr)
 
 
 def _imports_done() -> None:

@@ -11,10 +11,13 @@ shuffle: {seed: 42}                   # false keeps input order
 shards: 16                            # per split; or shard_size: 128MB
 compression: none                     # none | gzip | zlib
 max_bad_fraction: 0.0                 # rejected records allowed before the run fails
-spill: disk                           # memory: records go through Beam's shuffle (small jobs)
+max_record_bytes: 64MiB               # a bigger record is rejected as oversized_record
 spill_in_memory: 192MiB               # local runner: spills held in process memory up to this
 ```
 Relative paths (schema, source paths, output) are relative to the job file's directory.
+A value of the wrong type (`seed: abc`, `shards: two`, a negative size) is a ConfigError
+naming the file and the key. `spill: memory` was removed (unbounded memory); `spill: disk`,
+the only behaviour, is still accepted.
 """
 
 from __future__ import annotations
@@ -74,14 +77,49 @@ class JobConfig:
         return list(self.fractions) if self.fractions else list(self.sources)
 
 
-def parse_size(value: Any, where: str) -> int:
-    if isinstance(value, int) and value > 0:
-        return value
+def parse_size(value: Any, where: str, allow_zero: bool = False) -> int:
+    """`128MB`, `1GiB`, `4096` -> bytes; a positive size (or 0 where `allow_zero`)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: cannot read size {value!r}; use e.g. 128MB or 1GiB")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = f"{value:f}" if isinstance(value, float) else str(value)
     m = _SIZE.match(str(value))
     unit = m.group(2).upper() if m else ""
     if not m or unit not in _UNITS:
-        raise ConfigError(f"{where}: cannot read size {value!r}; use e.g. 128MB or 1GiB")
-    return int(float(m.group(1)) * _UNITS[unit])
+        raise ConfigError(f"{where}: cannot read size {value!r}; use e.g. 128MB or 1GiB "
+                          "(a positive number, optionally with a unit)")
+    size = int(float(m.group(1)) * _UNITS[unit])
+    if size < 0 or (size == 0 and not allow_zero):
+        raise ConfigError(f"{where}: size must be {'>= 0' if allow_zero else '> 0'}, "
+                          f"got {value!r}")
+    return size
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.I)
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any, where: str) -> float:
+    """`90s`, `30m`, `24h`, `2d` or plain seconds -> seconds (> 0)."""
+    m = _DURATION.match(str(value))
+    seconds = float(m.group(1)) * _SECONDS[(m.group(2) or "s").lower()] if m else 0
+    if not m or seconds <= 0:
+        raise ConfigError(f"{where}: cannot read duration {value!r}; use e.g. 90s, 30m, 24h")
+    return seconds
+
+
+def _number(doc: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _string(doc: Mapping[str, Any], key: str, where: str) -> str:
+    value = doc[key]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {key} must be a path (text), got {value!r}")
+    return value
 
 
 def _resolve(base_dir: str, p: str) -> str:
@@ -120,20 +158,24 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
             raise ConfigError(f"{path}: 'sources' must map split names to source entries")
         if "split" in doc:
             raise ConfigError(f"{path}: 'split' fractions go with a single 'source'")
-        sources = {str(k): dict(v) for k, v in sources.items()}
+        sources = {str(k): _source(v, f"{path}: sources.{k}") for k, v in sources.items()}
     else:
-        sources = {"*": dict(doc["source"])}
+        sources = {"*": _source(doc["source"], f"{path}: source")}
         split = doc.get("split") or {"train": 1.0}
         if not isinstance(split, Mapping) or not split:
             raise ConfigError(f"{path}: 'split' must map split names to fractions")
-        fractions = {str(k): float(v) for k, v in split.items()}
+        fractions = {str(k): _number(split, k, 0.0, f"{path}: split") for k in split}
         if any(v <= 0 for v in fractions.values()) or abs(sum(fractions.values()) - 1) > 1e-6:
             raise ConfigError(f"{path}: split fractions must be positive and sum to 1, "
                               f"got {fractions}")
     for name in list(sources) + list(fractions):
         if name != "*" and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
             raise ConfigError(f"{path}: split name {name!r} must be letters, digits, _ or .")
-    out = output or doc.get("output")
+    schema = _string(doc, "schema", path)
+    if output is None and "output" in doc:
+        out = _string(doc, "output", path)
+    else:
+        out = output
     if not out:
         raise ConfigError(f"{path}: missing 'output' (or pass --output)")
     shuffle = doc.get("shuffle", {"seed": 0})
@@ -142,13 +184,16 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     elif shuffle is True:
         seed = 0
     elif isinstance(shuffle, Mapping) and set(shuffle) <= {"seed"}:
-        seed = int(shuffle.get("seed", 0))
+        seed = shuffle.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"{path}: shuffle.seed must be an integer, got {seed!r}")
     else:
         raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N}}, got {shuffle!r}")
     if "shards" in doc and "shard_size" in doc:
         raise ConfigError(f"{path}: give 'shards' or 'shard_size', not both")
     shards = doc.get("shards")
-    if shards is not None and (not isinstance(shards, int) or shards < 1):
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                               or shards < 1):
         raise ConfigError(f"{path}: shards must be a positive integer, got {shards!r}")
     shard_size = parse_size(doc["shard_size"], f"{path}: shard_size") if "shard_size" in doc else None
     if shards is None and shard_size is None:
@@ -157,23 +202,39 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     if compression not in COMPRESSIONS:
         raise ConfigError(f"{path}: compression must be one of {list(COMPRESSIONS)}, "
                           f"got {compression!r}")
-    spill = str(doc.get("spill", "disk"))
-    if spill not in ("disk", "memory"):
-        raise ConfigError(f"{path}: spill must be 'disk' (bounded memory) or 'memory', got {spill!r}")
-    max_bad = float(doc.get("max_bad_fraction", 0.0))
+    spill = doc.get("spill", "disk")
+    if spill == "memory":
+        raise ConfigError(f"{path}: spill: memory was removed because its memory use is "
+                          "unbounded; remove the key to use the default (disk spills, with "
+                          "spill_in_memory held in memory)")
+    if spill != "disk":
+        raise ConfigError(f"{path}: spill must be 'disk' (the default), got {spill!r}")
+    max_bad = _number(doc, "max_bad_fraction", 0.0, path)
     if not 0 <= max_bad <= 1:
-        raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1]")
+        raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1], got {max_bad!r}")
+    temp = doc.get("temp_location")
+    if temp is not None and (not isinstance(temp, str) or not temp):
+        raise ConfigError(f"{path}: temp_location must be a path (text), got {temp!r}")
     return JobConfig(
-        path=path, base_dir=base_dir, schema_path=_resolve(base_dir, str(doc["schema"])),
+        path=path, base_dir=base_dir, schema_path=_resolve(base_dir, schema),
         sources=sources, fractions=fractions, output=_resolve(os.getcwd(), out) if output
-        else _resolve(base_dir, str(out)), seed=seed, shards=shards, shard_size=shard_size,
+        else _resolve(base_dir, out), seed=seed, shards=shards, shard_size=shard_size,
         compression=compression,
         max_shard_bytes=parse_size(doc.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES),
                                    f"{path}: max_shard_bytes"),
-        max_bad_fraction=max_bad, temp_location=doc.get("temp_location"), spill=spill,
+        max_bad_fraction=max_bad, temp_location=temp,
         spill_in_memory=parse_size(doc.get("spill_in_memory", DEFAULT_SPILL_IN_MEMORY),
-                                   f"{path}: spill_in_memory"),
+                                   f"{path}: spill_in_memory", allow_zero=True),
         max_record_bytes=parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
                                     f"{path}: max_record_bytes"),
         raw=dict(doc),
     )
+
+
+def _source(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a mapping like {{format: csv, paths: [...]}}, "
+                          f"got {value!r}")
+    if "format" in value and not isinstance(value["format"], str):
+        raise ConfigError(f"{where}.format must be text, got {value['format']!r}")
+    return dict(value)

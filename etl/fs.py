@@ -1,5 +1,9 @@
 """The one seam for file access: local paths use the OS (atomic renames, fsync), anything
-with a scheme (gs://, ...) goes through Beam's FileSystems, imported only when needed."""
+with a scheme (gs://, ...) goes through Beam's FileSystems, imported only when needed.
+
+A failed local write, rename or delete raises StorageError naming the path and what to do
+(disk full, permission, read-only, I/O), never a bare OSError without a path: the
+message reaches the user even from inside a Beam worker (etl.error_wire)."""
 
 from __future__ import annotations
 
@@ -8,11 +12,26 @@ import glob as globlib
 import mmap
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, BinaryIO
+
+from etl.error_wire import storage_error
 
 
 def is_remote(path: str) -> bool:
     return "://" in path
+
+
+@contextmanager
+def guarded(path: str, action: str = "writing") -> Iterator[None]:
+    """OSError (with an errno) -> StorageError naming `path`."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno is None:
+            raise
+        raise storage_error(e, path, action) from e
 
 
 def _fs() -> Any:
@@ -40,30 +59,42 @@ def open_write(path: str, durable: bool = True, bypass_cache: bool = False) -> B
     if is_remote(path):
         return _fs().create(path, mime_type="application/octet-stream",
                             compression_type="uncompressed")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    if not durable:
-        return open(path, "wb")
-    if bypass_cache:
+    with guarded(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if bypass_cache and durable:
         direct = _DirectFile.open(path)
         if direct is not None:
-            return direct
-    return _SyncedFile(path)
+            return direct  # type: ignore[return-value]
+    return _SyncedFile(path, durable)  # type: ignore[return-value]
 
 
 class _SyncedFile:
-    """A local file that is fsynced on close: a published shard survives a power cut."""
+    """A local file, fsynced on close when `durable` (a published shard survives a power
+    cut); write errors name the path."""
 
-    def __init__(self, path: str):
-        self._fh = open(path, "wb")
+    def __init__(self, path: str, durable: bool = True):
+        self.path = path
+        self._durable = durable
+        with guarded(path):
+            self._fh = open(path, "wb")
 
     def write(self, data: bytes) -> int:
-        return self._fh.write(data)
+        with guarded(self.path):
+            return self._fh.write(data)
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
+        if self._fh.closed:
+            return
+        try:
+            with guarded(self.path):
+                self._fh.flush()
+                if self._durable:
+                    os.fsync(self._fh.fileno())
+        finally:
+            try:
+                self._fh.close()
+            except OSError:
+                pass  # the flush above already failed and said why
 
     def __enter__(self) -> _SyncedFile:
         return self
@@ -85,7 +116,8 @@ class _DirectFile:
     BLOCK = 4096
     BUFFER = 4 << 20
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, path: str = ""):
+        self.path = path
         self._fd = fd
         self._buf = mmap.mmap(-1, self.BUFFER)  # page-aligned, as O_DIRECT needs
         self._view = memoryview(self._buf)
@@ -104,9 +136,13 @@ class _DirectFile:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
         except OSError:
             return None
-        return cls(fd)
+        return cls(fd, path)
 
     def write(self, data: bytes | memoryview) -> int:
+        with guarded(self.path):
+            return self._write(data)
+
+    def _write(self, data: bytes | memoryview) -> int:
         src = memoryview(data).cast("B")
         done = 0
         while done < len(src):
@@ -138,6 +174,10 @@ class _DirectFile:
         if self._closed:
             return
         self._closed = True
+        with guarded(self.path):
+            self._finish()
+
+    def _finish(self) -> None:
         try:
             if self._filled:
                 tail = self._filled
@@ -195,10 +235,12 @@ def delete_tree(path: str) -> None:
         files = [p for p, _ in list_dir(path)]
         if files:
             _fs().delete(files)
-    elif os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
-        os.remove(path)
+        return
+    with guarded(path, "removing"):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
 
 
 def delete(paths: list[str]) -> None:
@@ -206,15 +248,17 @@ def delete(paths: list[str]) -> None:
     if remote:
         _fs().delete(remote)
     for p in paths:
-        if not is_remote(p) and os.path.exists(p):
-            os.remove(p)
+        if not is_remote(p) and os.path.lexists(p):
+            with guarded(p, "removing"):
+                os.remove(p)
 
 
 def rename(src: str, dst: str) -> None:
     if is_remote(src):
         _fs().rename([src], [dst])
     else:
-        os.replace(src, dst)
+        with guarded(dst, f"renaming {src} to"):
+            os.replace(src, dst)
 
 
 def size(path: str) -> int:

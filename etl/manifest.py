@@ -1,4 +1,4 @@
-"""Manifest, atomic publish and verification of a converted dataset.
+"""Manifest and verification of a converted dataset (publishing is etl.publish).
 
 Output contract:
     OUT/{split}-{i:05d}-of-{n:05d}.tfrecord[.gz|.zz]
@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -90,31 +89,6 @@ def is_listed(manifest: dict[str, Any], relative: str) -> bool:
     if relative in listed_files(manifest):
         return True
     return manifest.get("format_version") == 1 and relative.startswith(REJECTED_DIR + "/")
-
-
-def publish(staging: str, output: str, run_id: str) -> None:
-    """Move a fully written, checked staging directory into place; `_SUCCESS` last.
-
-    Local: two atomic directory renames (old output aside, staging in), so a reader sees the
-    old version or the new one; a crash in between leaves no `_SUCCESS` at OUT and the old
-    version intact beside it. Object stores have no directory rename: the old marker is
-    deleted first, the old objects removed, the new ones copied, the marker written last.
-    """
-    if fs.is_remote(output):
-        old = fs.list_dir(output)
-        marker = [p for p, _ in old if p.endswith("/" + SUCCESS)]
-        fs.delete(marker)
-        fs.delete([p for p, _ in old if p not in marker])
-        for path, _ in fs.list_dir(staging):
-            fs.rename(path, fs.join(output, path[len(staging.rstrip("/")) + 1 :]))
-    else:
-        aside = f"{output}.old-{run_id}"
-        if os.path.exists(output):
-            os.replace(output, aside)
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-        os.replace(staging, output)
-        fs.delete_tree(aside)
-    fs.write_bytes(fs.join(output, SUCCESS), b"")
 
 
 def load_manifest(path: str) -> dict[str, Any]:

@@ -1,8 +1,13 @@
-"""Run one job file end to end: plan inputs, run the Beam pipeline, check, publish.
+"""Run one job file end to end: preflight, lock, run the Beam pipeline, check, publish.
 
-The pipeline writes into a run-specific staging place; only after every count and checksum
-is in, the manifest is written and the result is published, `_SUCCESS` last (see
-etl.manifest.publish). A failed run leaves the previous output untouched.
+Before any work: inputs exist and are readable, the output is not refused (etl.output_guard:
+only an empty directory or a previous output of ours is ever replaced), its location is
+writable and has room. Then the output's lock is taken (etl.run_lock), leftovers of dead
+runs are cleared, and the pipeline writes into this run's own directory in the work dir
+`.{name}.etl/` beside the output; only after every count and checksum is in, the manifest is
+written and the result is published, `_SUCCESS` last (etl.publish). A failed run leaves the
+previous output untouched. Every failure leaves as one EtlError with a clean message naming
+the run's log file, which holds the full traceback.
 """
 
 from __future__ import annotations
@@ -11,19 +16,27 @@ import datetime as dt
 import json
 import logging
 import os
+import sys
+import tempfile
 import time
+import traceback
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from etl import fs, keys
-from etl.config import JobConfig
-from etl.errors import ConfigError, EtlError
+from etl import fs, keys, output_guard
 from etl.accounting import account, check_threshold
-from etl.manifest import MANIFEST, REJECTED_FILE, build_manifest, file_entry, publish
+from etl.config import JobConfig
+from etl.error_wire import describe_unexpected, original_error, storage_error
+from etl.errors import ConfigError, EtlError
+from etl.manifest import MANIFEST, REJECTED_FILE, build_manifest, file_entry
+from etl.publish import publish
+from etl.run_lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
 from etl.schema import Schema, load_schema
 from etl.shard_writer import ShardResult
 from etl.sources import make_reader
@@ -112,7 +125,14 @@ def _size(path: str) -> int:
         return 0  # pseudo-files (python generators) and directories
 
 
-def run_job(job: JobConfig, beam_args: list[str] | None = None) -> JobResult:
+def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: bool = False,
+            lock_stale_after: float = DEFAULT_STALE_AFTER,
+            capture_stderr: bool = False) -> JobResult:
+    """Convert `job`; raises only EtlError (exit code in `.exit_code`) for failures.
+
+    `capture_stderr` (the command line without --debug): while the pipeline runs, file
+    descriptor 2 goes to the run's log file, because Beam's workers print each failing
+    bundle's traceback straight to stderr (threads and worker processes alike)."""
     started = time.time()
     schema = load_schema(job.schema_path)
     tasks, inputs = plan_reads(job)
@@ -120,23 +140,173 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None) -> JobResult:
     options = PipelineOptions(args)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
-    tmp = (fs.join(temp_root, f"etl-{run_id}") if temp_root and fs.is_remote(job.output)
-           else f"{job.output.rstrip('/')}.tmp-{run_id}")
-    spec = ConvertSpec(
-        schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
-        fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
-        staging_dir=fs.join(tmp, "staging"), compression=job.compression,
-        splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
-        max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
-        spill_in_memory=job.spill_in_memory if shares_process(args) else 0,
-    )
+    local = not fs.is_remote(job.output)
+    preflight(job, inputs, temp_root)
+    info = RunInfo.current(run_id)
+    with ExitStack() as stack:
+        if local:
+            workdir = output_guard.work_dir(job.output)
+            lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
+                                               output=job.output))
+            output_guard.recover_leftovers(workdir, job.output, lock_stale_after)
+            output_guard.check_output(job.output, _protected(job, inputs))  # again, locked
+            tmp = output_guard.create_run_dir(workdir, info)
+            log_file = output_guard.log_path(workdir, run_id)
+        else:
+            # object stores: no lock or work dir yet (issue 11: a gs:// lock with
+            # ifGenerationMatch=0 and marker-based leftovers there too)
+            lock = None
+            tmp = (fs.join(temp_root, f"etl-{run_id}") if temp_root
+                   else f"{job.output.rstrip('/')}.tmp-{run_id}")
+            log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{run_id}.log")
+        run_log = stack.enter_context(RunLog(log_file))
+        run_log.note(f"run {run_id} pid {info.pid}: job {job.path} -> {job.output}; "
+                     f"beam args {args}; {len(inputs)} input file(s), "
+                     f"{sum(i['num_bytes'] for i in inputs)} bytes")
+        spec = ConvertSpec(
+            schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
+            fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
+            staging_dir=fs.join(tmp, "staging"), compression=job.compression,
+            splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
+            max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
+            spill_in_memory=job.spill_in_memory if shares_process(args) else 0,
+        )
+        failure: BaseException | None = None
+        try:
+            with run_log.stderr_captured(capture_stderr), beam.Pipeline(options=options) as p:
+                _ = p | "Convert" >> ConvertToShards(spec, tasks)
+            if lock is not None:
+                lock.verify()
+            result = _check_and_publish(job, schema, spec, tasks, inputs, run_id, started)
+        except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
+            failure = e
+        finally:
+            HELD.release(spec.spill_dir)
+            _clean_up(tmp, run_log)  # first: frees the space a full disk needs for the log
+        if local:
+            output_guard.prune_logs(workdir)  # this run's log is the newest: always kept
+        if failure is not None:
+            run_log.failure(failure)
+            if not isinstance(failure, Exception):
+                raise failure  # KeyboardInterrupt, SystemExit: as they are
+            raise user_error(failure, log_file) from failure
+        run_log.note(f"published {job.output} in {time.time() - started:.1f}s")
+        return result
+
+
+def preflight(job: JobConfig, inputs: list[dict[str, Any]], temp_root: str | None) -> None:
+    """Everything that can be known to fail before any work: unreadable inputs, a refused
+    output, an unwritable output location, too little free space (the inputs' total size on
+    the output's file system, or on a local temp location)."""
+    output_guard.check_inputs_readable([i["path"] for i in inputs])
+    output_guard.check_output(job.output, _protected(job, inputs))
+    needed = sum(i["num_bytes"] for i in inputs)
+    if not fs.is_remote(job.output):
+        output_guard.check_writable(job.output)
+        output_guard.check_free_space([(job.output, "output")], needed)
+    elif temp_root and not fs.is_remote(temp_root):
+        output_guard.check_free_space([(temp_root, "temp location")], needed)
+
+
+def _protected(job: JobConfig, inputs: list[dict[str, Any]]) -> list[str]:
+    """What the output must never contain: every input, the job file and the schema file."""
+    extra = [os.path.abspath(p) for p in (job.path, job.schema_path)
+             if not fs.is_remote(p) and os.path.exists(p)]
+    return [i["path"] for i in inputs] + extra
+
+
+def _clean_up(tmp: str, run_log: RunLog) -> None:
     try:
-        with beam.Pipeline(options=options) as p:
-            _ = p | "Convert" >> ConvertToShards(spec, tasks)
-        return _check_and_publish(job, schema, spec, tasks, inputs, run_id, started)
-    finally:
-        HELD.release(spec.spill_dir)
         fs.delete_tree(tmp)
+    except Exception as e:  # noqa: BLE001 - a leftover is removed by the next run
+        run_log.note(f"could not remove {tmp}: {e}")
+        log.warning("could not remove %s (the next run removes it): %s", tmp, e)
+
+
+def user_error(exc: BaseException, log_file: str | None = None) -> EtlError:
+    """What a user sees of a failure: our error (found again inside what the runner raised),
+    a storage error naming the path, or an unexpected error in one line; naming the log."""
+    err = original_error(exc)
+    if err is None and isinstance(exc, OSError) and exc.errno is not None:
+        err = storage_error(exc)
+    if err is None:
+        err = EtlError(f"unexpected error: {describe_unexpected(exc)}")
+    if not log_file:
+        return err
+    try:
+        return type(err)(f"{err} (full log: {log_file})")
+    except TypeError:
+        return EtlError(f"{err} (full log: {log_file})")
+
+
+class RunLog(logging.Handler):
+    """The run's log file: a header, every warning and error logged during the run (Beam's
+    worker tracebacks included) and the full traceback of a failure. Never fails the run:
+    a log that cannot be written (a full disk) is skipped."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._fh: Any = open(path, "a", encoding="utf-8")
+        except OSError:
+            self._fh = None
+
+    def __enter__(self) -> RunLog:
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger().removeHandler(self)
+        self.close()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._write(self.format(record))
+
+    def note(self, text: str) -> None:
+        self._write(f"{dt.datetime.now().isoformat(sep=' ', timespec='milliseconds')} {text}")
+
+    def failure(self, exc: BaseException) -> None:
+        self.note("FAILED:\n" + "".join(traceback.format_exception(exc)))
+
+    @contextmanager
+    def stderr_captured(self, enabled: bool = True) -> Iterator[None]:
+        """File descriptor 2 into this log for the block (threads and child processes too)."""
+        if not enabled or self._fh is None:
+            yield
+            return
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(self._fh.fileno(), 2)
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+
+    def _write(self, text: str) -> None:
+        if self._fh is None:
+            return
+        try:
+            self._fh.write(text + "\n")
+            self._fh.flush()
+        except (OSError, ValueError):
+            pass
+
+    def close(self) -> None:
+        if self._fh is not None:
+            try:
+                self._fh.close()
+            except OSError:
+                pass
+            self._fh = None
+        super().close()
 
 
 def _read_jsonl(paths: list[str]) -> list[Any]:
@@ -188,8 +358,10 @@ def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec, tasks:
                               files={k: file_entry(v) for k, v in published.items()},
                               input_files=input_files)
     fs.write_bytes(fs.join(staging, MANIFEST), json.dumps(manifest, indent=1).encode())
-    publish(staging, job.output, run_id)
-    _remove_leftovers(job.output)
+    # local: the old output goes aside inside this run's directory, where its marker covers it
+    publish(staging, job.output, run_id,
+            aside=None if fs.is_remote(job.output)
+            else os.path.join(os.path.dirname(staging), output_guard.PREVIOUS))
     return JobResult(job.output, {k: {"num_records": v["num_records"],
                                        "shards": len(v["shards"])}
                                    for k, v in manifest["splits"].items()},
@@ -200,12 +372,3 @@ def _count(shards: list[ShardResult], split: str) -> int:
     mine = [r for r in shards if r.split == split]
     return mine[0].num_shards if mine else 0
 
-
-def _remove_leftovers(output: str) -> None:
-    """Staging dirs of earlier crashed runs (local outputs): a rerun converges."""
-    if fs.is_remote(output):
-        return
-    parent, base = os.path.split(os.path.abspath(output))
-    for name in os.listdir(parent):
-        if name.startswith(base + ".tmp-") or name.startswith(base + ".old-"):
-            fs.delete_tree(os.path.join(parent, name))

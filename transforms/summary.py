@@ -6,9 +6,13 @@ from etl.config import load_job
 from transforms.job import run_job
 
 
-def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool) -> int:
+def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
+                   break_lock: bool = False, lock_stale_after: float | None = None,
+                   debug: bool = False) -> int:
+    """Without `debug`, worker tracebacks go to the run's log file only (see run_job)."""
     job = load_job(job_path, output=output)
-    result = run_job(job, beam_args)
+    stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
+    result = run_job(job, beam_args, break_lock=break_lock, capture_stderr=not debug, **stale)
     print(f"Wrote {result.output} in {result.seconds:.1f}s")
     for split, info in result.splits.items():
         print(f"  {split:<12} {info['num_records']:>10,} records in {info['shards']} shard(s)")

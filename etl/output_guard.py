@@ -1,0 +1,293 @@
+"""What a run may replace, and its work dir beside the output.
+
+A run only ever replaces or removes a directory that is provably a previous output of ours
+(its manifest lists every file in it) or an empty directory. Anything else at the output
+path — a file, a user's directory, a directory holding the job's inputs, the current
+directory — is refused before any work with one line saying why (ConfigError, exit 2).
+
+Everything a local run keeps besides the output lives in a hidden work dir next to it,
+`{parent}/.{name}.etl/`:
+
+    lock.json                 the lock of the run in progress (etl.run_lock)
+    run-{run_id}/             one run's scratch: _ETL_RUN.json (written first), spill/,
+                              staging/ (the new output), previous-output/ (the old one, only
+                              for the instant between the two renames of a publish)
+    logs/{run_id}.log         each run's log (full tracebacks); the last KEEP_LOGS are kept
+
+Leftover run dirs are recognised by their `_ETL_RUN.json` marker, never by name alone, and
+removed only once their run is no longer alive (etl.run_lock.why_dead).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterable
+from typing import Any
+
+from etl import fs
+from etl.errors import ConfigError, StorageError
+from etl.manifest import MANIFEST, PRODUCER, SUCCESS, is_listed
+from etl.run_lock import RunInfo, why_dead
+
+log = logging.getLogger(__name__)
+MARKER = "_ETL_RUN.json"
+RUN_PREFIX = "run-"
+PREVIOUS = "previous-output"
+LOGS = "logs"
+KEEP_LOGS = 10
+
+
+def work_dir(output: str) -> str:
+    """`{parent}/.{name}.etl` of a local output."""
+    parent, name = os.path.split(os.path.abspath(output).rstrip(os.sep))
+    return os.path.join(parent, f".{name}.etl")
+
+
+def run_dir(workdir: str, run_id: str) -> str:
+    return os.path.join(workdir, RUN_PREFIX + run_id)
+
+
+def log_path(workdir: str, run_id: str) -> str:
+    return os.path.join(workdir, LOGS, f"{run_id}.log")
+
+
+# ---------------------------------------------------------------------------------- refusal
+
+
+def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> None:
+    """Raise ConfigError unless the run may (re)place `output`.
+
+    `inputs`: every file the run reads (source files, the job file, the schema file)."""
+    if fs.is_remote(output):
+        _check_remote(output, inputs)
+        return
+    here = os.path.abspath(output)
+    if os.path.islink(here):
+        raise ConfigError(f"refusing output {output}: it is a symbolic link; give the real "
+                          "directory path")
+    if os.path.exists(here) and not os.path.isdir(here):
+        raise ConfigError(f"refusing output {output}: it is an existing file, not a dataset "
+                          "directory; choose another output path")
+    real = os.path.realpath(here)
+    for path in inputs:
+        if fs.is_remote(path) or not os.path.isabs(path) or not os.path.exists(path):
+            continue
+        inp = os.path.realpath(path)
+        if inp == real or inp.startswith(real.rstrip(os.sep) + os.sep):
+            raise ConfigError(f"refusing output {output}: it holds the input {path}; the output "
+                              "is replaced as a whole, choose a directory of its own")
+    now = os.path.realpath(cwd or os.getcwd())
+    if now == real or now.startswith(real.rstrip(os.sep) + os.sep):
+        raise ConfigError(f"refusing output {output}: it is the current directory or one of "
+                          "its parents; choose a directory of its own")
+    if os.path.isdir(here):
+        foreign = foreign_content(here)
+        if foreign:
+            raise ConfigError(f"refusing output {output}: {foreign}; it is replaced as a whole, "
+                              "so choose a new or empty directory (or remove it yourself)")
+
+
+def foreign_content(path: str) -> str | None:
+    """Why the existing directory `path` is not provably a previous output of ours, or None
+    (ours, or empty)."""
+    found = _listing(path)
+    if not found:
+        return None
+    manifest = _load_json(os.path.join(path, MANIFEST))
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("format_version"), int):
+        return (f"it is not empty ({len(found)} entries, e.g. {found[0]}) and holds no "
+                f"{MANIFEST} of a dataset written by {PRODUCER}")
+    if not _ours(manifest, SUCCESS in found):
+        return f"its {MANIFEST} is not one written by {PRODUCER}"
+    try:
+        extra = [f for f in found if not is_listed(manifest, f)]
+    except (KeyError, TypeError, AttributeError):
+        return f"its {MANIFEST} does not list its shards"
+    if extra:
+        more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
+        return f"it holds {extra[0]}{more}, which its {MANIFEST} does not list"
+    return None
+
+
+def _ours(manifest: Any, has_success: bool) -> bool:
+    """Written by us: our producer tag, or a format 1 manifest (before the tag) with its
+    `_SUCCESS` marker."""
+    return isinstance(manifest, dict) and isinstance(manifest.get("format_version"), int) and (
+        manifest.get("producer") == PRODUCER
+        or (manifest.get("format_version") == 1 and has_success))
+
+
+def _listing(path: str) -> list[str]:
+    """Every entry below `path` (files, links, and directories that hold no file), relative,
+    sorted. Directories count too: an empty user folder inside is not ours either."""
+    out = []
+    for root, dirs, files in os.walk(path):
+        rel = os.path.relpath(root, path)
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            out.append(os.path.normpath(os.path.join(rel, name)))
+        if rel != "." and not files and not dirs:
+            out.append(rel + "/")
+    return sorted(p.replace(os.sep, "/") for p in out)
+
+
+def _load_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _check_remote(output: str, inputs: Iterable[str]) -> None:
+    """Object stores: the same rules on prefixes (no lock or work dir yet: issue 11)."""
+    base = output.rstrip("/") + "/"
+    for path in inputs:
+        if path.startswith(base):
+            raise ConfigError(f"refusing output {output}: it holds the input {path}; choose a "
+                              "prefix of its own")
+    found = [p[len(base):] for p, _ in fs.list_dir(output)]
+    if not found:
+        return
+    try:
+        manifest = json.loads(fs.read_bytes(base + MANIFEST))
+    except (OSError, ValueError):
+        manifest = None
+    if not _ours(manifest, SUCCESS in found):
+        raise ConfigError(f"refusing output {output}: it is not empty ({found[0]}...) and holds "
+                          f"no {MANIFEST} written by {PRODUCER}; choose a new prefix")
+    extra = [f for f in found if not is_listed(manifest, f)]
+    if extra:
+        raise ConfigError(f"refusing output {output}: it holds {extra[0]}, which its "
+                          f"{MANIFEST} does not list; choose a new prefix")
+
+
+# -------------------------------------------------------------------------------- preflight
+
+
+def check_inputs_readable(paths: Iterable[str]) -> None:
+    """Every local input exists and can be opened (ConfigError naming the first that cannot)."""
+    for path in paths:
+        if fs.is_remote(path) or not os.path.isabs(path):
+            continue  # object-store inputs are checked when matched; python: pseudo-files
+        try:
+            if os.path.isdir(path):
+                os.listdir(path)
+            else:
+                with open(path, "rb"):
+                    pass
+        except FileNotFoundError as e:
+            raise ConfigError(f"input {path} does not exist") from e
+        except OSError as e:
+            raise ConfigError(f"input {path} cannot be read: {e.strerror or e}") from e
+
+
+def check_writable(output: str) -> None:
+    """Create the output's parent if needed and make sure we can create entries in it."""
+    parent = os.path.dirname(os.path.abspath(output).rstrip(os.sep))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"cannot create the output's parent directory {parent}: "
+                           f"{e.strerror or e}; choose a writable location") from e
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise StorageError(f"the output's parent directory {parent} is not writable; "
+                           "choose a writable location")
+    probe = os.path.join(parent, f".etl-write-test-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError as e:
+        raise StorageError(f"cannot write in the output's parent directory {parent}: "
+                           f"{e.strerror or e}; choose a writable location") from e
+
+
+def check_free_space(locations: Iterable[tuple[str, str]], needed: int) -> None:
+    """Each local (path, role) must have at least `needed` bytes free (the inputs' total)."""
+    for path, role in locations:
+        if fs.is_remote(path):
+            continue
+        probe = _existing_ancestor(path)
+        free = shutil.disk_usage(probe).free
+        if free < needed:
+            raise StorageError(
+                f"not enough free space for the {role} {path}: {_human(free)} free on its file "
+                f"system ({probe}), the inputs total {_human(needed)}; free some space or "
+                "choose another location")
+
+
+def _existing_ancestor(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return str(n)
+
+
+# ------------------------------------------------------------------------------ run dirs
+
+
+def create_run_dir(workdir: str, info: RunInfo) -> str:
+    """`run-{id}/` with its marker written before anything else goes in."""
+    path = run_dir(workdir, info.run_id)
+    try:
+        os.makedirs(path)
+        with open(os.path.join(path, MARKER), "w", encoding="utf-8") as fh:
+            json.dump(info.to_json(), fh, indent=1)
+    except OSError as e:
+        raise StorageError(f"cannot create the run directory {path}: {e.strerror or e}") from e
+    return path
+
+
+def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str]:
+    """Remove run dirs of runs that are no longer alive (by their marker); if one of them
+    died between the two renames of its publish, first put the old output back. Returns
+    what was removed. Entries without our marker are left alone."""
+    removed = []
+    try:
+        names = sorted(os.listdir(workdir))
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        path = os.path.join(workdir, name)
+        if not name.startswith(RUN_PREFIX) or not os.path.isdir(path):
+            continue
+        info = RunInfo.from_json(_load_json(os.path.join(path, MARKER)))
+        if info is None:
+            log.warning("leaving %s alone: it holds no readable %s marker", path, MARKER)
+            continue
+        reason = why_dead(info, stale_after)
+        if reason is None:
+            continue
+        previous = os.path.join(path, PREVIOUS)
+        if os.path.isdir(previous) and not os.path.exists(output):
+            os.replace(previous, output)
+            log.warning("restored the previous output %s, left aside by %s", output,
+                        info.describe())
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+        log.warning("removed the leftover run directory %s (%s)", path, reason)
+    return removed
+
+
+def prune_logs(workdir: str, keep: int = KEEP_LOGS) -> None:
+    """Keep the newest `keep` run logs (run ids start with their UTC start time)."""
+    folder = os.path.join(workdir, LOGS)
+    try:
+        logs = sorted(f for f in os.listdir(folder) if f.endswith(".log"))
+    except FileNotFoundError:
+        return
+    for name in logs[:-keep] if keep else logs:
+        try:
+            os.remove(os.path.join(folder, name))
+        except OSError:
+            pass
