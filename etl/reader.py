@@ -6,6 +6,15 @@ shuffle serialized records -> batch -> ONE vectorised `Schema.parse_and_decode` 
 -> prefetch. Per-record parsing is what makes the common `map(parse_single_example)`
 reader slow; here the parse runs on whole batches.
 
+Errors name the shard: TensorFlow's reader says only "corrupted record at 492" (and a
+parse error "Could not parse example input"), not which file. Iterating the dataset
+`make_dataset` returns catches such an error and, on that failure path only, re-scans the
+shards (framing and CRCs as `verify` checks them, then each record parsed against the schema)
+to raise `DatasetError` naming the shard, record and byte offset. Datasets derived from it
+(`.take`, `.map`, Keras `fit`) iterate in TensorFlow's own code and keep TF's message.
+TensorFlow reads a truncated gzip shard as a shorter one without any error; for a dataset
+directory the shard sizes are compared with the manifest before reading, which catches that.
+
 This module imports TensorFlow at the top: it is the reading side.
 """
 
@@ -19,10 +28,11 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
 
-from etl.errors import EtlError
+from etl.errors import EtlError, VerifyError
 from etl.schema import Schema, load_schema
-from etl.tfrecord import compression_of
+from etl.tfrecord import compression_of, read_file
 
 SCHEMA_FILE = "schema.yaml"
 MANIFEST_FILE = "manifest.json"
@@ -106,7 +116,94 @@ def make_dataset(
                 deterministic=deterministic)
     if prefetch:
         ds = ds.prefetch(prefetch)
-    return ds
+    return _ShardErrors(ds, files, [compression if compression is not None else compression_of(f)
+                                    for f in files], schema_obj)
+
+
+class _ShardErrors(dataset_ops.UnaryUnchangedStructureDataset):
+    """The same dataset (same graph, same variant); only its Python iterator differs: a read
+    or parse error is re-raised as `DatasetError` naming the shard (see the module doc)."""
+
+    def __init__(self, inner: tf.data.Dataset, files: list[str], compressions: list[str],
+                 schema: Schema):
+        self._inner = inner
+        self._files = files
+        self._compressions = compressions
+        self._schema = schema
+        super().__init__(inner, inner._variant_tensor)
+
+    def __iter__(self) -> Any:
+        it = super().__iter__()
+        if not tf.executing_eagerly():
+            return it
+        return _NamingIterator(it, self)
+
+
+class _NamingIterator:
+    def __init__(self, inner: Any, ds: _ShardErrors):
+        self._inner = inner
+        self._ds = ds
+
+    def __iter__(self) -> _NamingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._inner)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            raise DatasetError(find_bad_shard(self._ds._files, self._ds._compressions,
+                                              self._ds._schema, e.message)) from e
+
+    def get_next(self) -> Any:
+        return self.__next__()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def find_bad_shard(files: list[str], compressions: list[str], schema: Schema, error: str,
+                   chunk: int = 256) -> str:
+    """A message naming the first shard whose framing, compression or records are broken
+    (the failure path of iterating `make_dataset`: it reads every shard again)."""
+    for path, comp in zip(files, compressions, strict=True):
+        records: list[bytes] = []
+        offsets: list[int] = []
+        index = 0
+        try:
+            for offset, data in read_file(path, comp):
+                records.append(data)
+                offsets.append(offset)
+                if len(records) == chunk:
+                    bad = _first_unparsable(schema, records)
+                    if bad is not None:
+                        return (f"{path}: record {index + bad} (byte {offsets[bad]}) does not parse "
+                                f"with the dataset's schema: {error}")
+                    index += len(records)
+                    records, offsets = [], []
+        except (VerifyError, OSError, EOFError, ValueError) as e:
+            detail = str(e)
+            return detail if detail.startswith(path) else f"{path}: {detail}"
+        bad = _first_unparsable(schema, records) if records else None
+        if bad is not None:
+            return (f"{path}: record {index + bad} (byte {offsets[bad]}) does not parse with the "
+                    f"dataset's schema: {error}")
+    return (f"reading {len(files)} shard(s) ({', '.join(files[:3])}"
+            f"{', ...' if len(files) > 3 else ''}): {error} (every shard's framing and records "
+            f"check out on a second read)")
+
+
+def _first_unparsable(schema: Schema, records: list[bytes]) -> int | None:
+    try:
+        schema.parse_and_decode(tf.constant(records))
+        return None
+    except (tf.errors.InvalidArgumentError, ValueError):
+        pass
+    for i, record in enumerate(records):
+        try:
+            schema.parse_and_decode(tf.constant([record]))
+        except (tf.errors.InvalidArgumentError, ValueError):
+            return i
+    return None
 
 
 def resolve(
@@ -162,6 +259,14 @@ def split_files(root: str, split: str) -> list[str]:
             if missing:
                 raise DatasetError(f"{root}: {len(missing)} shard(s) listed in {MANIFEST_FILE} "
                                    f"are missing, e.g. {missing[0]}")
+            # A truncated gzip shard reads as a shorter file in TensorFlow, without an error:
+            # the sizes the manifest lists catch that (and a replaced shard) for one stat each.
+            for f, entry in zip(files, shards, strict=True):
+                want = entry.get("num_bytes")
+                if "://" not in f and isinstance(want, int) and os.path.getsize(f) != want:
+                    raise DatasetError(f"{f}: shard is {os.path.getsize(f)} bytes, {MANIFEST_FILE} "
+                                       f"lists {want}: truncated or replaced (`verify` checks "
+                                       f"every shard)")
             return files
     files = sorted(tf.io.gfile.glob(_join(root, f"{split}-*-of-*.tfrecord*")))
     if not files:

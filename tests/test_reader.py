@@ -210,6 +210,62 @@ def test_manifest_listing_a_missing_shard(tmp_path):
         make_dataset(out)
 
 
+@pytest.mark.parametrize("shuffle_buffer", [0, 1000], ids=["in_order", "shuffled"])
+def test_corrupt_shard_is_named(tmp_path, shuffle_buffer):
+    out = make_output_dir(tmp_path / "ds")
+    shard = out / "train-00001-of-00002.tfrecord"
+    data = bytearray(shard.read_bytes())
+    first_len = int.from_bytes(data[:8], "little")
+    second = 16 + first_len  # byte offset of the shard's second record
+    data[second + 20] ^= 0xFF  # a flipped byte inside the second record's data
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DatasetError) as err:
+        for _ in make_dataset(out, batch_size=8, shuffle_buffer=shuffle_buffer):
+            pass
+    assert str(err.value) == (f"{shard}: corrupted record data (CRC mismatch) at offset {second}")
+    assert isinstance(err.value.__cause__, tf.errors.DataLossError)
+
+
+def test_truncated_gzip_shard_is_named(tmp_path):
+    """TensorFlow reads a truncated gzip shard as a shorter one, silently (first assert):
+    make_dataset compares the shard sizes with the manifest before reading."""
+    out = make_output_dir(tmp_path / "ds", ext=".gz")
+    shard = out / "train-00000-of-00002.tfrecord.gz"
+    size = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[:-40])
+    raw = tf.data.TFRecordDataset(str(shard), compression_type="GZIP")
+    assert 0 < sum(1 for _ in raw) < N // 2
+    with pytest.raises(DatasetError) as err:
+        make_dataset(out, shuffle_buffer=0)
+    assert str(err.value) == (f"{shard}: shard is {size - 40} bytes, manifest.json lists {size}: "
+                              "truncated or replaced (`verify` checks every shard)")
+
+
+def test_unparsable_record_is_named(tmp_path):
+    """A shard of another schema's records (framing intact): the shard and record are named."""
+    out = make_output_dir(tmp_path / "ds", manifest=False)
+    other = schema_from_dict({"name": "o", "kind": "example",
+                              "features": {"label": {"dtype": "int64", "shape": []}}})
+    good = Encoder(SCHEMA).encode(columns(3)).records
+    foreign = Encoder(other).encode({"label": [7]}).records
+    shard = out / "train-00001-of-00002.tfrecord"
+    write_shard(shard, good[:2] + foreign + good[2:])
+    with pytest.raises(DatasetError) as err:
+        list(make_dataset(out, shuffle_buffer=0, batch_size=4))
+    offset = sum(16 + len(r) for r in good[:2])
+    assert str(err.value).startswith(
+        f"{shard}: record 2 (byte {offset}) does not parse with the dataset's schema: ")
+    assert "x" in str(err.value)  # TF's message names the missing feature
+
+
+def test_make_dataset_is_still_a_tf_dataset(tmp_path):
+    out = make_output_dir(tmp_path / "ds")
+    ds = make_dataset(out, shuffle_buffer=0, batch_size=7)
+    assert isinstance(ds, tf.data.Dataset)
+    assert [int(b["label"][0]) for b in ds.take(2)] == [0, 7]
+    assert ds.element_spec["x"].shape.as_list() == [None, 3]
+
+
 def test_errors_are_etl_errors(tmp_path):
     assert issubclass(DatasetError, EtlError) and issubclass(DatasetError, ValueError)
 
