@@ -37,6 +37,8 @@ in this package; they would sit best in `base.py`.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -339,6 +341,11 @@ class CsvReader(FileSource):
                 lines = first_line + positions + newlines + np.cumsum(extra) - extra
                 cursor += m
                 newlines += int(extra.sum())
+                if newlines:  # quoted newlines: only the careful path can check their quotes
+                    raise _RunsOff("a quoted value runs over several lines")
+                if self.max_record_bytes < read_options.block_size and _longest(batch) * 2 > \
+                        self.max_record_bytes:  # maybe over the limit: the careful path decides
+                    raise _RunsOff("a row near max_record_bytes")
                 blank = _blank_rows(batch)
                 if blank is not None:
                     keep = ~blank
@@ -389,7 +396,7 @@ class CsvReader(FileSource):
                     buf = carry + data if carry else data
                     carry, carry_line = parser.region(buf, first, final=False)
                     if len(carry) > limit:  # open too long: no record may be that big
-                        parser.region(carry, carry_line, final=True, too_long=True)
+                        parser.region(carry, carry_line, final=True)
                         carry = b""
                 if cut is not None:  # an over-long line ends the region (and any open row)
                     if carry:
@@ -441,6 +448,15 @@ def _is_sentinel(batch: pa.RecordBatch, row: int) -> bool:
     return values[0] in (b"0", 0) and all(v in (None, b"") for v in values[1:])
 
 
+def _longest(batch: pa.RecordBatch) -> int:
+    """Bytes of text in the longest row (numbers not counted)."""
+    size = np.zeros(batch.num_rows, np.int64)
+    for col in batch.columns:
+        if pa.types.is_binary(col.type):
+            size += np.asarray(pc.binary_length(col).fill_null(0), np.int64)
+    return int(size.max()) if batch.num_rows else 0
+
+
 def _newlines(batch: pa.RecordBatch) -> np.ndarray:
     """Quoted newlines in each row (a row spans that many lines more than one)."""
     extra = np.zeros(batch.num_rows, np.int64)
@@ -462,6 +478,7 @@ class _Careful:
         self.names = names
         self.path = path
         self.quote = reader._quote.encode()
+        self.delimiter = reader.delimiter
         self.sentinel = reader._sentinel(len(names))
         self.parse_options = reader._parse_options
         self.limit = reader.max_record_bytes
@@ -501,13 +518,21 @@ class _Careful:
         )
         return table, rejected
 
-    def region(self, buf: bytes, first_line: int, final: bool, too_long: bool = False,
-               depth: int = 0) -> tuple[bytes, int]:
+    def region(self, buf: bytes, first_line: int, final: bool, depth: int = 0) -> tuple[bytes, int]:
         """Parse `buf` (whole lines, the first is line `first_line`). When not `final` and
         its last row is still inside a quote at the end, that row is left out: its lines
         come back (with their first line number) to be parsed again with the next lines."""
-        if not buf:
-            return b"", 0
+        while buf:
+            kind, buf, first_line = self._region_once(buf, first_line, final, depth)
+            if kind == "carry":
+                return buf, first_line
+        return b"", 0
+
+    def _region_once(self, buf: bytes, first_line: int, final: bool,
+                     depth: int) -> tuple[str, bytes, int]:
+        """One parse of `buf`: ("done", b"", 0), ("carry", lines of an open last row, their
+        first line) or ("again", lines to parse next, their first line) after a bad row whose
+        re-parsed lines still end inside a quote."""
         data = buf if buf.endswith(b"\n") else buf + b"\n"
         table, rejected = self._parse(data + self.sentinel)
         total = table.num_rows + len(rejected)
@@ -516,11 +541,12 @@ class _Careful:
         is_good[rej] = False
         good_rows = np.flatnonzero(is_good)
         extra = np.zeros(total, np.int64)
-        extra[good_rows] = _newlines(table.to_batches()[0]) if table.num_rows else 0
+        extra[good_rows] = _newlines(table.combine_chunks().to_batches()[0]) if table.num_rows else 0
         extra[rej] = [text.count("\n") for _, text, _ in rejected]
         runs_off = False
         if self.sentinel:
-            if is_good[-1] and _is_sentinel(table.combine_chunks().to_batches()[0], table.num_rows - 1):
+            if is_good[-1] and _is_sentinel(table.slice(table.num_rows - 1).combine_chunks()
+                                            .to_batches()[0], 0):
                 total -= 1
                 table, good_rows, extra = table.slice(0, total), good_rows[:-1], extra[:-1]
             else:
@@ -529,6 +555,8 @@ class _Careful:
         line_at = np.concatenate([[0], np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1])
         found = dict(zip(rej.tolist(), [(t, f) for _, t, f in rejected], strict=True))
         breaks = [r for r in rej.tolist() if extra[r] > 0 and r < total]
+        breaks = sorted(breaks + self._malformed(data, line_at, starts - first_line, extra,
+                                                 good_rows[good_rows < total - runs_off]))
         if runs_off:
             breaks = [r for r in breaks if r < total - 1] + [total - 1]
         done = 0
@@ -537,9 +565,9 @@ class _Careful:
             i = int(starts[r]) - first_line  # the bad row's first line, in buf
             last = r == total - 1 and runs_off
             if last and not final:
-                return buf[line_at[i] :], int(starts[r])
+                return "carry", buf[line_at[i] :], int(starts[r])
             text = data[line_at[i] : line_at[i + 1]]
-            if last and too_long:
+            if last and len(data) > self.limit:
                 code, reason = ("unterminated_quote",
                                 f"quoted field still open after max_record_bytes ({self.limit}) "
                                 f"bytes; parsing resumes at the next line")
@@ -556,17 +584,43 @@ class _Careful:
                                       raw=excerpt(text.rstrip(b"\r\n"))))
             self.record += 1
             # the lines the bad row ran over are parsed again, as rows of their own
-            end = len(line_at) - 1 if last else i + int(extra[r]) + 1
+            if last:
+                return "again", data[line_at[i + 1] :], int(starts[r]) + 1
+            end = i + int(extra[r]) + 1
             sub = data[line_at[i + 1] : line_at[end]]
             if depth < 32:
-                self.region(sub, int(starts[r]) + 1, final=True, depth=depth + 1)
+                carry, line = self.region(sub, int(starts[r]) + 1, final=False, depth=depth + 1)
+                if carry:  # a row there runs on past the bad row's end: parse on through buf
+                    return "again", carry + data[line_at[end] :], line
             else:  # nested bad quotes: line by line, so the nesting stops here
                 for k in range(i + 1, end):
                     self.region(data[line_at[k] : line_at[k + 1]], first_line + k, final=True,
                                 depth=depth + 1)
             done = r + 1
         self._rows(table, good_rows, found, starts, done, total)
-        return b"", 0
+        return "done", b"", 0
+
+    def _malformed(self, data: bytes, line_at: np.ndarray, first: np.ndarray, extra: np.ndarray,
+                   good_rows: np.ndarray) -> list[int]:
+        """Good rows over several lines that are not one strict CSV row: pyarrow takes a quote
+        left open and closed by a later field's quote (`"a\\n1,"b",2`) as one value `a\\n1,b"`.
+        Only rows with quoted newlines are checked (Python's csv module, strict)."""
+        multi = good_rows[extra[good_rows] > 0]
+        if not len(multi) or not self.quote:
+            return []
+        begin = line_at[first[multi]]
+        end = line_at[first[multi] + extra[multi] + 1]
+        bad = []
+        for r, a, b in zip(multi.tolist(), begin.tolist(), end.tolist(), strict=True):
+            try:
+                rows = list(csv.reader(io.StringIO(data[a:b].decode("latin-1"), newline=""),
+                                       delimiter=self.delimiter, quotechar=self.quote.decode(),
+                                       strict=True))
+            except csv.Error:
+                rows = []
+            if len(rows) != 1 or len(rows[0]) != len(self.names):
+                bad.append(r)
+        return bad
 
     def _rows(self, table: pa.Table, good_rows: np.ndarray, found: dict[int, tuple[str, int]],
               starts: np.ndarray, a: int, b: int) -> None:

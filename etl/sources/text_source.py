@@ -49,7 +49,7 @@ class LineRun:
 
 
 def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-               chunk_bytes: int = _CHUNK_BYTES) -> Iterator[LineRun]:
+               chunk_bytes: int | None = None) -> Iterator[LineRun]:
     """A file (gzip if it ends in .gz) as runs of whole lines, one NumPy scan per chunk.
 
     Memory stays bounded by `chunk_bytes + max_line_bytes` whatever the file holds: a line
@@ -57,6 +57,7 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     `LineRun.oversized`. A gzip stream that breaks off (truncated, corrupt) raises
     BadInputError naming the file and where it breaks: how many records are lost is unknown.
     """
+    chunk_bytes = chunk_bytes or _CHUNK_BYTES
     with open_file(path) as raw:
         stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
         buf = b""  # an unfinished line from the chunks before
