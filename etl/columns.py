@@ -331,15 +331,30 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
                 continue
             out.append(v)
         parsed = pa.array(out, target)
+    if is_float:
+        # "1e400" parses as inf: an overflow of the text, not an Inf the source meant
+        as_float = np.asarray(parsed.fill_null(0).to_numpy(zero_copy_only=False))
+        nonfinite = ~np.isfinite(as_float)
+        if nonfinite.any():
+            idx = np.flatnonzero(nonfinite)
+            said = text.take(pa.array(idx)).to_pylist()
+            meant = np.array([str(t).lower().lstrip("+-") in ("inf", "infinity", "nan")
+                              for t in said], bool)
+            range_bad = np.zeros(len(text), bool)
+            range_bad[idx[~meant]] = True
     values, bad, reason = _to_number(feature, parsed)
     if parse_bad.any():
         reason = _name_values(parse_bad, leaves, "unparsable_number",
                               "cannot parse {value!r} as " + feature.dtype, reason)
         bad = bad | parse_bad
     if range_bad is not None and range_bad.any():
-        lo, hi = np.iinfo(np.dtype(feature.dtype)).min, np.iinfo(np.dtype(feature.dtype)).max
-        reason = _name_values(range_bad, text, "out_of_range", "value {value!s} out of range "
-                              f"for {feature.dtype} [{lo}, {hi}]", reason)
+        if is_float:
+            why = "value {value!s} overflows " + ("float64" if feature.dtype == "float64"
+                                                  else f"float64 (and {feature.dtype})")
+        else:
+            info = np.iinfo(np.dtype(feature.dtype))
+            why = "value {value!s} out of range " + f"for {feature.dtype} [{info.min}, {info.max}]"
+        reason = _name_values(range_bad, text, "out_of_range", why, reason)
         bad = bad | range_bad
     return values, bad, reason
 
