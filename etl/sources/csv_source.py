@@ -541,7 +541,8 @@ class _Careful:
         is_good[rej] = False
         good_rows = np.flatnonzero(is_good)
         extra = np.zeros(total, np.int64)
-        extra[good_rows] = _newlines(table.combine_chunks().to_batches()[0]) if table.num_rows else 0
+        if total != data.count(b"\n") + bool(self.sentinel):  # else every row is one line
+            extra[good_rows] = _newlines(table.combine_chunks().to_batches()[0]) if table.num_rows else 0
         extra[rej] = [text.count("\n") for _, text, _ in rejected]
         runs_off = False
         if self.sentinel:
@@ -552,9 +553,12 @@ class _Careful:
             else:
                 runs_off = True
         starts = first_line + np.arange(total) + np.cumsum(extra) - extra
-        line_at = np.concatenate([[0], np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1])
         found = dict(zip(rej.tolist(), [(t, f) for _, t, f in rejected], strict=True))
         breaks = [r for r in rej.tolist() if extra[r] > 0 and r < total]
+        if not (breaks or runs_off or extra.any()):  # no row over several lines: all done
+            self._rows(table, good_rows, found, starts, 0, total)
+            return "done", b"", 0
+        line_at = np.concatenate([[0], np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1])
         breaks = sorted(breaks + self._malformed(data, line_at, starts - first_line, extra,
                                                  good_rows[good_rows < total - runs_off]))
         if runs_off:
@@ -644,16 +648,26 @@ class _Careful:
             lines = starts[rows]
             not_utf8 = np.zeros(len(rows), bool)
             blank = np.full(len(rows), len(self.names) > 1)
+            text = []
             for col in batch.columns:
-                not_utf8 |= utf8_bad_rows(col)
-                blank &= np.asarray(pc.binary_length(col).fill_null(0), np.int64) == 0
+                try:  # checked once, here: the block's text columns are these strings
+                    text.append(col.cast(pa.string()))
+                except pa.ArrowInvalid:
+                    not_utf8 |= utf8_bad_rows(col)
+                    text.append(col)
+                if blank.any():
+                    blank &= np.asarray(pc.binary_length(col).fill_null(0), np.int64) == 0
             for k in np.flatnonzero(not_utf8).tolist():
                 raw = b"|".join(b"" if c[k].as_py() is None else c[k].as_py() for c in batch.columns)
                 self.bad.append(BadRecord(self.path, "not_utf8", "not valid UTF-8 text",
                                           line=int(lines[k]), raw=excerpt(raw)))
             keep = ~not_utf8 & ~blank
+            batch = pa.RecordBatch.from_arrays(text, names=self.names)
             if not keep.all():
                 batch, positions, lines = batch.filter(pa.array(keep)), positions[keep], lines[keep]
+                if not_utf8.any():
+                    batch = pa.RecordBatch.from_arrays([_as_text(c) for c in batch.columns],
+                                                       names=self.names)
             self.good.append((batch, positions, lines))
         self.record += b - a
 
