@@ -267,16 +267,19 @@ def test_jpeg_headers_are_read_through_app_segments():
     schema = example(img={"dtype": "uint8", "shape": [12, 20, 3], "encoding": "jpeg"})
     exif = Image.Exif()
     exif[0x010E] = "x" * 3000  # a long APP1 segment before the frame header
-    blobs = [jpeg(12, 20), jpeg(12, 20, progressive=True), jpeg(12, 20, exif=exif.tobytes()),
-             jpeg(20, 12), jpeg(12, 20, "L"), jpeg(12, 21, progressive=True)]
-    out = Encoder(schema).encode({"img": blobs}, lines=np.arange(1, 7))
+    plain = jpeg(12, 20)
+    sof = plain.index(b"\xff\xc0")
+    filled = plain[:sof] + b"\xff\xff" + plain[sof:]  # fill bytes before a marker are allowed
+    blobs = [plain, jpeg(12, 20, progressive=True), jpeg(12, 20, exif=exif.tobytes()),
+             jpeg(20, 12), jpeg(12, 20, "L"), jpeg(12, 21, progressive=True), filled]
+    out = Encoder(schema).encode({"img": blobs}, lines=np.arange(1, 8))
     assert [(b.code, b.line, b.reason) for b in out.bad] == [
         ("wrong_shape", 4, "JPEG image is 20x12x3 (height x width x channels), shape [12, 20, 3] "
                            "expects 12x20"),
         ("wrong_shape", 6, "JPEG image is 12x21x3 (height x width x channels), shape [12, 20, 3] "
                            "expects 12x20"),
     ]
-    assert out.rows.tolist() == [0, 1, 2, 4]
+    assert out.rows.tolist() == [0, 1, 2, 4, 6]
 
 
 def test_broken_jpeg_headers_are_bad_image():
