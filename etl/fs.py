@@ -188,8 +188,11 @@ class _DirectFile:
             os.fsync(self._fd)
         finally:
             os.close(self._fd)
-            self._view.release()
-            self._buf.close()
+            try:
+                self._view.release()
+                self._buf.close()
+            except BufferError:
+                pass  # a slice still referenced by a failed write's traceback: freed with it
 
     def __enter__(self) -> _DirectFile:
         return self

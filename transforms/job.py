@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -273,39 +274,61 @@ class RunLog(logging.Handler):
 
     @contextmanager
     def stderr_captured(self, enabled: bool = True) -> Iterator[None]:
-        """File descriptor 2 into this log for the block (threads and child processes too)."""
+        """File descriptor 2 into this log for the block (threads and child processes too).
+
+        Through a pipe drained by a thread, never straight into the file: Beam's worker
+        prints a failing bundle's traceback to stderr before it reports the failure, and a
+        print that fails (the log on a full disk) would leave the runner waiting forever."""
         if not enabled or self._fh is None:
             yield
             return
         sys.stderr.flush()
         saved = os.dup(2)
+        read_end, write_end = os.pipe()
+        drain = threading.Thread(target=self._drain, args=(read_end,), daemon=True,
+                                 name="etl-stderr-to-log")
+        drain.start()
         try:
-            os.dup2(self._fh.fileno(), 2)
+            os.dup2(write_end, 2)
+            os.close(write_end)
             yield
         finally:
             try:
                 sys.stderr.flush()
             except (OSError, ValueError):
                 pass
-            os.dup2(saved, 2)
+            os.dup2(saved, 2)  # closes our last copy of the pipe's write end
             os.close(saved)
+            drain.join(timeout=2)  # worker processes still holding it: do not wait for them
+
+    def _drain(self, fd: int) -> None:
+        try:
+            while True:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return
+                self._write(chunk.decode("utf-8", "replace").rstrip("\n"))
+        finally:
+            os.close(fd)
 
     def _write(self, text: str) -> None:
-        if self._fh is None:
-            return
-        try:
-            self._fh.write(text + "\n")
-            self._fh.flush()
-        except (OSError, ValueError):
-            pass
+        with self.lock:  # log records, notes and the stderr drain come from several threads
+            if self._fh is None:
+                return
+            try:
+                self._fh.write(text + "\n")
+                self._fh.flush()
+            except (OSError, ValueError):
+                pass
 
     def close(self) -> None:
-        if self._fh is not None:
-            try:
-                self._fh.close()
-            except OSError:
-                pass
-            self._fh = None
+        with self.lock:
+            if self._fh is not None:
+                try:
+                    self._fh.close()
+                except OSError:
+                    pass
+                self._fh = None
         super().close()
 
 
