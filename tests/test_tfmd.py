@@ -78,6 +78,12 @@ def test_domains_and_presence():
     assert features["png"].HasField("image_domain")
     assert features["i64"].presence.min_fraction == 1.0
     assert features["count"].presence.min_fraction == 0.0  # has a default: may be absent
+    # tfx_bsl refuses `shape` without min_fraction 1: a feature that may be absent gives its
+    # size as value_count (its dense representation keeps the shape and the default)
+    for name, k in (("count", 1), ("weights", 3), ("code", 2), ("kind", 1)):
+        assert not features[name].HasField("shape")
+        assert (features[name].value_count.min, features[name].value_count.max) == (k, k)
+    assert features["matrix"].shape.dim[1].size == 3 and features["matrix"].presence.min_fraction == 1
     assert features["raw"].type == schema_pb2.BYTES
 
 
