@@ -42,6 +42,10 @@ def _base(feature: Feature) -> schema_pb2.Feature:
         out.int_domain.max = 1 if info is None else int(info.max)
     if feature.encoding in ("png", "jpeg"):
         out.image_domain.SetInParent()
+    if feature.storage == "float" and not feature.allow_nan:
+        # what the encoder enforces (nan_not_allowed), stated for TFDV
+        out.float_domain.disallow_nan = True
+        out.float_domain.disallow_inf = True
     return out
 
 

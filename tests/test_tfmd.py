@@ -84,6 +84,12 @@ def test_domains_and_presence():
         assert not features[name].HasField("shape")
         assert (features[name].value_count.min, features[name].value_count.max) == (k, k)
     assert features["matrix"].shape.dim[1].size == 3 and features["matrix"].presence.min_fraction == 1
+    domain = features["weights"].float_domain
+    assert (domain.disallow_nan, domain.disallow_inf) == (True, True)
+    assert not features["i64"].HasField("float_domain")
+    nan_ok = schema_to_tfmd(schema_from_dict({"name": "n", "kind": "example", "features": {
+        "x": {"dtype": "float32", "shape": [], "allow_nan": True}}}))
+    assert not nan_ok.feature[0].HasField("float_domain")
     assert features["raw"].type == schema_pb2.BYTES
 
 
