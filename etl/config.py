@@ -63,7 +63,6 @@ class JobConfig:
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     max_bad_fraction: float = 0.0
     temp_location: str | None = None
-    spill: str = "disk"
     spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     raw: dict[str, Any] = field(default_factory=dict, compare=False)

@@ -280,14 +280,18 @@ def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str
 
 
 def prune_logs(workdir: str, keep: int = KEEP_LOGS) -> None:
-    """Keep the newest `keep` run logs (run ids start with their UTC start time)."""
+    """Keep the files of the newest `keep` runs (`RUN_ID.log`, and `RUN_ID.rejected.jsonl`
+    of a run that rejected too much; run ids start with their UTC start time)."""
     folder = os.path.join(workdir, LOGS)
     try:
-        logs = sorted(f for f in os.listdir(folder) if f.endswith(".log"))
+        names = os.listdir(folder)
     except FileNotFoundError:
         return
-    for name in logs[:-keep] if keep else logs:
-        try:
-            os.remove(os.path.join(folder, name))
-        except OSError:
-            pass
+    runs = sorted({f.split(".", 1)[0] for f in names if f.endswith(".log")})
+    old = set(runs[:-keep] if keep else runs)
+    for name in names:
+        if name.split(".", 1)[0] in old:
+            try:
+                os.remove(os.path.join(folder, name))
+            except OSError:
+                pass

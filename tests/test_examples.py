@@ -108,6 +108,6 @@ def test_cli_reports_bad_job_without_traceback(tmp_path) -> None:
     job.write_text("schema: nope.yaml\nsources: {train: {format: csv, paths: [x.csv]}}\n"
                    "output: out\n")
     proc = _cli("run", str(job))
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # bad configuration
     assert "error:" in proc.stderr and "nope.yaml" in proc.stderr
     assert "Traceback" not in proc.stderr

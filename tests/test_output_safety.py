@@ -469,3 +469,18 @@ def test_not_enough_free_space_is_refused_before_any_work(tmp_path, monkeypatch)
     assert e.value.exit_code == 5
     output_guard.check_free_space([(str(tmp_path / "out"), "output")], 100_000)
 
+
+
+def test_prune_logs_keeps_the_newest_runs_with_their_dead_letter_files(tmp_path) -> None:
+    from etl.output_guard import prune_logs  # noqa: PLC0415
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    runs = [f"20261122T0000{i:02d}-abcd{i:04d}" for i in range(4)]
+    for run in runs:
+        (logs / f"{run}.log").write_text("log\n")
+    (logs / f"{runs[0]}.rejected.jsonl").write_text("{}\n")
+    (logs / f"{runs[3]}.rejected.jsonl").write_text("{}\n")
+    prune_logs(str(tmp_path), keep=2)
+    assert sorted(os.listdir(logs)) == [f"{runs[2]}.log", f"{runs[3]}.log",
+                                        f"{runs[3]}.rejected.jsonl"]

@@ -3,6 +3,7 @@ order, splits, compression, publish and verify."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -299,9 +300,13 @@ def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
     before = shard_hashes(out)
     with open(tmp_path / "ids.csv", "a") as fh:
         fh.write("oops,1,2\n")
-    with pytest.raises(EtlError, match=r"ids\.csv.*feature 'id'.*cannot parse 'oops'"):
+    with pytest.raises(EtlError, match=r"ids\.csv:2002: feature 'id'.*cannot parse 'oops'.*"
+                                       r"\[unparsable_number\]; all of them: .*rejected\.jsonl"):
         _ids_job(tmp_path, shards=3)
     assert shard_hashes(out) == before and verify(out)["records"] == 2000
+    # nothing published, but every rejected record kept beside the run's log
+    kept = glob.glob(str(tmp_path / ".out.etl" / "logs" / "*.rejected.jsonl"))
+    assert [json.loads(x)["line"] for x in open(kept[0])] == [2002] and len(kept) == 1
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p or ".old-" in p]
     # allowed through max_bad_fraction: the bad row goes to the dead-letter file
     out = _ids_job(tmp_path, shards=3, max_bad_fraction=0.01)

@@ -24,6 +24,7 @@ from apache_beam.metrics import Metrics
 
 from etl import fs, keys
 from etl.codec import Encoder
+from etl.error_wire import wire_errors
 from etl.planning import ShardPlan, num_shards_for, plan_split
 from etl.prefetch import ordered_map, prefetch
 from etl.shard_writer import ShardResult, write_shard
@@ -94,6 +95,7 @@ class _ReadEncodeSpillFn(beam.DoFn):
         self.bad_counter = Metrics.counter("etl", "records_rejected")
         self.spilled_counter = Metrics.counter("etl", "records_encoded")
 
+    @wire_errors
     def process(self, task: ReadTask):  # type: ignore[override]
         read = 0
         rejected: list[dict[str, Any]] = []
@@ -156,6 +158,7 @@ def spill_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Bloc
     return SpilledBlock(block.num_read, spills, rejected)
 
 
+@wire_errors
 def plan_shards(metas: list[SpillMeta], spec: ConvertSpec) -> list[ShardPlan]:
     """All spills are in: decide each split's shard count and every shard's key range.
     Notes on the plan (a raised shard count) go to `_notes.jsonl` for the driver."""
@@ -176,6 +179,7 @@ class _WriteShardFn(beam.DoFn):
     def __init__(self, spec: ConvertSpec):
         self.spec = spec
 
+    @wire_errors
     def process(self, plan: ShardPlan):  # type: ignore[override]
         result = write_shard(plan, self.spec.staging_dir, self.spec.compression)
         _write_json([result], fs.join(self.spec.staging_dir, SHARD_PARTS,

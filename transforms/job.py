@@ -34,7 +34,7 @@ from etl import fs, keys, output_guard
 from etl.accounting import account, check_threshold
 from etl.config import JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
-from etl.errors import ConfigError, EtlError
+from etl.errors import BadInputError, ConfigError, EtlError
 from etl.manifest import MANIFEST, REJECTED_FILE, build_manifest, file_entry
 from etl.publish import publish
 from etl.run_lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
@@ -178,7 +178,8 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
                 _ = p | "Convert" >> ConvertToShards(spec, tasks)
             if lock is not None:
                 lock.verify()
-            result = _check_and_publish(job, schema, spec, tasks, inputs, run_id, started)
+            result = _check_and_publish(job, schema, spec, tasks, inputs, run_id, started,
+                                        rejected_at=log_file.removesuffix(".log") + ".rejected.jsonl")
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
             failure = e
         finally:
@@ -350,7 +351,9 @@ def _side_files(staging: str, folder: str) -> list[str]:
 
 def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec, tasks: list[ReadTask],
                        input_files: list[dict[str, Any]], run_id: str,
-                       started: float) -> JobResult:
+                       started: float, rejected_at: str) -> JobResult:
+    """Check every count, then publish. A run that rejected more than allowed keeps its
+    dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
     staging = spec.staging_dir
     shards = [ShardResult(**r) for r in _read_jsonl(_side_files(staging, SHARD_PARTS))]
     parts = [_read_jsonl([path]) for path in _side_files(staging, READ_PARTS)]
@@ -361,7 +364,12 @@ def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec, tasks:
     acc = account(parts, shards, {t.ordinal for t in tasks})
     bad = acc.rejected
     rejected = acc.summary()
-    check_threshold(acc, job.max_bad_fraction)
+    dead_letter = "".join(json.dumps(b, sort_keys=True) + "\n" for b in bad).encode()
+    try:
+        check_threshold(acc, job.max_bad_fraction, rejected_at)
+    except BadInputError:
+        fs.write_bytes(rejected_at, dead_letter)
+        raise
     for note in notes:
         log.warning(note)
     for split in job.splits:
@@ -372,8 +380,7 @@ def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec, tasks:
     published = {"schema.yaml": schema.to_yaml().encode(),
                  "schema.pbtxt": to_pbtxt(schema).encode()}
     if bad:
-        published[REJECTED_FILE] = "".join(json.dumps(b, sort_keys=True) + "\n"
-                                           for b in bad).encode()
+        published[REJECTED_FILE] = dead_letter
     for name, data in published.items():
         fs.write_bytes(fs.join(staging, name), data)
     manifest = build_manifest(shards, job.splits, schema.sha256(), job.seed, job.compression,
