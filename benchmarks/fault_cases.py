@@ -117,44 +117,37 @@ def _outcome(rc: int, err: str, out: Path) -> dict[str, Any]:
 
 
 # ---- the cases -----------------------------------------------------------------------------
-def output_is_job_dir(r: Runner, d: Path) -> dict[str, Any]:
-    _csv(d / "in.csv")
-    job = _job(d, CSV_SCHEMA, {"format": "csv", "paths": ["in.csv"]}, output=".")
+def _output_case(r: Runner, d: Path, output: str, paths: list[str]) -> dict[str, Any]:
+    """Run a CSV job whose output is `output`; was anything in `d` lost or changed?"""
+    job = _job(d, CSV_SCHEMA, {"format": "csv", "paths": paths}, output=output)
     before = _listing(d)
     res = r.run(job)
     res["intact"] = _listing(d) == before or _missing(before, d)
     return res
+
+
+def output_is_job_dir(r: Runner, d: Path) -> dict[str, Any]:
+    _csv(d / "in.csv")
+    return _output_case(r, d, ".", ["in.csv"])
 
 
 def output_is_input_dir(r: Runner, d: Path) -> dict[str, Any]:
     (d / "data").mkdir()
     _csv(d / "data" / "in.csv")
-    job = _job(d, CSV_SCHEMA, {"format": "csv", "paths": ["data/in.csv"]}, output="data")
-    before = _listing(d)
-    res = r.run(job)
-    res["intact"] = _listing(d) == before or _missing(before, d)
-    return res
+    return _output_case(r, d, "data", ["data/in.csv"])
 
 
 def output_is_a_file(r: Runner, d: Path) -> dict[str, Any]:
     _csv(d / "in.csv")
     (d / "notes.txt").write_text("my notes\n")
-    job = _job(d, CSV_SCHEMA, {"format": "csv", "paths": ["in.csv"]}, output="notes.txt")
-    before = _listing(d)
-    res = r.run(job)
-    res["intact"] = _listing(d) == before or _missing(before, d)
-    return res
+    return _output_case(r, d, "notes.txt", ["in.csv"])
 
 
 def output_is_foreign_dir(r: Runner, d: Path) -> dict[str, Any]:
     _csv(d / "in.csv")
     (d / "photos").mkdir()
     (d / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 my cat")
-    job = _job(d, CSV_SCHEMA, {"format": "csv", "paths": ["in.csv"]}, output="photos")
-    before = _listing(d)
-    res = r.run(job)
-    res["intact"] = _listing(d) == before or _missing(before, d)
-    return res
+    return _output_case(r, d, "photos", ["in.csv"])
 
 
 def sibling_old_keep(r: Runner, d: Path) -> dict[str, Any]:

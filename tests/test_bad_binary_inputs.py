@@ -26,6 +26,7 @@ from etl.sources import make_reader
 from etl.sources.base import Block
 from etl.tfrecord import frame_all
 from etl.wire import binary_column
+from tests.helpers import column
 
 WHERE = "jobs/t.yaml: sources.train"
 EXAMPLE = schema_from_dict({"name": "ex", "features": {
@@ -59,11 +60,7 @@ def read_all(tmp_path: Path, config: dict[str, Any], schema: Any = None,
 
 
 def good(blocks: list[Block], name: str = "__serialized__") -> list[Any]:
-    out: list[Any] = []
-    for b in blocks:
-        col = b.columns[name]
-        out.extend(col.to_pylist() if hasattr(col, "to_pylist") else list(col))
-    return out
+    return column(blocks, name)
 
 
 def positions(blocks: list[Block]) -> list[int]:

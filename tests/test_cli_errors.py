@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -15,23 +14,10 @@ import pytest
 from etl.config import job_from_dict, parse_duration
 from etl.error_wire import original_error, storage_error, wire_errors, worker_errors
 from etl.errors import BadInputError, ConfigError, EtlError, RecordError, StorageError
+from tests.helpers import IDS_SCHEMA as SCHEMA
+from tests.helpers import cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN = os.path.join(ROOT, "run_pipeline.py")
-SCHEMA = textwrap.dedent("""\
-    name: ids
-    kind: example
-    features:
-      id: {dtype: int64, shape: []}
-      x: {dtype: float32, shape: [2], source: [a, b]}
-    """)
 BASE = {"schema": "s.yaml", "source": {"format": "csv", "paths": ["d.csv"]}, "output": "out"}
-
-
-def cli(*args: str, cwd: str | None = None, env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, RUN, *args], cwd=cwd or ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)
 
 
 def lines(stderr: str) -> list[str]:

@@ -21,22 +21,8 @@ from etl import output_guard
 from etl.errors import ConfigError
 from etl.manifest import verify
 from etl.run_lock import RunInfo, RunLock
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN = os.path.join(ROOT, "run_pipeline.py")
-SCHEMA = textwrap.dedent("""\
-    name: ids
-    kind: example
-    features:
-      id: {dtype: int64, shape: []}
-      x: {dtype: float32, shape: [2], source: [a, b]}
-    """)
-
-
-def cli(*args: str, cwd: str | None = None, env: dict[str, str] | None = None,
-        timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, RUN, *args], cwd=cwd or ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+from tests.helpers import IDS_SCHEMA as SCHEMA
+from tests.helpers import ROOT, RUN, cli
 
 
 def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -28,6 +28,7 @@ from etl.schema import load_schema, schema_from_dict
 from etl.sources import make_reader
 from etl.sources.base import Block
 from etl.tfrecord import frame_all
+from tests.helpers import column
 
 WHERE = "jobs/t.yaml: sources.train"
 
@@ -35,14 +36,6 @@ WHERE = "jobs/t.yaml: sources.train"
 def read(tmp_path: Path, config: dict[str, Any], unit: int = 0) -> list[Block]:
     reader = make_reader(config, str(tmp_path), WHERE)
     return list(reader.read(reader.files()[unit]))
-
-
-def column(blocks: list[Block], name: str) -> list[Any]:
-    out: list[Any] = []
-    for b in blocks:
-        col = b.columns[name]
-        out.extend(col.to_pylist() if hasattr(col, "to_pylist") else list(col))
-    return out
 
 
 def positions(blocks: list[Block]) -> list[int]:

@@ -1,0 +1,38 @@
+"""Helpers shared by several test modules: the CLI as users run it, and block columns."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+from etl.sources.base import Block
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = os.path.join(ROOT, "run_pipeline.py")
+# ids plus a two-column packed vector: what the CLI tests convert
+IDS_SCHEMA = textwrap.dedent("""\
+    name: ids
+    kind: example
+    features:
+      id: {dtype: int64, shape: []}
+      x: {dtype: float32, shape: [2], source: [a, b]}
+    """)
+
+
+def cli(*args: str, cwd: str | None = None, env: dict[str, str] | None = None,
+        timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`run_pipeline.py ARGS` in a subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, RUN, *args], cwd=cwd or ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def column(blocks: list[Block], name: str) -> list[Any]:
+    """One column of every block, as Python values."""
+    out: list[Any] = []
+    for b in blocks:
+        col = b.columns[name]
+        out.extend(col.to_pylist() if hasattr(col, "to_pylist") else list(col))
+    return out
