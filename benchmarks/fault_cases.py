@@ -108,11 +108,14 @@ def _outcome(rc: int, err: str, out: Path) -> dict[str, Any]:
         written = sum(s["num_records"] for s in m["splits"].values())
         rej = m.get("rejected", {})
         result["counts"] = f"written {written}, rejected {rej.get('num_records')}"
+        if all("read" in i for i in m.get("inputs", [])):  # per-file accounting (format 2)
+            result["read"] = sum(i["read"] for i in m["inputs"])
         result["by_reason"] = rej.get("by_reason")
         dead = out / "rejected" / "rejected.jsonl"
         if dead.exists():
             recs = [json.loads(x) for x in dead.read_text().splitlines() if x.strip()]
             result["where"] = [r.get("line", r.get("position", r.get("record"))) for r in recs][:5]
+            result["files"] = sorted({Path(r["source"]).name for r in recs})
     return result
 
 
