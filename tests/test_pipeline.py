@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import json
+import re
 import os
 import shutil
 from typing import Any
@@ -320,6 +321,15 @@ def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
     assert [(d["source"], d["line"], d["feature"], d["code"]) for d in dead] == [
         (str(tmp_path / "ids.csv"), 2002, "id", "unparsable_number")]
     assert set(m["files"]) == {"schema.yaml", "schema.pbtxt", "rejected/rejected.jsonl"}
+    verify(out)
+    # every published file is checked, not only the shards
+    for name in ("rejected/rejected.jsonl", "schema.pbtxt"):
+        path = os.path.join(out, name)
+        original = open(path, "rb").read()
+        open(path, "wb").write(original.replace(b"int64", b"int32", 1).replace(b"2002", b"2003"))
+        with pytest.raises(VerifyError, match=re.escape(path) + ": sha256 .* does not match the manifest"):
+            verify(out)
+        open(path, "wb").write(original)
     verify(out)
     shutil.rmtree(out)
 
