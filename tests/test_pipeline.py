@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import glob
 import json
-import re
 import os
+import re
 import shutil
 from typing import Any
 
@@ -326,8 +326,9 @@ def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
     for name in ("rejected/rejected.jsonl", "schema.pbtxt"):
         path = os.path.join(out, name)
         original = open(path, "rb").read()
-        open(path, "wb").write(original.replace(b"int64", b"int32", 1).replace(b"2002", b"2003"))
-        with pytest.raises(VerifyError, match=re.escape(path) + ": sha256 .* does not match the manifest"):
+        open(path, "wb").write(original.replace(b"2002", b"2003").replace(b"INT", b"INU"))
+        assert open(path, "rb").read() != original
+        with pytest.raises(VerifyError, match=re.escape(path) + ": sha256 .* does not match"):
             verify(out)
         open(path, "wb").write(original)
     verify(out)
