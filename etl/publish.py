@@ -10,8 +10,7 @@ import os
 
 from etl import fs
 from etl.errors import StorageError
-
-SUCCESS = "_SUCCESS"
+from etl.manifest import SUCCESS
 
 
 def publish(staging: str, output: str, run_id: str, aside: str | None = None) -> None:
