@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etl.errors import ConfigError
-from etl.sources.base import Block, SourceReader
+from etl.sources.base import Block, Source, SourceReader, Split
 
 READERS = {
     "csv": "etl.sources.csv_source:CsvReader",
@@ -23,7 +23,7 @@ READERS = {
 }
 
 
-def make_reader(config: Mapping[str, Any], base_dir: str = ".", where: str = "source") -> SourceReader:
+def make_reader(config: Mapping[str, Any], base_dir: str = ".", where: str = "source") -> Source:
     """Build the reader a job file's source entry asks for; paths are relative to base_dir."""
     if not isinstance(config, Mapping) or "format" not in config:
         raise ConfigError(f"{where}: a source needs a 'format' (one of {sorted(READERS)})")
@@ -34,4 +34,4 @@ def make_reader(config: Mapping[str, Any], base_dir: str = ".", where: str = "so
     return getattr(importlib.import_module(module), cls)(dict(config), base_dir, where)
 
 
-__all__ = ["Block", "SourceReader", "make_reader", "READERS"]
+__all__ = ["Block", "Source", "SourceReader", "Split", "make_reader", "READERS"]

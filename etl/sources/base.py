@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -51,19 +51,87 @@ class Block:
         return self.num_rows + sum(b.count for b in self.bad)
 
 
-class SourceReader(Protocol):
-    """One configured source format (from a job file's `sources:` entry)."""
+@dataclass(frozen=True)
+class Split:
+    """A part of one read unit that one worker reads on its own (picklable: it travels to
+    Beam workers). Whatever the split, a record keeps its position, line and bad records:
+    the blocks of a unit's splits, in `index` order, are exactly the blocks of the whole unit.
+
+    `start`/`stop`: byte offsets (CSV, JSONL, text: the split owns the lines that START in
+    [start, stop)), or record indexes (Parquet: rows, from row-group boundaries; IDX, npy,
+    npz: records); `stop=None` is the end of the unit. `first_line`: text formats, the number
+    of physical lines before `start` (so line numbers and positions stay the file's).
+    `whole` splits (the default, one per unit) read the unit as `read(path)` always did.
+    """
+
+    path: str
+    index: int = 0
+    count: int = 1
+    start: int = 0
+    stop: int | None = None
+    first_line: int = 0
+
+    @property
+    def whole(self) -> bool:
+        return self.count == 1
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+
+class Source:
+    """What every source format implements (one configured `sources:` entry of a job file).
+
+    - `files()`: the read units (globs expanded, sorted): positions number records within one
+      unit, and `Block.source` names it. For paired formats (IDX, npy) the key column's file.
+    - `inputs()`: every file read (what the manifest lists); defaults to `files()`.
+    - `prepare(schema, max_record_bytes)`: called once before any read (default: nothing).
+    - `splits(path, target_bytes)`: how one unit is cut for parallel reads (default: one
+      whole split); called once per unit on the launcher.
+    - `read_split(split)`: the split's blocks, in file order; `read(path)` reads the unit's
+      one whole split. A format that does not split overrides `read(path)` instead.
+    """
 
     def files(self) -> list[str]:
-        """Input files (globs expanded), sorted; what the manifest lists under `inputs`."""
+        raise NotImplementedError
+
+    def inputs(self) -> list[str]:
+        return self.files()
+
+    def prepare(self, schema: Any, max_record_bytes: int) -> None:
+        """Default: nothing to prepare."""
+
+    def splits(self, path: str, target_bytes: int) -> list[Split]:
+        return [Split(path)]
+
+    def read_split(self, split: Split) -> Iterator[Block]:
+        if not split.whole:
+            raise ValueError(f"{type(self).__name__} reads whole files only, got {split}")
+        return self.read(split.path)
 
     def read(self, path: str) -> Iterator[Block]:
-        """Blocks of one input file, in file order."""
+        if type(self).read_split is Source.read_split:
+            raise NotImplementedError(f"{type(self).__name__} defines neither read nor read_split")
+        return self.read_split(Split(path))
 
-    # Optional: `prepare(schema, max_record_bytes)` is called once before any `read` when the
-    # reader defines it: the schema to check records against (image shapes, serialized
-    # records, numeric columns to parse up front) and the size above which a record is
-    # rejected as `oversized_record` without being held whole in memory.
+
+SourceReader = Source  # the name before issue 10
+
+
+def target_starts(size: int, target_bytes: int, begin: int = 0) -> list[int]:
+    """Byte offsets every `target_bytes` after `begin`, before `size`: where splits are
+    wanted (the formats move each one to the next boundary they can prove)."""
+    target_bytes = max(int(target_bytes), 1)
+    return list(range(begin + target_bytes, size, target_bytes))
+
+
+def record_splits(path: str, count: int, record_bytes: float, target_bytes: int) -> list[Split]:
+    """Splits of `count` fixed-size records, about `target_bytes` each (IDX, npy)."""
+    per = max(1, int(target_bytes // max(record_bytes, 1)))
+    cuts = list(range(0, count, per)) or [0]
+    n = len(cuts)
+    return [Split(path, i, n, a, (cuts[i + 1] if i + 1 < n else None)) for i, a in enumerate(cuts)]
 
 
 def open_file(path: str) -> Any:

@@ -26,11 +26,11 @@ import numpy as np
 
 from etl.errors import BadInputError, BadRecord
 from etl.idx import IdxHeader, check_end, open_idx, read_block
-from etl.sources.base import Block, options
+from etl.sources.base import Block, Source, Split, open_file, options, record_splits
 from etl.sources.csv_source import PairedFiles, block_rows
 
 
-class IdxReader:
+class IdxReader(Source):
     """`format: idx`; `paths: {column: glob}`; options: block_rows."""
 
     OPTIONS = {"block_rows"}
@@ -69,11 +69,31 @@ class IdxReader:
                                 f"records (first dimension of their headers): {listed}")
         return opened
 
-    def read(self, path: str) -> Iterator[Block]:
+    def splits(self, path: str, target_bytes: int) -> list[Split]:
+        """Record ranges of about `target_bytes` (of all paired files together) when every file
+        of the pair is plain and complete, so a split seeks to its first record. A gzip file
+        cannot seek, and a truncated one must count its lost records once: one split."""
+        with ExitStack() as stack:
+            opened = self._open(path, stack)
+            headers = [header for _, header, _ in opened.values()]
+            for f, header, _ in opened.values():
+                if f.endswith(".gz") or _gzipped(f) or _size(f) != \
+                        header.header_bytes + header.count * header.record_bytes:
+                    return [Split(path)]
+        return record_splits(path, headers[0].count, sum(h.record_bytes for h in headers),
+                             target_bytes)
+
+    def read_split(self, split: Split) -> Iterator[Block]:
+        path = split.path
         with ExitStack() as stack:
             opened = self._open(path, stack)
             total = next(iter(opened.values()))[1].count
-            start = 0
+            start = split.start
+            if split.stop is not None:
+                total = min(total, split.stop)
+            if start:  # only plain, complete files are split: seek to the first record
+                for _, header, stream in opened.values():
+                    stream.seek(header.header_bytes + start * header.record_bytes)
             while start < total:
                 want = min(self.block_rows, total - start)
                 parts = {name: read_block(stream, header, want, f)
@@ -98,5 +118,17 @@ class IdxReader:
                 yield Block(columns, np.arange(start, start + n, dtype=np.int64), source=path,
                             bad=[bad])
                 return
-            for f, header, stream in opened.values():
-                check_end(stream, header, f)
+            if split.stop is None:
+                for f, header, stream in opened.values():
+                    check_end(stream, header, f)
+
+
+def _gzipped(path: str) -> bool:
+    with open_file(path) as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def _size(path: str) -> int:
+    from etl import fs  # noqa: PLC0415
+
+    return fs.size(path)

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from etl.errors import BadRecord
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, Split
 from etl.sources.csv_source import FileSource, excerpt, utf8_bad_rows
-from etl.sources.text_source import LineBlock, line_blocks
+from etl.sources.text_source import LineBlock, line_blocks, line_splits
 
 
 class JsonlReader(FileSource):
@@ -38,8 +38,13 @@ class JsonlReader(FileSource):
         """A line over `max_record_bytes` is rejected as `oversized_record` without being read."""
         self.max_record_bytes = int(max_record_bytes)
 
-    def read(self, path: str) -> Iterator[Block]:
-        for block in line_blocks(path, self.block_rows, self.max_record_bytes):
+    def splits(self, path: str, target_bytes: int) -> list[Split]:
+        """Byte ranges at line starts (a split owns the lines that start in it); gzip: one."""
+        return line_splits(path, target_bytes)
+
+    def read_split(self, split: Split) -> Iterator[Block]:
+        path = split.path
+        for block in line_blocks(split, self.block_rows, self.max_record_bytes):
             oversized = block.oversized_records(path, self.max_record_bytes)
             rows = np.flatnonzero(~block.blank() & ~block.oversized_mask())
             positions = block.first + rows

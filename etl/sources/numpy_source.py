@@ -28,13 +28,13 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from etl.errors import BadInputError, BadRecord, ConfigError
-from etl.sources.base import Block, open_file, options
+from etl.sources.base import Block, Source, Split, open_file, options, record_splits
 from etl.sources.csv_source import PairedFiles, block_rows, expand_each, path_list
 
 _Array = tuple[str, tuple[int, ...], "_Rows"]  # (what to call it, shape, its rows)
 
 
-class NumpyReader:
+class NumpyReader(Source):
     """`format: npy` (paths: {column: glob}) or `npz` (paths: [globs]); options: columns
     (npz only), block_rows."""
 
@@ -91,11 +91,32 @@ class NumpyReader:
                                 f"(first dimension): {listed}")
         return arrays
 
-    def read(self, path: str) -> Iterator[Block]:
+    def splits(self, path: str, target_bytes: int) -> list[Split]:
+        """Row ranges of about `target_bytes` when every array of the record set is
+        memory-mapped and complete (local .npy files), so a split slices its rows; archive
+        members and remote files stream from the start, and a truncated array must count its
+        lost rows once: one split."""
+        if self.npz:
+            return [Split(path)]
+        with ExitStack() as stack:
+            arrays = self._open(path, stack)
+            if not all(rows.complete for _, _, rows in arrays.values()):
+                return [Split(path)]
+            total = next(iter(arrays.values()))[1][0]
+            row_bytes = sum(rows.row_bytes for _, _, rows in arrays.values())
+        return record_splits(path, total, row_bytes, target_bytes)
+
+    def read_split(self, split: Split) -> Iterator[Block]:
+        path = split.path
         with ExitStack() as stack:
             arrays = self._open(path, stack)
             total = next(iter(arrays.values()))[1][0]
-            start = 0
+            start = split.start
+            if split.stop is not None:
+                total = min(total, split.stop)
+            if start:  # only complete memory-mapped arrays are split
+                for _, _, rows in arrays.values():
+                    rows.take(start)
             while start < total:
                 want = min(self.block_rows, total - start)
                 parts = {column: rows.take(want) for column, (_, _, rows) in arrays.items()}
@@ -156,6 +177,7 @@ class _Rows:
     def __init__(self, take: Callable[[int], tuple[np.ndarray, str]], header_bytes: int,
                  row_bytes: int):
         self.take = take
+        self.complete = bool(getattr(take, "complete", False))  # memory-mapped, every row there
         self.header_bytes = header_bytes
         self.row_bytes = row_bytes
 
@@ -232,4 +254,5 @@ def _slicer(array: np.ndarray, why: str = "") -> Callable[[int], tuple[np.ndarra
         at += len(block)
         return block, (why if len(block) < n else "")
 
+    take.complete = not why and isinstance(array, np.memmap)  # type: ignore[attr-defined]
     return take

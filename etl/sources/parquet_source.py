@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from etl.errors import BadInputError, BadRecord, ConfigError
-from etl.sources.base import Block, open_file
+from etl.sources.base import Block, Split, open_file
 from etl.sources.csv_source import FileSource
 
 
@@ -63,13 +63,36 @@ class ParquetReader(FileSource):
                                 f"({self.where}: columns); it has {parquet.schema_arrow.names}")
         return parquet
 
-    def read(self, path: str) -> Iterator[Block]:
+    def splits(self, path: str, target_bytes: int) -> list[Split]:
+        """Runs of whole row groups of about `target_bytes` (compressed sizes, from the
+        footer); `start`/`stop` are row indexes at row-group boundaries, so positions stay the
+        file's row numbers."""
+        with ExitStack() as stack:
+            meta = self._open(path, stack).metadata
+            groups = meta.num_row_groups if meta.num_rows else 0
+            sizes = [_group_bytes(meta.row_group(g)) for g in range(groups)]
+            rows = [meta.row_group(g).num_rows for g in range(groups)]
+        cuts, size, row = [0], 0, 0
+        for g in range(groups):
+            if size >= target_bytes and row > cuts[-1]:
+                cuts.append(row)
+                size = 0
+            size += sizes[g]
+            row += rows[g]
+        n = len(cuts)
+        return [Split(path, i, n, a, cuts[i + 1] if i + 1 < n else None) for i, a in enumerate(cuts)]
+
+    def read_split(self, split: Split) -> Iterator[Block]:
+        path = split.path
         with ExitStack() as stack:
             parquet = self._open(path, stack)
             meta = parquet.metadata
             start = 0
             for group in range(meta.num_rows and meta.num_row_groups):
                 rows = meta.row_group(group).num_rows
+                if start < split.start or (split.stop is not None and start >= split.stop):
+                    start += rows
+                    continue
                 done = 0
                 batches = parquet.iter_batches(batch_size=self.block_rows, row_groups=[group],
                                                columns=self.columns)
@@ -93,6 +116,11 @@ class ParquetReader(FileSource):
                                 source=path)
                     done += n
                 start += rows
+
+
+def _group_bytes(group: pq.RowGroupMetaData) -> int:
+    """Bytes of a row group in the file (its column chunks, compressed)."""
+    return sum(group.column(c).total_compressed_size for c in range(group.num_columns))
 
 
 def _group_offset(meta: pq.FileMetaData, group: int) -> int | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.errors import BadInputError, BadRecord, ConfigError
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, open_file
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, Split, open_file, target_starts
 from etl.sources.csv_source import FileSource, bool_option, excerpt, utf8_bad_rows
 
 _CHUNK_BYTES = 1 << 24
@@ -48,8 +48,75 @@ class LineRun:
         return len(self.bounds) - 1
 
 
+def line_splits(path: str, target_bytes: int, data_start: int = 0,
+                boundary: Callable[[Any, int, int], int | None] | None = None) -> list[Split]:
+    """Splits of a plain (not gzip) file at line starts about every `target_bytes`, each with
+    the number of lines before it (`first_line`), so line numbers and positions stay the
+    file's. `boundary(fh, target, previous)` moves a wanted offset to a line start the format
+    can prove is a record start (default: the first line start at or after it), or None.
+    Runs once per file on the launcher: one random read per boundary, then one streaming
+    count of the newlines before the last boundary (bytes.count, ~GB/s)."""
+    if path.endswith(".gz"):
+        return [Split(path)]
+    from etl import fs  # noqa: PLC0415
+
+    size = fs.size(path)
+    cuts: list[int] = []
+    with open_file(path) as fh:
+        for target in target_starts(size, target_bytes, data_start):
+            if cuts and target <= cuts[-1]:
+                continue
+            b = (boundary or _next_line_start)(fh, target, cuts[-1] if cuts else data_start)
+            if b is not None and data_start < b < size and (not cuts or b > cuts[-1]):
+                cuts.append(b)
+        lines = _count_newlines(fh, cuts)
+    starts, n = [0, *cuts], len(cuts) + 1
+    return [Split(path, i, n, starts[i], starts[i + 1] if i + 1 < n else None,
+                  ([0, *lines])[i]) for i in range(n)]
+
+
+def _next_line_start(fh: Any, target: int, previous: int) -> int | None:
+    """The first line start at or after `target` (None: no newline after it)."""
+    fh.seek(target - 1)
+    at = target - 1
+    while True:
+        window = fh.read(1 << 20)
+        if not window:
+            return None
+        nl = window.find(b"\n")
+        if nl >= 0:
+            return at + nl + 1
+        at += len(window)
+
+
+def _count_newlines(fh: Any, cuts: list[int]) -> list[int]:
+    """Newlines before each of the sorted offsets `cuts`, in one streaming pass."""
+    out: list[int] = []
+    fh.seek(0)
+    at, count = 0, 0
+    for cut in cuts:
+        while at < cut:
+            chunk = fh.read(min(_CHUNK_BYTES, cut - at))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            at += len(chunk)
+        out.append(count)
+    return out
+
+
+def split_lines(split: Split, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+                chunk_bytes: int | None = None) -> Iterator[LineRun]:
+    """`scan_lines` of one split: its lines, numbered as in the whole file."""
+    if split.whole:
+        return scan_lines(split.path, max_line_bytes, chunk_bytes)
+    return scan_lines(split.path, max_line_bytes, chunk_bytes, start=split.start,
+                      stop=split.stop, first_line=split.first_line)
+
+
 def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-               chunk_bytes: int | None = None) -> Iterator[LineRun]:
+               chunk_bytes: int | None = None, start: int = 0, stop: int | None = None,
+               first_line: int = 0) -> Iterator[LineRun]:
     """A file (gzip if it ends in .gz) as runs of whole lines, one NumPy scan per chunk.
 
     Memory stays bounded by `chunk_bytes + max_line_bytes` whatever the file holds: a line
@@ -60,9 +127,12 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     chunk_bytes = chunk_bytes or _CHUNK_BYTES
     with open_file(path) as raw:
         stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+        if start or stop is not None:  # a split of a plain file: whole lines [start, stop)
+            raw.seek(start)
+            stream = _Range(raw, None if stop is None else stop - start)
         buf = b""  # an unfinished line from the chunks before
-        first = 0  # 0-based index of the line `buf` starts
-        consumed = 0  # uncompressed bytes before `buf`
+        first = first_line  # 0-based index of the line `buf` starts
+        consumed = start  # uncompressed bytes before `buf`
         skipping = -1  # length so far of an oversized line being skipped, else -1
         while True:
             chunk = _read_chunk(stream, path, chunk_bytes, first, consumed + len(buf))
@@ -98,6 +168,21 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                 return
             if len(buf) > max_line_bytes:  # an unfinished line already too long: skip the rest
                 skipping, buf = len(buf), b""
+
+
+class _Range:
+    """A read handle that stops after `left` bytes (None: at the end of the file)."""
+
+    def __init__(self, fh: Any, left: int | None):
+        self.fh, self.left = fh, left
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left is None:
+            return self.fh.read(n)
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.fh.read(n) if n else b""
+        self.left -= len(data)
+        return data
 
 
 def _read_chunk(stream: Any, path: str, size: int, line: int, byte: int) -> bytes:
@@ -168,13 +253,14 @@ class LineBlock(LineRun):
         )
 
 
-def line_blocks(path: str, max_lines: int,
+def line_blocks(path: str | Split, max_lines: int,
                 max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[LineBlock]:
     """A file as blocks of `max_lines` whole lines, without a Python step per line; lines
     over `max_line_bytes` are empty in the block and listed in `LineBlock.oversized`."""
     runs: list[LineRun] = []
     waiting = 0
-    for run in scan_lines(path, max_line_bytes):
+    split = path if isinstance(path, Split) else Split(path)
+    for run in split_lines(split, max_line_bytes):
         runs.append(run)
         waiting += run.count
         while waiting >= max_lines:
@@ -249,8 +335,13 @@ class TextReader(FileSource):
         """A line over `max_record_bytes` is rejected as `oversized_record` without being read."""
         self.max_record_bytes = int(max_record_bytes)
 
-    def read(self, path: str) -> Iterator[Block]:
-        for block in line_blocks(path, self.block_rows, self.max_record_bytes):
+    def splits(self, path: str, target_bytes: int) -> list[Split]:
+        """Byte ranges at line starts (a split owns the lines that start in it); gzip: one."""
+        return line_splits(path, target_bytes)
+
+    def read_split(self, split: Split) -> Iterator[Block]:
+        path = split.path
+        for block in line_blocks(split, self.block_rows, self.max_record_bytes):
             text, rows, bad = decode_lines(block, path)
             bad = sorted(bad + block.oversized_records(path, self.max_record_bytes),
                          key=lambda b: b.line or 0)
