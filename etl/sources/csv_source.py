@@ -53,6 +53,7 @@ from etl.sources.base import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_MAX_RECORD_BYTES,
     Block,
+    Source,
     expand,
     open_file,
     options,
@@ -168,7 +169,7 @@ def block_rows(opts: Mapping[str, Any], where: str) -> int:
     return int_option(opts, "block_rows", DEFAULT_BLOCK_ROWS, where, minimum=1)
 
 
-class FileSource:
+class FileSource(Source):
     """Set-up shared by the readers whose `paths:` is a list of files/globs, one unit each.
 
     `files()` are what `read()` takes (and `Block.source`); `inputs()` every file read, which

@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from etl.errors import BadRecord, ConfigError, RecordError
-from etl.sources.base import Block, options
+from etl.sources.base import Block, Source, options
 from etl.sources.csv_source import block_rows, excerpt, int_option
 
 _SHARD = re.compile(r"#(\d+)-of-(\d+)$")
 
 
-class PythonReader:
+class PythonReader(Source):
     """`format: python`; options: function, args, kwargs, num_shards, block_rows."""
 
     OPTIONS = {"function", "args", "kwargs", "num_shards", "block_rows"}
