@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etl.errors import BadInputError, BadRecord, EtlError
-from etl.shard_writer import ShardResult
+from etl.shuffle.shard_writer import ShardResult
 
 
 @dataclass

@@ -7,7 +7,7 @@ sources:                              # one entry per split ...
 source: {format: csv, paths: [data/*.csv]}   # ... or one source plus split fractions
 split: {train: 0.8, validation: 0.1, test: 0.1}
 output: out/mnist                     # local directory or gs://bucket/prefix
-shuffle: {seed: 42}                   # false keeps input order
+shuffle: {seed: 42}                   # false keeps input order; via: engine | files
 shards: 16                            # per split; or shard_size: 128MB
 compression: none                     # none | gzip | zlib
 max_bad_fraction: 0.0                 # rejected records allowed before the run fails
@@ -42,7 +42,7 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
           "G": 10**9, "T": 10**12}
 DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
-# Held spills skip the page cache (see etl.spill). A fixed budget, so memory does not grow
+# Held spills skip the page cache (see etl.shuffle.files). A fixed budget, so memory does not grow
 # with the data: most of the 1M-row benchmark CSV (206 MB of spills) is held, and 10M rows
 # hold no more (peak 10M / 1M RSS must stay <= 1.5x; 256 MiB measured 1.31-1.47x).
 DEFAULT_SPILL_IN_MEMORY = 192 * 2**20
@@ -65,6 +65,7 @@ class JobConfig:
     temp_location: str | None = None
     spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -178,16 +179,22 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     if not out:
         raise ConfigError(f"{path}: missing 'output' (or pass --output)")
     shuffle = doc.get("shuffle", {"seed": 0})
+    via = None
     if shuffle is False:
         seed = None
     elif shuffle is True:
         seed = 0
-    elif isinstance(shuffle, Mapping) and set(shuffle) <= {"seed"}:
+    elif isinstance(shuffle, Mapping) and set(shuffle) <= {"seed", "via"}:
+        # `seed: null` (with `via`): input order through the chosen strategy
         seed = shuffle.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError(f"{path}: shuffle.seed must be an integer, got {seed!r}")
+        via = shuffle.get("via")
+        if via is not None and via not in ("engine", "files"):
+            raise ConfigError(f"{path}: shuffle.via must be 'engine' or 'files', got {via!r}")
     else:
-        raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N}}, got {shuffle!r}")
+        raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N, via: engine|files}}, "
+                          f"got {shuffle!r}")
     if "shards" in doc and "shard_size" in doc:
         raise ConfigError(f"{path}: give 'shards' or 'shard_size', not both")
     shards = doc.get("shards")
@@ -226,7 +233,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
                                    f"{path}: spill_in_memory", allow_zero=True),
         max_record_bytes=parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
                                     f"{path}: max_record_bytes"),
-        raw=dict(doc),
+        shuffle_via=via, raw=dict(doc),
     )
 
 

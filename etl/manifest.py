@@ -20,7 +20,7 @@ from typing import Any
 
 from etl import fs
 from etl.errors import VerifyError
-from etl.shard_writer import ShardResult
+from etl.shuffle.shard_writer import ShardResult
 from etl.tfrecord import compression_of, decompressing_reader, iter_records
 
 MANIFEST = "manifest.json"

@@ -6,7 +6,7 @@ import pytest
 
 from etl.accounting import account, check_threshold
 from etl.errors import BadInputError, BadRecord, EtlError
-from etl.shard_writer import ShardResult
+from etl.shuffle.shard_writer import ShardResult
 
 
 def _shard(index: int, per_input: dict[int, int]) -> ShardResult:

@@ -17,13 +17,14 @@ import etl
 from etl.config import job_from_dict
 from etl.errors import EtlError, VerifyError
 from etl.manifest import verify
-from etl.spill import HELD, HeldSpills
+from etl.shuffle.files import HeldSpills
 from transforms.job import run_job
 
 IDS_SCHEMA = {"name": "ids", "kind": "example",
               "features": {"id": {"dtype": "int64", "shape": []},
                            "x": {"dtype": "float32", "shape": [2], "source": ["a", "b"]}}}
 RUNNER = ["--runner=FnApiRunner"]
+VIAS = ["files", "engine"]  # both shuffle strategies pass the same end-to-end tests
 
 
 def write_yaml(path: str, doc: dict[str, Any]) -> str:
@@ -34,13 +35,19 @@ def write_yaml(path: str, doc: dict[str, Any]) -> str:
     return path
 
 
-def convert(tmp_path, sources, schema=IDS_SCHEMA, beam_args=None, **job) -> str:
+def convert(tmp_path, sources, schema=IDS_SCHEMA, beam_args=None, via=None, **job) -> str:
+    """Run a job; `via` picks the shuffle strategy (None: the runner's default)."""
     os.makedirs(tmp_path, exist_ok=True)
     schema_path = write_yaml(str(tmp_path / "schema.yaml"), schema)
     doc = {"schema": schema_path, "output": str(tmp_path / "out"), "shards": 4,
            "shuffle": {"seed": 42}}
     doc.update(sources if "source" in sources else {"sources": sources})
     doc.update(job)
+    if via is not None:
+        shuffle = doc["shuffle"]
+        shuffle = ({"seed": None} if shuffle is False else {"seed": 0} if shuffle is True
+                   else dict(shuffle))
+        doc["shuffle"] = {**shuffle, "via": via}
     result = run_job(job_from_dict(doc, path="job.yaml", base_dir=str(tmp_path)),
                      beam_args or RUNNER)
     return result.output
@@ -69,10 +76,11 @@ def write_csv(path, n: int, start: int = 0) -> None:
             fh.write(f"{i},{i * 0.5},{-i}\n")
 
 
-def test_csv_end_to_end_exact_and_verified(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_csv_end_to_end_exact_and_verified(tmp_path, via) -> None:
     for k in range(3):
         write_csv(tmp_path / f"part-{k}.csv", 1000, start=k * 1000)
-    out = convert(tmp_path, {"train": {"format": "csv", "paths": ["part-*.csv"]}})
+    out = convert(tmp_path, {"train": {"format": "csv", "paths": ["part-*.csv"]}}, via=via)
     got = read_all(out)
     order = np.argsort(got["id"])
     assert np.array_equal(got["id"][order], np.arange(3000))
@@ -92,13 +100,14 @@ def test_csv_end_to_end_exact_and_verified(tmp_path) -> None:
     assert verify(out)["records"] == 3000
 
 
-def test_jsonl_to_sequence_example(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_jsonl_to_sequence_example(tmp_path, via) -> None:
     rows = [{"id": i, "length": i % 5, "tokens": list(range(i, i + i % 5))} for i in range(300)]
     with open(tmp_path / "s.jsonl", "w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
     schema = etl.load_schema("schemas/sentences.yaml").to_dict()
     out = convert(tmp_path, {"train": {"format": "jsonl", "paths": ["s.jsonl"]}}, schema=schema,
-                  compression="gzip")
+                  compression="gzip", via=via)
     assert all(s["path"].endswith(".tfrecord.gz") for s in manifest(out)["splits"]["train"]["shards"])
     batches = list(etl.make_dataset(out, batch_size=64, shuffle_buffer=0))
     got = {}
@@ -110,7 +119,8 @@ def test_jsonl_to_sequence_example(tmp_path) -> None:
     verify(out)
 
 
-def test_idx_train_test(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_idx_train_test(tmp_path, via) -> None:
     from etl.idx import write_idx
 
     rng = np.random.default_rng(0)
@@ -124,7 +134,8 @@ def test_idx_train_test(tmp_path) -> None:
     sources = {split: {"format": "idx", "paths": {
         "image": f"{split}-images-idx3-ubyte.gz", "label": f"{split}-labels-idx1-ubyte.gz"}}
         for split in data}
-    out = convert(tmp_path, sources, schema=etl.load_schema("schemas/mnist.yaml").to_dict())
+    out = convert(tmp_path, sources, schema=etl.load_schema("schemas/mnist.yaml").to_dict(),
+                  via=via)
     for split, (images, labels) in data.items():
         got = read_all(out, split)
         key = lambda imgs, labs: sorted(  # noqa: E731
@@ -133,7 +144,8 @@ def test_idx_train_test(tmp_path) -> None:
     assert verify(out)["splits"] == {"train": 500, "test": 120}
 
 
-def test_parquet_npy_npz_text_python_tfrecord_sources(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_parquet_npy_npz_text_python_tfrecord_sources(tmp_path, via) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -153,7 +165,7 @@ def test_parquet_npy_npz_text_python_tfrecord_sources(tmp_path) -> None:
         "python": {"format": "python", "function": "tests.generators:ids_and_pairs",
                    "kwargs": {"n": n}},
     }.items():
-        out = convert(tmp_path / name, {"train": src})
+        out = convert(tmp_path / name, {"train": src}, via=via)
         got = read_all(out)
         order = np.argsort(got["id"])
         assert np.array_equal(got["id"][order], ids), name
@@ -162,16 +174,17 @@ def test_parquet_npy_npz_text_python_tfrecord_sources(tmp_path) -> None:
     shards = [os.path.join(tmp_path / "parquet" / "out", s["path"])
               for s in manifest(str(tmp_path / "parquet" / "out"))["splits"]["train"]["shards"]]
     out = convert(tmp_path / "reshard", {"train": {"format": "tfrecord", "paths": shards}},
-                  shards=3, shuffle={"seed": 5})
+                  shards=3, shuffle={"seed": 5}, via=via)
     got = read_all(out)
     assert sorted(got["id"].tolist()) == ids.tolist()
     assert len(manifest(out)["splits"]["train"]["shards"]) == 3
 
 
-def test_text_source_to_sequence_example(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_text_source_to_sequence_example(tmp_path, via) -> None:
     lines = [" ".join(str(t) for t in range(i % 7)) for i in range(200)]
     (tmp_path / "t.txt").write_text("\n".join(f"{ln}" if ln else "0" for ln in lines) + "\n")
-    out = convert(tmp_path, {"train": {"format": "text", "paths": ["t.txt"]}},
+    out = convert(tmp_path, {"train": {"format": "text", "paths": ["t.txt"]}}, via=via,
                   schema=etl.load_schema("schemas/sentences.yaml").to_dict())
     got = {}
     for b in etl.make_dataset(out, batch_size=50, shuffle_buffer=0):
@@ -185,7 +198,8 @@ def test_text_source_to_sequence_example(tmp_path) -> None:
     assert got == want
 
 
-def test_images_folder_with_vocabulary(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_images_folder_with_vocabulary(tmp_path, via) -> None:
     from PIL import Image
 
     rng = np.random.default_rng(1)
@@ -199,7 +213,8 @@ def test_images_folder_with_vocabulary(tmp_path) -> None:
     schema = {"name": "pets", "kind": "example", "features": {
         "image": {"dtype": "uint8", "shape": [8, 8, 3], "encoding": "png"},
         "label": {"dtype": "int64", "shape": [], "vocabulary": ["cat", "dog"]}}}
-    out = convert(tmp_path, {"train": {"format": "images", "paths": ["imgs"]}}, schema=schema)
+    out = convert(tmp_path, {"train": {"format": "images", "paths": ["imgs"]}}, schema=schema,
+                  via=via)
     got = read_all(out)
     want = sorted((["cat", "dog"].index(c), img.tobytes()) for (c, _), img in pixels.items())
     assert sorted((int(lab), img.tobytes()) for img, lab in
@@ -234,20 +249,25 @@ def test_spill_path_and_in_memory_paths_write_identical_shards(tmp_path, job,
     real_hold = HeldSpills.hold
     monkeypatch.setattr(HeldSpills, "hold", lambda self, *a: held.append(real_hold(self, *a))
                         or held[-1])
+    released: list[int] = []  # what each run's store still holds after its release
+    real_release = HeldSpills.release
+    monkeypatch.setattr(HeldSpills, "release", lambda self: real_release(self)
+                        or released.append(len(self) + self.used))
     assert shard_hashes(convert(tmp_path, src, **job)) == on_disk
     assert held == [True] * 8
     held.clear()
     assert shard_hashes(convert(tmp_path, src, spill_in_memory="200KB", **job)) == on_disk
     assert 0 < sum(held) < 8 and len(held) == 8
-    assert len(HELD) == 0  # released when the job ends
+    assert released == [0, 0]  # each run's own store, released when its job ends
     # other processes (multi_processing workers) never get held spills
     multi = RUNNER + ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
     assert shard_hashes(convert(tmp_path, src, beam_args=multi, **job)) == on_disk
 
 
-def test_shuffle_is_uniform_and_balanced(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_shuffle_is_uniform_and_balanced(tmp_path, via) -> None:
     n = 100_000
-    out = _ids_job(tmp_path, n=n, shards=16)
+    out = _ids_job(tmp_path, n=n, shards=16, via=via)
     got = read_all(out, ordered=True)["id"]  # shard 0 first, file order
     assert sorted(got.tolist()) == list(range(n))
     rho = np.corrcoef(np.arange(n), got)[0, 1]  # ids are input ranks: Spearman == Pearson
@@ -259,23 +279,25 @@ def test_shuffle_is_uniform_and_balanced(tmp_path) -> None:
     assert np.histogram(first_shard, bins=10, range=(0, n))[0].min() > counts[0] / 10 * 0.8
 
 
-def test_no_shuffle_keeps_input_order_in_contiguous_shards(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_no_shuffle_keeps_input_order_in_contiguous_shards(tmp_path, via) -> None:
     for k in range(2):
         write_csv(tmp_path / f"p{k}.csv", 1500, start=k * 1500)
     out = convert(tmp_path, {"train": {"format": "csv", "paths": ["p*.csv"]}}, shuffle=False,
-                  shards=4)
+                  shards=4, via=via)
     assert read_all(out, ordered=True)["id"].tolist() == list(range(3000))
 
 
-def test_split_fractions_are_stable(tmp_path) -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_split_fractions_are_stable(tmp_path, via) -> None:
     write_csv(tmp_path / "ids.csv", 10_000)
     src = {"source": {"format": "csv", "paths": ["ids.csv"]},
            "split": {"train": 0.8, "validation": 0.1, "test": 0.1}}
-    out = convert(tmp_path, src)
+    out = convert(tmp_path, src, via=via)
     first = {s: sorted(read_all(out, s)["id"].tolist()) for s in ("train", "validation", "test")}
     assert sorted(sum(first.values(), [])) == list(range(10_000))
     assert abs(len(first["train"]) - 8000) < 250
-    again = convert(tmp_path, src, shards=2)  # other shard count, same split membership
+    again = convert(tmp_path, src, shards=2, via=via)  # other shard count, same split membership
     assert {s: sorted(read_all(again, s)["id"].tolist()) for s in first} == first
 
 
@@ -353,3 +375,6 @@ def test_local_default_uses_every_core_and_explicit_options_win() -> None:
     assert not shares_process(["--runner=FnApiRunner", "--direct_running_mode=multi_processing"])
     assert not shares_process(default_beam_args(["--runner=DataflowRunner"]))
     assert not shares_process(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+    # runner options as Beam parses them, whatever their spelling
+    assert shares_process(["--runner", "FnApiRunner", "--direct_running_mode", "in_memory"])
+    assert default_beam_args(["--runner", "DataflowRunner"]) == ["--runner", "DataflowRunner"]

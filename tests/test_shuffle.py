@@ -5,10 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from etl import keys
-from etl.planning import ShardPlan, num_shards_for, plan_split
-from etl.shard_writer import write_shard
-from etl.spill import HELD, HELD_PREFIX, MemoryBudget, read_index, write_spill
+from etl.shuffle import engine, files, keys, strategy_for
+from etl.shuffle.files import HELD_PREFIX, HeldSpills, read_index, spills_for, write_spill
+from etl.shuffle.planning import (
+    MAX_INTERVALS,
+    ShardPlan,
+    ShuffleStats,
+    make_plan,
+    num_shards_for,
+)
+from etl.shuffle.runs import sorted_run
 from etl.tfrecord import read_file
 
 
@@ -50,26 +56,52 @@ def test_record_ids_keep_input_order() -> None:
     assert np.all(np.diff(ids.astype(np.float64)) > 0)
 
 
-def _spills(tmp_path, n_blocks=5, per_block=1000, shuffled=True, memory=None):
-    metas, expected = [], []
+def _runs(n_blocks=5, per_block=1000, shuffled=True):
+    runs, expected = [], []
     for b in range(n_blocks):
         pos = np.arange(per_block) + b * per_block
         ids = keys.record_ids(0, pos)
         k = keys.shuffle_keys(9, "f", pos) if shuffled else ids
         records = [f"rec-{p}".encode() for p in pos]
         expected += list(zip(k.tolist(), ids.tolist(), records, strict=True))
-        metas.append(write_spill(str(tmp_path / f"s{b}.spill"), "train", k, ids, records,
-                                 histogram=shuffled, memory=memory))
+        runs.append(sorted_run("train", k, ids, records))
     expected.sort()
-    return metas, [r for _, _, r in expected]
+    return runs, [r for _, _, r in expected]
+
+
+def _spills(tmp_path, n_blocks=5, per_block=1000, shuffled=True, held=None):
+    runs, expected = _runs(n_blocks, per_block, shuffled)
+    refs = [write_spill(str(tmp_path / f"s{b}.spill"), run, shuffled, held)
+            for b, run in enumerate(runs)]
+    return refs, expected
+
+
+def _plan(refs_or_runs, num_shards, shuffled):
+    stats = ShuffleStats(shuffled)
+    for r in refs_or_runs:
+        stats.add(r.stats if isinstance(r, files.SpillRef) else r.stats(shuffled))
+    return make_plan(stats, ("train",), num_shards, None, 1 << 40).shards["train"]
+
+
+def _write_files(tmp_path, refs, plans, held=None):
+    got, sizes, hashes = [], [], []
+    for plan in plans:
+        result = files.write_files_shard(plan, spills_for(plan, refs), str(tmp_path / "out"),
+                                         "none", held)
+        records = [d for _, d in read_file(str(tmp_path / "out" / result.name))]
+        assert result.num_records == len(records) == plan.take
+        sizes.append(len(records))
+        hashes.append(result.sha256)
+        got += records
+    return got, sizes, hashes
 
 
 def test_spill_read_index_returns_exactly_the_key_range(tmp_path) -> None:
-    metas, _ = _spills(tmp_path, n_blocks=1)
+    refs, _ = _spills(tmp_path, n_blocks=1)
     lo, hi = 1 << 62, 1 << 63
-    got = read_index(metas[0].path, lo, hi)
+    got = read_index(refs[0].path, lo, hi)
     assert np.all((got.keys >= np.uint64(lo)) & (got.keys < np.uint64(hi)))
-    everything = read_index(metas[0].path, 0, 1 << 64)
+    everything = read_index(refs[0].path, 0, 1 << 64)
     inside = (everything.keys >= np.uint64(lo)) & (everything.keys < np.uint64(hi))
     assert len(got.keys) == int(inside.sum())
     assert len(everything.keys) == 1000
@@ -79,55 +111,60 @@ def test_spill_read_index_returns_exactly_the_key_range(tmp_path) -> None:
 
 def test_held_spills_stay_within_budget_and_write_the_same_shards(tmp_path) -> None:
     on_disk, expected = _spills(tmp_path / "disk")
-    # 1000 records of "rec-N": ~23 KB framed + 24 KB of keys, ids and offsets per spill
-    budget = MemoryBudget(str(tmp_path / "held"), 100_000)
-    try:
-        mixed, _ = _spills(tmp_path / "held", memory=budget)
-        held = [m.path.startswith(HELD_PREFIX) for m in mixed]
-        assert held == [True, True, False, False, False]
-        assert 90_000 < HELD.used(budget.group) <= budget.limit
-        assert sorted(p.name for p in (tmp_path / "held").iterdir()) == ["s2.spill", "s3.spill",
-                                                                          "s4.spill"]
-        assert [(m.count, m.num_bytes, m.key_min, m.key_max, m.histogram) for m in mixed] == \
-            [(m.count, m.num_bytes, m.key_min, m.key_max, m.histogram) for m in on_disk]
-        for metas, where in ((on_disk, "disk"), (mixed, "held")):
-            got = []
-            for plan in plan_split("train", metas, 3, shuffled=True):
-                result = write_shard(plan, str(tmp_path / where / "out"), "none")
-                got += [d for _, d in read_file(str(tmp_path / where / "out" / result.name))]
-            assert got == expected, where
-    finally:
-        HELD.release(budget.group)
-    assert HELD.used(budget.group) == 0
+    # 1000 records of "rec-N": ~23 KB framed + 24 KB of keys, ids and offsets per run
+    held = HeldSpills(100_000)
+    (tmp_path / "held").mkdir()
+    mixed, _ = _spills(tmp_path / "held", held=held)
+    assert [r.path.startswith(HELD_PREFIX) for r in mixed] == [True, True, False, False, False]
+    assert 90_000 < held.used <= held.limit and len(held) == 2
+    assert sorted(p.name for p in (tmp_path / "held").iterdir()) == ["s2.spill", "s3.spill",
+                                                                      "s4.spill"]
+    assert [r.stats.count for r in mixed] == [r.stats.count for r in on_disk]
+    plans = _plan(on_disk, 3, True)
+    assert _plan(mixed, 3, True) == plans
+    disk_got, _, disk_hashes = _write_files(tmp_path / "disk", on_disk, plans)
+    held_got, _, held_hashes = _write_files(tmp_path / "held", mixed, plans, held)
+    assert disk_got == held_got == expected
+    assert disk_hashes == held_hashes
+    held.release()
+    assert held.used == 0 and len(held) == 0
     with pytest.raises(OSError, match="held in the memory of another process"):
-        read_index(mixed[0].path, 0, 1 << 64)
+        read_index(mixed[0].path, 0, 1 << 64, held)
+    with pytest.raises(OSError, match="held in the memory of another process"):
+        read_index(mixed[0].path, 0, 1 << 64)  # a process without this run's store
 
 
 @pytest.mark.parametrize("shuffled", [True, False])
 @pytest.mark.parametrize("num_shards", [1, 3, 7, 16])
-def test_shards_are_exact_rank_ranges(tmp_path, shuffled, num_shards) -> None:
-    metas, expected = _spills(tmp_path, shuffled=shuffled)
-    plans = plan_split("train", metas, num_shards, shuffled)
+def test_shards_are_exact_rank_ranges_and_both_strategies_agree(tmp_path, shuffled,
+                                                                 num_shards) -> None:
+    refs, expected = _spills(tmp_path, shuffled=shuffled)
+    plans = _plan(refs, num_shards, shuffled)
     assert [p.index for p in plans] == list(range(num_shards))
-    got: list[bytes] = []
-    sizes = []
-    for plan in plans:
-        result = write_shard(plan, str(tmp_path / "out"), "none")
-        records = [d for _, d in read_file(str(tmp_path / "out" / result.name))]
-        assert result.num_records == len(records)
-        sizes.append(len(records))
-        got += records
+    got, sizes, hashes = _write_files(tmp_path, refs, plans)
     assert got == expected  # the concatenated shards are the global key order
     assert max(sizes) - min(sizes) <= 1
     if not shuffled:
         assert got == [f"rec-{i}".encode() for i in range(5000)]
+    # engine: the same runs cut into chunks per shard, grouped by shard, give the same bytes
+    runs, _ = _runs(shuffled=shuffled)
+    grouped: dict[tuple[str, int], list[engine.Chunk]] = {}
+    for run in runs:
+        for key, chunk in engine.partition(run, plans):
+            grouped.setdefault(key, []).append(chunk)
+    assert len(sum(grouped.values(), [])) <= len(runs) * num_shards
+    engine_hashes = [engine.write_engine_shard(p, grouped.get(("train", p.index), []),
+                                               str(tmp_path / "engine"), "none").sha256
+                     for p in plans]
+    assert engine_hashes == hashes
 
 
 def test_more_shards_than_records_gives_empty_shards(tmp_path) -> None:
-    metas, _ = _spills(tmp_path, n_blocks=1, per_block=3)
-    plans = plan_split("train", metas, 5, True)
+    refs, _ = _spills(tmp_path, n_blocks=1, per_block=3)
+    plans = _plan(refs, 5, True)
     assert [p.take for p in plans] == [0, 1, 0, 1, 1]
-    assert plans[0] == ShardPlan("train", 0, 5, 0, 0, 0, 0, ())
+    assert plans[0] == ShardPlan("train", 0, 5, 0, 0, 0, 0)
+    assert spills_for(plans[0], refs) == ()
 
 
 def test_shard_count_from_size_and_budget() -> None:
@@ -135,3 +172,51 @@ def test_shard_count_from_size_and_budget() -> None:
     assert num_shards_for(1000, None, 300, 10_000) == (4, "")
     n, note = num_shards_for(10_000, 2, None, 1_000)
     assert n == 10 and "max_shard_bytes" in note
+    stats = ShuffleStats(True)
+    for run in _runs()[0]:
+        stats.add(run.stats(True))
+    plan = make_plan(stats, ("train", "test"), 2, None, 10_000)
+    total = stats.splits["train"].num_bytes
+    needed = -(-total // 10_000)
+    assert needed > 2 and [len(plan.shards["train"]), len(plan.shards["test"])] == [needed, 2]
+    assert plan.notes == [f"split train: {num_shards_for(total, 2, None, 10_000)[1]}"]
+    assert all(p.take == 0 for p in plan.shards["test"])
+
+
+def test_input_order_intervals_are_capped_and_plans_stay_exact(tmp_path) -> None:
+    """Over the cap, adjacent intervals are coalesced: memory stays bounded, shards exact."""
+    refs, expected = _spills(tmp_path, n_blocks=40, per_block=50, shuffled=False)
+    capped = ShuffleStats(False, max_intervals=8)
+    for i, ref in enumerate(refs[::-1]):  # any arrival order
+        capped.add(ref.stats)
+        if i % 7 == 0:  # and merged in any grouping
+            other = ShuffleStats(False, max_intervals=8)
+            capped = other.merge(capped)
+    capped.compact()
+    split = capped.splits["train"]
+    assert len(split.cnt) <= 8 and int(split.cnt.sum()) == 2000 == split.count
+    assert np.all(split.lo[1:] >= split.hi[:-1])  # still disjoint, in key order
+    plans = make_plan(capped, ("train",), 7, None, 1 << 40).shards["train"]
+    got, sizes, _ = _write_files(tmp_path, refs, plans)
+    assert got == expected and max(sizes) - min(sizes) <= 1
+    assert MAX_INTERVALS == 65_536
+
+
+def test_shuffled_histogram_is_fixed_size_whatever_the_number_of_blocks() -> None:
+    stats = ShuffleStats(True)
+    runs, _ = _runs(n_blocks=20, per_block=100)
+    for run in runs:
+        stats.add(run.stats(True))
+    assert stats.nbytes == (1 << 16) * 8 and stats.splits["train"].count == 2000
+    assert int(stats.splits["train"].hist.sum()) == 2000
+
+
+def test_strategy_is_chosen_in_one_place() -> None:
+    assert strategy_for(None, "FnApiRunner") is files
+    assert strategy_for(None, None) is files
+    assert strategy_for(None, "apache_beam.runners.direct.DirectRunner") is files
+    assert strategy_for(None, "DataflowRunner") is engine
+    assert strategy_for("engine", "FnApiRunner") is engine
+    assert strategy_for("files", "DataflowRunner") is files
+    with pytest.raises(Exception, match="shuffle.via must be one of"):
+        strategy_for("carrier-pigeon", None)

@@ -1,9 +1,12 @@
-"""Beam PTransforms of a conversion: read+encode+spill, plan shards, write shards.
+"""Beam PTransforms of a conversion: read+encode, plan shards, shuffle, write shards.
 
-Thin wrappers: every step calls into the Beam-free `etl` package. Only small metadata
-(spill and shard descriptions, rejected-record reports) moves through Beam's shuffles; the
-records themselves go through spill files, so memory is bounded by one block in stage 1
-and one shard in stage 2, on the local runner and on Dataflow workers alike.
+Thin wrappers: every step calls into the Beam-free `etl` package. Stage 1 reads each input
+file's blocks and turns each (block, split) into a sorted run (etl.shuffle.runs). Their
+statistics are merged by a CombineFn into the plan (exact rank ranges per shard), which
+reaches the later steps as a side input. Then the strategy chosen in etl.shuffle moves runs
+to shards: `files` writes spill files and each shard reads its range of every spill (only
+small metadata moves through Beam); `engine` cuts each run into one chunk per overlapping
+shard and groups them by shard with Beam's GroupByKey (the runner's shuffle moves the data).
 
 Accounting: stage 1 writes, per input file, how many records it read and every record it
 rejected (`_read_parts/`); stage 2 reports, per shard, how many records of each input file it
@@ -12,6 +15,7 @@ wrote. The driver checks `read = written + rejected` per input file from the two
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from dataclasses import dataclass
@@ -21,16 +25,18 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from apache_beam.metrics import Metrics
+from apache_beam.utils.shared import Shared
 
-from etl import fs, keys
+from etl import fs
 from etl.codec import Encoder
 from etl.error_wire import wire_errors
-from etl.planning import ShardPlan, num_shards_for, plan_split
 from etl.prefetch import ordered_map, prefetch
-from etl.shard_writer import ShardResult, write_shard
+from etl.shuffle import engine, files, keys
+from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
+from etl.shuffle.runs import SortedRun, sorted_run
+from etl.shuffle.shard_writer import ShardResult
 from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
-from etl.spill import MemoryBudget, SpillMeta, write_spill
 from etl.wire import binary_column
 
 
@@ -62,6 +68,11 @@ class ConvertSpec:
     max_shard_bytes: int
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # larger records: oversized_record
     spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
+    via: str = files.NAME  # the shuffle strategy (etl.shuffle.strategy_for)
+
+    @property
+    def shuffled(self) -> bool:
+        return self.seed is not None
 
 
 SHARD_PARTS = "_shard_results"  # one JSON ShardResult per written shard
@@ -70,11 +81,14 @@ READ_PARTS = "_read_parts"
 NOTES = "_notes.jsonl"
 
 
-class _ReadEncodeSpillFn(beam.DoFn):
-    """Stage 1: read a file's blocks, encode them in batch, key them and spill them sorted."""
+class _ReadEncodeFn(beam.DoFn):
+    """Stage 1: read a file's blocks, encode them in batch, key them into sorted runs; the
+    `files` strategy writes each run to a spill (or holds it) and emits its SpillRef, the
+    `engine` strategy emits the run itself."""
 
-    def __init__(self, spec: ConvertSpec):
+    def __init__(self, spec: ConvertSpec, held: Shared | None):
         self.spec = spec
+        self.held_handle = held
 
     def setup(self) -> None:
         import yaml  # noqa: PLC0415
@@ -91,42 +105,58 @@ class _ReadEncodeSpillFn(beam.DoFn):
         for reader in self.readers.values():
             if hasattr(reader, "prepare"):  # see etl.sources.base.SourceReader
                 reader.prepare(schema, self.spec.max_record_bytes)
+        self.held = _held_store(self.held_handle, self.spec)
         self.read_counter = Metrics.counter("etl", "records_read")
         self.bad_counter = Metrics.counter("etl", "records_rejected")
-        self.spilled_counter = Metrics.counter("etl", "records_encoded")
+        self.encoded_counter = Metrics.counter("etl", "records_encoded")
 
     @wire_errors
     def process(self, task: ReadTask):  # type: ignore[override]
         read = 0
         rejected: list[dict[str, Any]] = []
         blocks = prefetch(self.readers[task.source].read(task.path))
-        for done in ordered_map(lambda block: spill_block(self.encoder, self.spec, task, block),
-                                blocks):
+        for done in ordered_map(lambda block: self._stage1(task, block), blocks):
             # counters are updated here, in the bundle's thread, where Beam tracks metrics
             self.read_counter.inc(done.read)
             self.bad_counter.inc(sum(b.get("count", 1) for b in done.rejected))
-            self.spilled_counter.inc(sum(m.count for m in done.spills))
+            self.encoded_counter.inc(done.encoded)
             read += done.read
             rejected += done.rejected
-            yield from done.spills
+            yield from done.outputs
         # one file per input file, written when it is fully read; a retried task rewrites it
         summary = {"ordinal": task.ordinal, "path": task.path, "read": read}
         _write_json([summary, *rejected], fs.join(self.spec.staging_dir, READ_PARTS,
                                                   f"{task.ordinal:08d}.jsonl"), lambda x: x)
 
+    def _stage1(self, task: ReadTask, block: Block) -> EncodedBlock:
+        done = encode_block(self.encoder, self.spec, task, block)
+        if self.spec.via == files.NAME:
+            done.outputs = [files.write_spill(
+                fs.join(self.spec.spill_dir, run.split, f"{uuid.uuid4().hex}.spill"), run,
+                self.spec.shuffled, self.held) for run in done.outputs]
+        return done
+
+
+def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | None:
+    """This run's store of held spills (the same object in every DoFn of this process)."""
+    if handle is None or not spec.spill_in_memory or spec.via != files.NAME:
+        return None
+    return handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory))
+
 
 @dataclass
-class SpilledBlock:
+class EncodedBlock:
     read: int
-    spills: list[SpillMeta]
+    encoded: int
+    outputs: list[Any]  # SortedRun, one per split the block feeds (or their SpillRefs)
     rejected: list[dict[str, Any]]
 
 
-def spill_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block) -> SpilledBlock:
-    """One block: encode it, key it, and write one sorted spill per split it feeds."""
+def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block) -> EncodedBlock:
+    """One block: encode it, key it, and sort it into one run per split it feeds."""
     rejected = [bad.to_json() for bad in block.bad]
     if not block.num_rows:
-        return SpilledBlock(block.num_read, [], rejected)
+        return EncodedBlock(block.num_read, 0, [], rejected)
     if SERIALIZED in block.columns:  # checked against the schema by the reader's prepare()
         records = binary_column(block.columns[SERIALIZED])
         rows = np.arange(block.num_rows)
@@ -135,58 +165,120 @@ def spill_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Bloc
                                  lines=block.lines, offsets=block.offsets)
         rejected += [bad.to_json() for bad in encoded.bad]
         records, rows = encoded.array, encoded.rows
-    spills: list[SpillMeta] = []
     if not len(rows):
-        return SpilledBlock(block.num_read, spills, rejected)
+        return EncodedBlock(block.num_read, 0, [], rejected)
     positions = np.asarray(block.positions)[rows]
     hashed = keys.shuffle_keys(spec.seed or 0, task.identity, positions)
     ids = keys.record_ids(task.ordinal, positions)
-    sort_keys = hashed if spec.seed is not None else ids
+    sort_keys = hashed if spec.shuffled else ids
     if spec.fractions:
         which = keys.assign_splits(hashed, list(spec.fractions.values()))
         targets = [(name, np.flatnonzero(which == i)) for i, name in enumerate(spec.fractions)]
     else:
         targets = [(task.source, np.arange(len(rows)))]
-    budget = MemoryBudget(spec.spill_dir, spec.spill_in_memory) if spec.spill_in_memory else None
+    runs: list[SortedRun] = []
     for split, idx in targets:
-        if not len(idx):
-            continue
-        path = fs.join(spec.spill_dir, split, f"{uuid.uuid4().hex}.spill")
-        chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
-        spills.append(write_spill(path, split, sort_keys[idx], ids[idx], chosen,
-                                  histogram=spec.seed is not None, memory=budget))
-    return SpilledBlock(block.num_read, spills, rejected)
+        if len(idx):
+            chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
+            runs.append(sorted_run(split, sort_keys[idx], ids[idx], chosen))
+    return EncodedBlock(block.num_read, len(rows), runs, rejected)
+
+
+def _stats_of(item: SortedRun | files.SpillRef, shuffled: bool) -> BlockStats:
+    return item.stats if isinstance(item, files.SpillRef) else item.stats(shuffled)
+
+
+class MergeStatsFn(beam.CombineFn):
+    """Block statistics -> ShuffleStats, merged as they arrive (bounded memory: a fixed
+    histogram per split, or at most MAX_INTERVALS intervals per split in input order)."""
+
+    def __init__(self, shuffled: bool, max_intervals: int | None = None):
+        self.shuffled = shuffled
+        self.max_intervals = max_intervals
+
+    def create_accumulator(self) -> ShuffleStats:
+        if self.max_intervals is None:
+            return ShuffleStats(self.shuffled)
+        return ShuffleStats(self.shuffled, self.max_intervals)
+
+    def add_input(self, acc: ShuffleStats, stats: BlockStats) -> ShuffleStats:  # type: ignore[override]
+        return acc.add(stats)
+
+    def merge_accumulators(self, accs: Any) -> ShuffleStats:  # type: ignore[override]
+        accs = iter(accs)
+        first = next(accs)
+        for other in accs:
+            first.merge(other)
+        return first
+
+    def compact(self, acc: ShuffleStats) -> ShuffleStats:  # type: ignore[override]
+        return acc.compact()
+
+    def extract_output(self, acc: ShuffleStats) -> ShuffleStats:  # type: ignore[override]
+        return acc.compact()
 
 
 @wire_errors
-def plan_shards(metas: list[SpillMeta], spec: ConvertSpec) -> list[ShardPlan]:
-    """All spills are in: decide each split's shard count and every shard's key range.
-    Notes on the plan (a raised shard count) go to `_notes.jsonl` for the driver."""
-    plans: list[ShardPlan] = []
-    notes: list[str] = []
-    for split in spec.splits:
-        mine = sorted((m for m in metas if m.split == split), key=lambda m: m.path)
-        n, note = num_shards_for(sum(m.num_bytes for m in mine), spec.shards, spec.shard_size,
-                                 spec.max_shard_bytes)
-        if note:
-            notes.append(f"split {split}: {note}")
-        plans.extend(plan_split(split, mine, n, shuffled=spec.seed is not None))
-    _write_json(notes, fs.join(spec.staging_dir, NOTES), str)
-    return plans
+def plan_shards(stats: ShuffleStats, spec: ConvertSpec) -> Plan:
+    """Every split's shard count and every shard's key and rank range. Notes on the plan (a
+    raised shard count) go to `_notes.jsonl` for the driver."""
+    plan = make_plan(stats, spec.splits, spec.shards, spec.shard_size, spec.max_shard_bytes)
+    _write_json(plan.notes, fs.join(spec.staging_dir, NOTES), str)
+    return plan
+
+
+def _all_plans(plan: Plan) -> list[ShardPlan]:
+    return [p for split in plan.shards.values() for p in split]
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, spec: ConvertSpec):
+    """Stage 2: write one shard; `files`: (plan, spill paths), `engine`: ((split, index),
+    [its plan and its chunks])."""
+
+    def __init__(self, spec: ConvertSpec, held: Shared | None = None):
         self.spec = spec
+        self.held_handle = held
+
+    def setup(self) -> None:
+        self.held = _held_store(self.held_handle, self.spec)
 
     @wire_errors
-    def process(self, plan: ShardPlan):  # type: ignore[override]
-        result = write_shard(plan, self.spec.staging_dir, self.spec.compression)
-        _write_json([result], fs.join(self.spec.staging_dir, SHARD_PARTS,
-                                      f"{result.name}.json"), lambda r: r.__dict__)
+    def process(self, element: Any):  # type: ignore[override]
+        spec = self.spec
+        if spec.via == files.NAME:
+            plan, spills = element
+            result = files.write_files_shard(plan, spills, spec.staging_dir, spec.compression,
+                                             self.held)
+        else:
+            _, values = element
+            plans = [v for v in values if isinstance(v, ShardPlan)]
+            chunks = [v for v in values if isinstance(v, engine.Chunk)]
+            result = engine.write_engine_shard(plans[0], chunks, spec.staging_dir,
+                                               spec.compression)
+        _write_json([result], fs.join(spec.staging_dir, SHARD_PARTS, f"{result.name}.json"),
+                    lambda r: r.__dict__)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         yield result
+
+
+class _PartitionFn(beam.DoFn):
+    """engine: one run -> one ((split, shard), chunk) per shard whose key range it overlaps."""
+
+    def __init__(self) -> None:
+        self.chunks = Metrics.counter("etl", "shuffle_chunks")
+
+    @wire_errors
+    def process(self, run: SortedRun, plan: Plan):  # type: ignore[override]
+        out = engine.partition(run, plan.shards.get(run.split, []))
+        self.chunks.inc(len(out))
+        yield from out
+
+
+def _slim(ref: files.SpillRef) -> files.SpillRef:
+    """A SpillRef without its key histogram: what a shard task needs."""
+    return files.SpillRef(ref.path, dataclasses.replace(
+        ref.stats, buckets=ref.stats.buckets[:0], bucket_counts=ref.stats.bucket_counts[:0]))
 
 
 def _write_json(items: list[Any], path: str, encode: Any) -> None:
@@ -206,27 +298,47 @@ def _all_in_one(pcoll: beam.PCollection, label: str) -> beam.PCollection:
 class ConvertToShards(beam.PTransform):
     """Files -> shuffled, sharded TFRecords in `spec.staging_dir`, plus side files there for
     the driver to check and publish: one JSON per shard in `_shard_results/`, each input
-    file's read count and rejected records in `_read_parts/`, and `_notes.jsonl`."""
+    file's read count and rejected records in `_read_parts/`, and `_notes.jsonl`.
 
-    def __init__(self, spec: ConvertSpec, tasks: list[ReadTask]):
+    `held`: a Shared handle of this run's held-spill store (files strategy, local runner in
+    one process); None writes every spill to disk."""
+
+    def __init__(self, spec: ConvertSpec, tasks: list[ReadTask], held: Shared | None = None):
         super().__init__()
         self.spec = spec
         self.tasks = tasks
+        self.held = held
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec = self.spec
-        spills = (
+        blocks = (
             pbegin
             # Create already redistributes more than one element (a Reshuffle inside)
             | "ListInputFiles" >> beam.Create(self.tasks)
-            | "ReadEncodeSpill" >> beam.ParDo(_ReadEncodeSpillFn(spec))
+            | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held))
         )
-        return (
-            _all_in_one(spills, "CollectSpills")
-            | "PlanShards" >> beam.FlatMap(plan_shards, spec)
-            | "DistributeShards" >> beam.Reshuffle()
-            | "WriteShards" >> beam.ParDo(_WriteShardFn(spec))
-        )
+        plan = beam.pvalue.AsSingleton(
+            blocks
+            | "BlockStats" >> beam.Map(_stats_of, spec.shuffled)
+            | "MergeStats" >> beam.CombineGlobally(MergeStatsFn(spec.shuffled))
+            | "PlanShards" >> beam.Map(plan_shards, spec))
+        if spec.via == files.NAME:
+            shards = (
+                _all_in_one(blocks | "SlimRefs" >> beam.Map(_slim), "CollectSpills")
+                | "ShardTasks" >> beam.FlatMap(
+                    lambda refs, plan: [(p, files.spills_for(p, refs)) for p in _all_plans(plan)],
+                    plan)
+                | "DistributeShards" >> beam.Reshuffle())
+        else:
+            chunks = blocks | "PartitionByShard" >> beam.ParDo(_PartitionFn(), plan)
+            plans = (pbegin
+                     | "One" >> beam.Create([None])
+                     | "ShardPlans" >> beam.FlatMap(
+                         lambda _, plan: [((p.split, p.index), p) for p in _all_plans(plan)],
+                         plan))
+            shards = ((chunks, plans) | "Flatten" >> beam.Flatten()
+                      | "GroupByShard" >> beam.GroupByKey())
+        return shards | "WriteShards" >> beam.ParDo(_WriteShardFn(spec, self.held))
 
 
-__all__ = ["ConvertSpec", "ConvertToShards", "ReadTask", "ShardResult"]
+__all__ = ["ConvertSpec", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult"]

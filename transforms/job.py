@@ -12,6 +12,7 @@ the run's log file, which holds the full traceback.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import logging
@@ -28,9 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    StandardOptions,
+)
+from apache_beam.utils.shared import Shared
 
-from etl import fs, keys, output_guard
+from etl import fs, output_guard
 from etl.accounting import account, check_threshold
 from etl.config import JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
@@ -39,9 +46,9 @@ from etl.manifest import MANIFEST, REJECTED_FILE, build_manifest, file_entry
 from etl.publish import publish
 from etl.run_lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
 from etl.schema import Schema, load_schema
-from etl.shard_writer import ShardResult
+from etl.shuffle import files, keys, strategy_for
+from etl.shuffle.shard_writer import ShardResult
 from etl.sources import make_reader
-from etl.spill import HELD
 from etl.tfmd import to_pbtxt
 from transforms.convert import (
     NOTES,
@@ -70,31 +77,36 @@ def default_beam_args(beam_args: list[str]) -> list[str]:
     worker thread per CPU (stage 1 reads several files at once, stage 2 writes several shards
     at once; the heavy work releases the GIL). Every explicit option wins."""
     args = list(beam_args)
-    if _option(args, "--runner") is None:
+    given = _given(args)
+    if "runner" not in given:
         args.append(f"--runner={LOCAL_RUNNER}")
-    if _option(args, "--runner") == LOCAL_RUNNER:
-        if _option(args, "--direct_running_mode") is None:
+    if _given(args).get("runner") == LOCAL_RUNNER:
+        if "direct_running_mode" not in given:
             args.append("--direct_running_mode=multi_threading")
-        if _option(args, "--direct_num_workers") is None:
+        if "direct_num_workers" not in given:
             args.append(f"--direct_num_workers={max(os.cpu_count() or 1, 1)}")
     return args
 
 
-def shares_process(beam_args: list[str]) -> bool:
+def _given(args: list[str]) -> dict[str, Any]:
+    """The runner options set explicitly in `args` (`--x=v` or `--x v`, parsed by argparse
+    as Beam does; an explicit value equal to Beam's default still counts as given)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in ("runner", "direct_running_mode", "direct_num_workers"):
+        parser.add_argument(f"--{name}", default=None)
+    known, _ = parser.parse_known_args(args)
+    return {k: v for k, v in vars(known).items() if v is not None}
+
+
+def shares_process(options: PipelineOptions | list[str]) -> bool:
     """Whether every stage runs in this process (the local runner's in-memory and
     multi-threaded modes), so stage 2 can read spills stage 1 held in memory."""
-    return (_option(beam_args, "--runner") == LOCAL_RUNNER
-            and _option(beam_args, "--direct_running_mode") in ("in_memory", "multi_threading"))
-
-
-def _option(args: list[str], name: str) -> str | None:
-    """The value given for a Beam option (`--name=value` or `--name value`), else None."""
-    for i, arg in enumerate(args):
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-        if arg == name:
-            return args[i + 1] if i + 1 < len(args) else ""
-    return None
+    if isinstance(options, list):
+        options = PipelineOptions(options)
+    runner = options.view_as(StandardOptions).runner
+    return (runner == LOCAL_RUNNER
+            and options.view_as(DirectOptions).direct_running_mode in ("in_memory",
+                                                                        "multi_threading"))
 
 
 def plan_reads(job: JobConfig) -> tuple[list[ReadTask], list[dict[str, Any]]]:
@@ -143,6 +155,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
     local = not fs.is_remote(job.output)
     preflight(job, inputs, temp_root)
+    via = strategy_for(job.shuffle_via, options.view_as(StandardOptions).runner).NAME
     info = RunInfo.current(run_id)
     with ExitStack() as stack:
         if local:
@@ -162,20 +175,25 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{run_id}.log")
         run_log = stack.enter_context(RunLog(log_file))
         run_log.note(f"run {run_id} pid {info.pid}: job {job.path} -> {job.output}; "
-                     f"beam args {args}; {len(inputs)} input file(s), "
+                     f"beam args {args}; shuffle via {via}; {len(inputs)} input file(s), "
                      f"{sum(i['num_bytes'] for i in inputs)} bytes")
+        held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
         spec = ConvertSpec(
             schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
             fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
             staging_dir=fs.join(tmp, "staging"), compression=job.compression,
             splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
             max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
-            spill_in_memory=job.spill_in_memory if shares_process(args) else 0,
+            spill_in_memory=job.spill_in_memory if held else 0, via=via,
         )
+        # this run's held spills: shared by its DoFns in this process, dropped when it ends
+        held_handle = Shared() if held else None
+        store = held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
+            if held_handle else None
         failure: BaseException | None = None
         try:
             with run_log.stderr_captured(capture_stderr), beam.Pipeline(options=options) as p:
-                _ = p | "Convert" >> ConvertToShards(spec, tasks)
+                _ = p | "Convert" >> ConvertToShards(spec, tasks, held_handle)
             if lock is not None:
                 lock.verify()
             result = _check_and_publish(job, schema, spec, tasks, inputs, run_id, started,
@@ -183,7 +201,8 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
             failure = e
         finally:
-            HELD.release(spec.spill_dir)
+            if store is not None:
+                store.release()
             _clean_up(tmp, run_log)  # first: frees the space a full disk needs for the log
         if local:
             output_guard.prune_logs(workdir)  # this run's log is the newest: always kept

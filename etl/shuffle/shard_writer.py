@@ -1,7 +1,9 @@
-"""Stage 2 of the shuffle: build one output shard from its key range in every spill.
+"""Build one output shard from its key range of every sorted run (both strategies).
 
-Spilled records are already framed, so a shard is their key-ordered concatenation: the
-only per-record work is Arrow's C-level `take`, one call per chunk of about 16 MB."""
+Runs are already framed, so a shard is their key-ordered concatenation: the only per-record
+work is Arrow's C-level `take`, one call per chunk of about 16 MB. Both strategies hand this
+the same ranges (every record of the shard's key range of every run), so they write the same
+bytes: same sort, same trim, same chunks."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 
 from etl import fs
-from etl.keys import ID_POSITION_BITS
-from etl.planning import ShardPlan
-from etl.spill import RangeIndex, read_index
+from etl.shuffle.keys import ID_POSITION_BITS
+from etl.shuffle.planning import ShardPlan
+from etl.shuffle.runs import RangeIndex
 from etl.tfrecord import COMPRESSIONS, Compressor
 from etl.wire import BINARY, binary, data_of
 
@@ -39,12 +41,12 @@ def shard_name(split: str, index: int, num_shards: int, compression: str) -> str
     return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord{COMPRESSIONS[compression]}"
 
 
-def write_shard(plan: ShardPlan, staging_dir: str, compression: str) -> ShardResult:
-    """Merge this shard's key range of every spill, trim it to the planned ranks, and write it
-    framed (and compressed). Only keys and offsets are read for the whole range; payload
-    bytes come in chunks of about CHUNK_BYTES, so a worker holds one chunk, not one shard
-    (10M benchmark rows: 124 MB shards)."""
-    ranges = [read_index(p, plan.key_lo, plan.key_hi) for p in plan.spills]
+def write_shard(plan: ShardPlan, ranges: list[RangeIndex], staging_dir: str,
+                compression: str) -> ShardResult:
+    """Merge this shard's key range of every run, trim it to the planned ranks, and write it
+    framed (and compressed). From spill files only keys and offsets are read for the whole
+    range; payload bytes come in chunks of about CHUNK_BYTES, so a worker holds one chunk,
+    not one shard (10M benchmark rows: 124 MB shards)."""
     ranges = [r for r in ranges if len(r.keys)]
     name = shard_name(plan.split, plan.index, plan.num_shards, compression)
     order = sizes = np.zeros(0, np.int64)

@@ -1,0 +1,43 @@
+"""The shuffle: from encoded blocks to exact, shuffled (or input-ordered) shards.
+
+    keys.py         shuffle keys, record ids, split assignment
+    runs.py         a sorted run: one block's records of one split, framed and sorted
+    planning.py     block statistics merged in bounded memory -> every shard's key/rank range
+    shard_writer.py one shard from its key range of every run (sort, trim, write)
+    files.py        strategy `files`: runs go to spill files; shards read ranges of them
+    engine.py       strategy `engine`: runs travel in per-shard chunks through the runner's
+                    GroupByKey
+
+Both strategies use the same plan and the same shard writer, so they write the same bytes.
+The Beam steps that wire them are in transforms/convert.py. A strategy is chosen here only.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from etl.errors import ConfigError
+from etl.shuffle import engine, files
+
+STRATEGIES: dict[str, ModuleType] = {files.NAME: files, engine.NAME: engine}
+LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunner",
+                           "BundleBasedDirectRunner", "PrismRunner"})
+
+
+def strategy_for(via: str | None, runner: str | None) -> ModuleType:
+    """The strategy a job asked for (`shuffle.via`), else `files` on the local runner (spills
+    on the local disk are cheapest there) and `engine` on every other runner."""
+    if via is None:
+        via = files.NAME if is_local(runner) else engine.NAME
+    if via not in STRATEGIES:
+        raise ConfigError(f"shuffle.via must be one of {sorted(STRATEGIES)}, got {via!r}")
+    return STRATEGIES[via]
+
+
+def is_local(runner: str | None) -> bool:
+    """Whether `runner` (a StandardOptions.runner value; None is Beam's default, the
+    DirectRunner) runs the pipeline on this machine."""
+    if runner is None:
+        return True
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    return name.rsplit(".", 1)[-1] in LOCAL_RUNNERS

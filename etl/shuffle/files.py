@@ -1,0 +1,144 @@
+"""The `files` strategy: each sorted run goes to a spill file; each shard reads its key range
+of every spill (blocks × shards reads: fine on a local disk, the local runner's default).
+
+Stage 1 writes one spill per (block, split) under the job's temp location; only small
+`SpillRef`s travel through Beam. Stage 2 reads, for one output shard, the keys, ids and
+offsets of the key range it owns in every spill (a binary search on the key column), then the
+payload in ranged reads of about one chunk, so a worker holds a chunk of a shard, not the
+shard. Layout (little-endian):
+
+    b"TFRSPIL1" | n:u64 | keys:u64[n] | ids:u64[n] | offsets:u64[n+1] | payload
+
+When stage 2 runs in the process that wrote the spills (the local runner's in-memory and
+multi-threaded modes), runs up to a byte budget are held in a `HeldSpills` store instead
+(paths "held:..."): never written or read back. The store belongs to one run (the Beam
+layer shares it between its DoFns with `apache_beam.utils.shared.Shared`, keyed per run);
+there is no process-wide store. Here, filling 192 MB of fresh page-cache pages costs
+0.1-0.5 s, anonymous memory 0.03 s; writing the spills of 600k MNIST-shaped images took 1.2 s
+of CPU in stage 1. Medians of 8 alternating runs, disk vs a 256 MiB budget: images 4.11 s vs
+3.52 s, 1M benchmark CSV 2.80 s vs 2.74 s. Beyond the budget runs go to disk, so memory stays
+bounded by the budget plus a few blocks and one shard's chunk.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from etl import fs
+from etl.shuffle.planning import BlockStats, ShardPlan
+from etl.shuffle.runs import RangeIndex, SortedRun, key_range
+from etl.shuffle.shard_writer import ShardResult, write_shard
+
+NAME = "files"
+_MAGIC = b"TFRSPIL1"
+_HEADER = struct.Struct("<8sQ")
+HELD_PREFIX = "held:"  # a run held in the memory of the process that wrote it
+
+
+@dataclass(frozen=True)
+class SpillRef:
+    """One spill (or held run): where it is and its statistics for the planner."""
+
+    path: str
+    stats: BlockStats
+
+
+class HeldSpills:
+    """One run's store of held runs, within a byte budget; thread-safe, since the local
+    runner writes spills from several worker threads at once."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._runs: dict[str, SortedRun] = {}
+        self._used = 0
+
+    def hold(self, path: str, run: SortedRun) -> bool:
+        """Keep `run` under `path` if the budget has room; False: write it to disk."""
+        with self._lock:
+            if self._used + run.nbytes > self.limit:
+                return False
+            self._used += run.nbytes
+            self._runs[path] = run
+            return True
+
+    def get(self, path: str) -> SortedRun:
+        with self._lock:
+            run = self._runs.get(path)
+        if run is None:
+            raise OSError(f"{path}: this spill was held in the memory of another process (or "
+                          "its job ended); held spills need stage 2 in the same process, as on "
+                          "the local runner in in_memory or multi_threading mode. Set "
+                          "spill_in_memory: 0 to always spill to disk.")
+        return run
+
+    @property
+    def used(self) -> int:
+        with self._lock:
+            return self._used
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+    def release(self) -> None:
+        """Drop every held run (the job ended)."""
+        with self._lock:
+            self._runs.clear()
+            self._used = 0
+
+
+def write_spill(path: str, run: SortedRun, shuffled: bool,
+                held: HeldSpills | None = None) -> SpillRef:
+    """Write one sorted run (or hold it in `held`, within its budget)."""
+    stats = run.stats(shuffled)
+    if held is not None and held.limit > 0 and held.hold(HELD_PREFIX + path, run):
+        return SpillRef(HELD_PREFIX + path, stats)
+    parts = [_HEADER.pack(_MAGIC, len(run.keys)), run.keys.astype("<u8").tobytes(),
+             run.ids.astype("<u8").tobytes(), run.offsets.astype("<u8").tobytes(), run.payload]
+    with fs.open_write(path, durable=False) as fh:
+        for part in parts:
+            fh.write(part)
+    return SpillRef(path, stats)
+
+
+def read_index(path: str, key_lo: int, key_hi: int, held: HeldSpills | None = None) -> RangeIndex:
+    """Keys, ids and offsets of the records with key_lo <= key < key_hi (key_hi may be 2**64)
+    of one spill file (or a held run); no payload is read yet."""
+    if path.startswith(HELD_PREFIX):
+        if held is None:
+            raise OSError(f"{path}: this spill was held in the memory of another process")
+        run = held.get(path)
+        a, b = run.key_range(key_lo, key_hi)
+        return RangeIndex(path, run.keys[a:b], run.ids[a:b], run.offsets[a : b + 1], run.payload)
+    with fs.open_read(path) as fh:
+        magic, n = _HEADER.unpack(fh.read(_HEADER.size))
+        if magic != _MAGIC:
+            raise OSError(f"{path}: not a spill file")
+        keys = np.frombuffer(fh.read(8 * n), "<u8")
+        a, b = key_range(keys, key_lo, key_hi)
+        fh.seek(_HEADER.size + 8 * n + 8 * a)
+        ids = np.frombuffer(fh.read(8 * (b - a)), "<u8")
+        fh.seek(_HEADER.size + 16 * n + 8 * a)
+        offsets = np.frombuffer(fh.read(8 * (b - a + 1)), "<u8").astype(np.int64)
+    payload_at = _HEADER.size + 24 * n + 8
+    return RangeIndex(path, keys[a:b].copy(), ids.copy(), offsets + payload_at)
+
+
+def spills_for(plan: ShardPlan, refs: list[SpillRef]) -> tuple[str, ...]:
+    """The spills of the plan's split whose keys overlap its key range, in path order."""
+    if not plan.take:
+        return ()
+    return tuple(sorted(r.path for r in refs if r.stats.split == plan.split and r.stats.count
+                        and r.stats.key_lo < plan.key_hi and r.stats.key_hi > plan.key_lo))
+
+
+def write_files_shard(plan: ShardPlan, spills: tuple[str, ...], staging_dir: str,
+                      compression: str, held: HeldSpills | None = None) -> ShardResult:
+    """One shard from its key range of every overlapping spill."""
+    return write_shard(plan, [read_index(p, plan.key_lo, plan.key_hi, held) for p in spills],
+                       staging_dir, compression)
