@@ -102,15 +102,15 @@ def test_unmatched_glob_is_a_config_error(tmp_path: Path) -> None:
 # ---- CSV ---------------------------------------------------------------------------------------
 CSV = (
     b"a,b,c\n"            # line 1: header
-    b"1,2,3\n"            # 2: record 0
+    b"1,2,3\n"            # 2: position 0
     b"4,5\n"              # 3: wrong column count
-    b'"x\ny",7,8\n'       # 4-5: record 2, quoted newline (accepted)
+    b'"x\ny",7,8\n'       # 4-5: position 2, quoted newline (accepted)
     b"9,10,11,12\n"       # 6: wrong column count
     b"\n"                 # 7: blank line, no record
     b"\xff\xfe,1,2\n"     # 8: not UTF-8
-    b'"q ""z""",6,7\n'    # 9: record 6, escaped quotes
+    b'"q ""z""",6,7\n'    # 9: position 7, escaped quotes
     b'1,"abc,3\n'         # 10: unterminated quote: rejected, parsing resumes at line 11
-    b"5,6,7\n"            # 11: record 8
+    b"5,6,7\n"            # 11: position 9
 )
 
 
@@ -122,7 +122,7 @@ def test_csv_good_rows_and_bad_rows_with_line_numbers(tmp_path: Path) -> None:
     assert column(blocks, "b") == ["2", "7", "6", "6"]
     assert column(blocks, "c") == ["3", "8", "7", "7"]
     assert all(pa.types.is_string(b.columns["a"].type) for b in blocks)
-    assert positions(blocks) == [0, 2, 6, 8]
+    assert positions(blocks) == [0, 2, 7, 9]  # 0-based line index after the header
     assert lines(blocks) == [2, 4, 9, 11]
     assert bad(blocks) == [
         ("t.csv", 3, "wrong number of fields (expected 3, found 2)"),

@@ -25,21 +25,27 @@ from etl.sources.base import Block, Source, Split
 WHERE = "jobs/t.yaml: sources.train"
 
 
-def _values(col: Any) -> list[Any]:
+def _values(col: Any, as_text: bool) -> list[Any]:
+    """Values as text: the CSV fast path gives numbers where the careful path gives their text
+    (the encoder parses either the same way), and a split may take either path."""
     if isinstance(col, pa.ChunkedArray | pa.Array):
-        return col.to_pylist()
-    if isinstance(col, np.ndarray):
-        return col.tolist()
-    return list(col)
+        values = col.to_pylist()
+    elif isinstance(col, np.ndarray):
+        values = col.tolist()
+    else:
+        values = list(col)
+    if not as_text:
+        return values
+    return [v if isinstance(v, str | list | bytes) or v is None else str(v) for v in values]
 
 
-def flatten(blocks: list[Block]) -> dict[str, Any]:
+def flatten(blocks: list[Block], as_text: bool = False) -> dict[str, Any]:
     """Everything a read gives, block boundaries left out."""
     names = sorted({n for b in blocks for n in b.columns})
     out: dict[str, Any] = {n: [] for n in names}
     for b in blocks:
         for n in names:
-            out[n] += _values(b.columns[n]) if n in b.columns else [None] * b.num_rows
+            out[n] += _values(b.columns[n], as_text) if n in b.columns else [None] * b.num_rows
     out["positions"] = [p for b in blocks for p in np.asarray(b.positions).tolist()]
     out["lines"] = [x for b in blocks if b.lines is not None for x in np.asarray(b.lines).tolist()]
     out["sources"] = sorted({b.source for b in blocks})
@@ -54,12 +60,13 @@ def split_sizes(size: int) -> list[int]:
     return [size // 2 + 1, size // 3 + 1, size // 7 + 1, 40, 1]
 
 
-def check_splits(reader: Source, path: str, size: int, expect_splits: bool = True,
+def check_splits(reader: Source, path: str, size: int, expect_splits: bool | None = True,
                  schema: Any = None, limit: int | None = None) -> dict[str, Any]:
     """1 vs N splits; returns the whole read (for the tests' own exact checks)."""
     if schema is not None or limit is not None:
         reader.prepare(schema, limit or 64 << 20)
-    whole = flatten(list(reader.read(path)))
+    blocks = list(reader.read(path))
+    whole, text = flatten(blocks), flatten(blocks, as_text=True)
     assert flatten(list(reader.read_split(Split(path)))) == whole
     counts = []
     for target in split_sizes(size):
@@ -69,9 +76,11 @@ def check_splits(reader: Source, path: str, size: int, expect_splits: bool = Tru
         assert pickle.loads(pickle.dumps(splits)) == splits  # they travel to workers
         counts.append(len(splits))
         blocks = [b for s in splits for b in reader.read_split(s)]
-        got = flatten(blocks)
-        assert got == whole, f"target {target}: {len(splits)} splits differ from the whole read"
-    if expect_splits:
+        got = flatten(blocks, as_text=True)
+        assert got == text, f"target {target}: {len(splits)} splits differ from the whole read"
+    if expect_splits is None:
+        pass
+    elif expect_splits:
         assert counts[0] >= 2 and counts[-1] > counts[2], counts
     else:
         assert counts == [1] * len(counts)
@@ -210,3 +219,109 @@ def test_npz_is_one_split(tmp_path: Path) -> None:
                          str(tmp_path), WHERE)
     whole = check_splits(reader, reader.files()[0], 4800, expect_splits=False)
     assert whole["y"] == list(range(0, 600, 2))
+
+
+# ---- CSV ------------------------------------------------------------------------------------------
+class _Numbers:
+    """A schema stand-in for `CsvReader.prepare`: these columns are read as numbers (fast path)."""
+
+    def __init__(self, columns: dict[str, str]):
+        self.columns = columns
+
+    def numeric_columns(self) -> dict[str, str]:
+        return self.columns
+
+
+def _csv_rows(n: int) -> list[bytes]:
+    rows = []
+    for i in range(n):
+        if i % 11 == 3:
+            rows.append(b'%d,"two\nlines %d",x' % (i, i))  # a quoted newline
+        elif i % 29 == 7:
+            rows.append(b'%d,"has ""quotes"", and, commas",y' % i)
+        elif i % 31 == 5:
+            rows.append(b"")  # blank line
+        elif i % 37 == 9:
+            rows.append(b"%d,only two" % i)  # wrong field count
+        elif i % 11 == 2 and i % 4 == 0:  # unterminated quote (the next line's quote ends
+            rows.append(b'%d,"never closed,z' % i)  # the bad row, so it reaches no bad UTF-8)
+        elif i % 47 == 13:
+            rows.append(b"%d,\xff\xfe,w" % i)  # not UTF-8
+        else:
+            rows.append(b"%d,plain %d,v" % (i, i))
+    return rows
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_csv_splits_with_quoted_newlines_bad_quotes_and_blank_lines(tmp_path: Path,
+                                                                    fast: bool) -> None:
+    data = b"# a comment line\nn,s,t\n" + b"\n".join(_csv_rows(400)) + b"\n"
+    (tmp_path / "d.csv").write_bytes(data)
+    reader = make_reader({"format": "csv", "paths": "d.csv", "skip_rows": 1, "block_rows": 16},
+                         str(tmp_path), WHERE)
+    whole = check_splits(reader, reader.files()[0], len(data),
+                         schema=_Numbers({"n": "int64"}) if fast else None)
+    codes = {b[1] for b in whole["bad"]}
+    assert codes == {"wrong_field_count", "unterminated_quote", "not_utf8"}
+    assert whole["positions"] == [x - 3 for x in whole["lines"]]  # skip_rows + header: 2 lines
+    assert "two\nlines 3" in whole["s"]
+    # a boundary never falls inside a quoted value: every split starts at a record
+    splits = reader.splits(reader.files()[0], 1)
+    assert len(splits) > 200
+    for s in splits[1:]:
+        assert data[s.start - 1 : s.start] == b"\n" and not data[s.start:].startswith(b"lines ")
+
+
+def test_csv_unterminated_quote_near_a_boundary(tmp_path: Path) -> None:
+    """A quote left open just before a wanted cut: the cut moves past the lines it may reach."""
+    rows = [b"a,b"] + [b"%d,r%d" % (i, i) for i in range(100)]
+    rows[50] = b'49,"open'
+    data = b"\n".join(rows) + b"\n"
+    (tmp_path / "d.csv").write_bytes(data)
+    reader = make_reader({"format": "csv", "paths": "d.csv"}, str(tmp_path), WHERE)
+    path = reader.files()[0]
+    at = data.index(b'49,"open')
+    splits = reader.splits(path, at + 3)  # wanted inside the open quote's line
+    assert len(splits) == 1  # no quote after it closes the question: no provable record start
+    whole = check_splits(reader, path, len(data), expect_splits=None)  # cuts before it only
+    assert max(s.start for s in reader.splits(path, 1)) == at  # the open quote line starts one
+    assert [(b[1], b[3]) for b in whole["bad"]] == [("unterminated_quote", 51)]
+    assert whole["positions"] == [i for i in range(100) if i != 49]
+    # once a later line ends a record from either state, splitting resumes after it
+    rows[60] = b'59,"x"'
+    data = b"\n".join(rows) + b"\n"
+    (tmp_path / "d.csv").write_bytes(data)
+    splits = reader.splits(path, at + 3)
+    assert [s.start for s in splits[:2]] == [0, data.index(b"60,r60")]
+    check_splits(reader, path, len(data))
+
+
+def test_csv_without_header_and_without_quoting(tmp_path: Path) -> None:
+    data = b"".join(b'%d,"q%d"\n' % (i, i) for i in range(300))
+    (tmp_path / "d.csv").write_bytes(data)
+    for config in ({"header": False, "columns": ["a", "b"]},
+                   {"header": False, "columns": ["a", "b"], "quote_char": None}):
+        reader = make_reader({"format": "csv", "paths": "d.csv", **config}, str(tmp_path), WHERE)
+        whole = check_splits(reader, reader.files()[0], len(data))
+        assert whole["positions"] == list(range(300))
+        assert whole["b"][:2] == (["q0", "q1"] if "quote_char" not in config
+                                  else ['"q0"', '"q1"'])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_csv_random_quoting_reads_the_same_however_split(tmp_path: Path, seed: int) -> None:
+    """Random lines of quotes, delimiters, CRLFs and text: 1 vs N splits agree exactly."""
+    rng = np.random.default_rng(seed)
+    pieces = [b'"', b'""', b",", b"a", b"bc", b"1", b" ", b"\r\n", b'"x"', b"\n"]
+    weights = np.array([3, 1, 4, 6, 4, 4, 1, 0.5, 2, 1.5])  # (a CR alone is no line end here)
+    lines = [b"p,q,r"]
+    for _ in range(250):
+        k = int(rng.integers(1, 9))
+        parts = rng.choice(len(pieces), size=k, p=weights / weights.sum())
+        lines.append(b"".join(pieces[i] for i in parts))
+    data = b"\n".join(lines) + b"\n"
+    (tmp_path / "d.csv").write_bytes(data)
+    reader = make_reader({"format": "csv", "paths": "d.csv", "block_rows": 8}, str(tmp_path),
+                         WHERE)
+    check_splits(reader, reader.files()[0], len(data), expect_splits=None)
+    assert len(reader.splits(reader.files()[0], 1)) > 1

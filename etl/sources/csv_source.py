@@ -54,6 +54,7 @@ from etl.sources.base import (
     DEFAULT_MAX_RECORD_BYTES,
     Block,
     Source,
+    Split,
     expand,
     open_file,
     options,
@@ -282,43 +283,71 @@ class CsvReader(FileSource):
         )
 
     def _names(self, path: str) -> list[str]:
-        """Column names: the `columns:` list, else the header row (read with a throwaway reader)."""
+        """Column names: the `columns:` list, else the header line (the line after `skip_rows`,
+        parsed on its own: a bad row further on must not stop the names being read)."""
         if self.columns is not None:
             return list(self.columns)
         with open_file(path) as fh:
-            reader = pa_csv.open_csv(
-                fh,
-                read_options=pa_csv.ReadOptions(skip_rows=self.skip_rows, use_threads=False),
-                parse_options=self._parse_options(lambda row: "skip"),
-            )
-            return list(reader.schema.names)
+            for _ in range(self.skip_rows):
+                fh.readline()
+            header = fh.readline().rstrip(b"\r\n")
+        reader = pa_csv.open_csv(
+            pa.BufferReader(header + b"\n"),
+            read_options=pa_csv.ReadOptions(use_threads=False),
+            parse_options=self._parse_options(None),
+        )
+        return list(reader.schema.names)
 
-    def read(self, path: str) -> Iterator[Block]:
+    def data_start(self, path: str) -> int:
+        """Byte offset of the first data line (after `skip_rows` and the header line)."""
+        with open_file(path) as fh:
+            for _ in range(self._header_lines):
+                if not fh.readline():
+                    break
+            return fh.tell()
+
+    def splits(self, path: str, target_bytes: int) -> list[Split]:
+        """Byte ranges cut only at line starts the quote scan proves are record starts for
+        this reader (see `_record_start`); the first split holds `skip_rows` and the header.
+        gzip: one split."""
+        from etl.sources.text_source import line_splits  # noqa: PLC0415 (it imports this module)
+
+        if path.endswith(".gz"):
+            return [Split(path)]
+        begin = self.data_start(path)
+        if not self._quote:
+            return line_splits(path, target_bytes, begin)
+        prove = _QuoteScan(self._quote.encode(), self.delimiter.encode())
+        return line_splits(path, target_bytes, begin, prove.boundary)
+
+    def read_split(self, split: Split) -> Iterator[Block]:
         """Fast path first when the schema named numeric columns: pyarrow parses with all
         cores and converts those columns itself (1M benchmark rows: stage 1 1.6 s -> 1.1 s).
         The first malformed row, unparsable number, invalid UTF-8, over-long line or quote
         left open at the end makes it stop; the careful path then takes over after the
         records already delivered, so the results are exactly the careful path's."""
         if not self.numeric:
-            yield from self._read_careful(path)
+            yield from self._read_careful(split)
             return
-        delivered = 0  # records before this index are out
+        delivered = 0  # records before this position are out
         try:
-            for block in self._read_fast(path):
+            for block in self._read_fast(split):
                 yield block
                 delivered = int(block.positions[-1]) + 1
         except pa.ArrowInvalid:
-            yield from self._read_careful(path, skip=delivered)
+            yield from self._read_careful(split, skip=delivered)
 
-    def _read_fast(self, path: str) -> Iterator[Block]:
+    def _read_fast(self, split: Split) -> Iterator[Block]:
         """Blocks of good rows; raises pa.ArrowInvalid at the first row it cannot take."""
+        path = split.path
         names = self._names(path)
+        first = split.first
         read_options = pa_csv.ReadOptions(
             use_threads=True,
             block_size=1 << 22,
-            skip_rows=self.skip_rows,
-            column_names=names if self.columns is not None else None,
-            skip_rows_after_names=1 if (self.header and self.columns is not None) else 0,
+            skip_rows=self.skip_rows if first else 0,
+            column_names=names if (self.columns is not None or not first) else None,
+            skip_rows_after_names=1 if (first and self.header and self.columns is not None) else 0,
         )
         convert = pa_csv.ConvertOptions(
             column_types={name: self.numeric.get(name, pa.binary()) for name in names},
@@ -327,19 +356,26 @@ class CsvReader(FileSource):
         buffer = _Rows(names)
         cursor = 0  # record index of the next row
         newlines = 0  # quoted newlines in the rows before `cursor`
-        first_line = self._header_lines + 1
+        first_line = (self._header_lines if first else split.first_line) + 1
         sentinel = self._sentinel(len(names))
         with open_file(path) as fh:
-            reader = pa_csv.open_csv(_WithTail(fh, sentinel) if sentinel else fh,
+            data: Any = fh
+            if not split.whole:
+                from etl.sources.text_source import _Range  # noqa: PLC0415
+
+                fh.seek(split.start)
+                data = _Range(fh, None if split.stop is None else split.stop - split.start)
+            reader = pa_csv.open_csv(_WithTail(data, sentinel) if sentinel else data,
                                      read_options=read_options,
                                      parse_options=self._parse_options(None),
                                      convert_options=convert)
             last: pa.RecordBatch | None = None  # the last non-empty batch
             for batch in reader:
                 m = batch.num_rows
-                positions = np.arange(cursor, cursor + m, dtype=np.int64)
                 extra = _newlines(batch)
-                lines = first_line + positions + newlines + np.cumsum(extra) - extra
+                lines = first_line + np.arange(cursor, cursor + m, dtype=np.int64) + newlines \
+                    + np.cumsum(extra) - extra
+                positions = lines - self._header_lines - 1
                 cursor += m
                 newlines += int(extra.sum())
                 if newlines:  # quoted newlines: only the careful path can check their quotes
@@ -362,10 +398,10 @@ class CsvReader(FileSource):
         while buffer.rows:
             yield buffer.take(self.block_rows, path, [])
 
-    def _read_careful(self, path: str, skip: int = 0) -> Iterator[Block]:
+    def _read_careful(self, split: Split, skip: int = 0) -> Iterator[Block]:
         """Single-threaded, every column as text, bad rows reported with their line;
-        records before `skip` (already delivered by the fast path) are left out."""
-        for block in self._read_text(path):
+        records before position `skip` (already delivered by the fast path) are left out."""
+        for block in self._read_text(split):
             if skip and block.num_rows and block.positions[0] < skip:
                 keep = np.asarray(block.positions) >= skip
                 block = Block({k: v.filter(pa.array(keep)) for k, v in block.columns.items()},
@@ -374,18 +410,19 @@ class CsvReader(FileSource):
             if block.num_rows or block.bad:
                 yield block
 
-    def _read_text(self, path: str) -> Iterator[Block]:
+    def _read_text(self, split: Split) -> Iterator[Block]:
         """The file in regions of whole lines (one chunk of the line scan, plus the lines of a
         row still open at the end of the last region), each parsed by `_Careful`."""
-        from etl.sources.text_source import scan_lines  # noqa: PLC0415 (it imports this module)
+        from etl.sources.text_source import split_lines  # noqa: PLC0415 (it imports this module)
 
+        path = split.path
         names = self._names(path)
         limit = self.max_record_bytes
         parser = _Careful(self, names, path)
         buffer = _Rows(names)
-        skip = self._header_lines
+        skip = self._header_lines if split.first else 0
         carry, carry_line = b"", 0  # lines of a row that was still open at the end of a region
-        for run in scan_lines(path, limit):
+        for run in split_lines(split, limit):
             start = min(skip, run.count)
             skip -= start
             cuts = sorted(i for i in run.oversized if i >= start)
@@ -484,6 +521,7 @@ class _Careful:
         self.parse_options = reader._parse_options
         self.limit = reader.max_record_bytes
         self.record = 0
+        self.header_lines = reader._header_lines
         self.good: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = []
         self.bad: list[BadRecord] = []
 
@@ -633,7 +671,6 @@ class _Careful:
         go out (blank ones dropped, non-UTF-8 ones rejected), the others are rejected."""
         if b <= a:
             return
-        base = self.record - a  # record index of row r is base + r
         for r in [r for r in found if a <= r < b]:
             text, fields = found[r]
             self.bad.append(BadRecord(
@@ -645,8 +682,8 @@ class _Careful:
             batch = table.slice(int(lo), int(hi - lo)).combine_chunks().to_batches()
             batch = batch[0] if batch else _empty(self.names)
             rows = good_rows[lo:hi]
-            positions = base + rows
             lines = starts[rows]
+            positions = lines - self.header_lines - 1
             not_utf8 = np.zeros(len(rows), bool)
             blank = np.full(len(rows), len(self.names) > 1)
             text = []
@@ -734,3 +771,101 @@ def _blank_rows(batch: pa.RecordBatch) -> np.ndarray | None:
 
 def _empty(names: list[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], pa.binary()) for _ in names], names=names)
+
+
+# ---- where a CSV file may be split ---------------------------------------------------------------
+_FS, _IQ, _QQ, _UQ = 0, 1, 2, 3  # field start, in quotes, quote in quotes, unquoted field
+_SCAN_LIMIT = 64 << 20  # give a boundary up after this many bytes without a provable one
+
+
+class _QuoteScan:
+    """Finds line starts where the reader is provably at a record start, whatever came before.
+
+    pyarrow's tokenizer (newlines_in_values, double_quote, no escape char) is a small automaton:
+    a quote at a field start opens a quoted field, `""` inside one is a quote, a quote closes it
+    and the field goes on unquoted (where quotes are plain characters); delimiter, CR and LF end
+    a field, CR/LF a record, except inside quotes. So at each line start the reader is either
+    at a record start (FS) or inside a quoted value running on from an earlier line (IQ). The
+    recovery rule (a bad row over several lines is rejected at its first line and parsing
+    resumes at the next line) can only put it at FS on a line an open row ran over: so every
+    line an open quote reaches may be either. A line start is proven when the lines before it
+    leave only FS possible: it follows a known record start (the data start, an earlier
+    boundary) by lines without quote characters, or a line that ends a record from FS and from
+    IQ alike (e.g. `"a",1` or `b",2`). A split then starts exactly where the sequential reader
+    starts a record, no row crosses it, and the reader keeps no state across it but line
+    numbers, which the split carries (positions are line-based for this reason).
+    """
+
+    def __init__(self, quote: bytes, delimiter: bytes):
+        self.quote, self.delimiter = quote[0], delimiter[0]
+        self.quote_bytes = quote
+
+    def step(self, line: bytes, state: int) -> int:
+        """FS or IQ at the end of `line` (with its newline), entered in `state`."""
+        q, d = self.quote, self.delimiter
+        s = state
+        for c in line:
+            if s == _IQ:
+                if c == q:
+                    s = _QQ
+            elif s == _QQ:
+                s = _IQ if c == q else _FS if c in (d, 10, 13) else _UQ
+            elif c in (d, 10, 13):
+                s = _FS
+            elif s == _FS:
+                s = _IQ if c == q else _UQ
+        return _IQ if s == _IQ else _FS
+
+    def boundary(self, fh: Any, target: int, previous: int) -> int | None:
+        """The first provable record start at or after `target` (None: none found)."""
+        from etl.sources.text_source import _next_line_start  # noqa: PLC0415
+
+        k = _next_line_start(fh, target, previous)
+        if k is None:
+            return None
+        q = self._last_quote(fh, previous, k)
+        states = {_FS}
+        if q is not None:  # lines after the last quote line are plain: they keep the states
+            start = self._line_start(fh, previous, q)
+            fh.seek(start)
+            line = fh.readline()
+            entry = {_FS} if start == previous else {_FS, _IQ}
+            states = self._next(line, entry)
+        at = k
+        fh.seek(k)
+        while states != {_FS}:
+            line = fh.readline()
+            if not line or at - k > _SCAN_LIMIT:
+                return None
+            at += len(line)
+            if self.quote_bytes in line:
+                states = self._next(line, states)
+        return at
+
+    def _next(self, line: bytes, states: set[int]) -> set[int]:
+        out = {self.step(line, s) for s in states}
+        return out | {_FS} if _IQ in out else out  # a restart may begin on any line of an open row
+
+    @staticmethod
+    def _line_start(fh: Any, floor: int, at: int) -> int:
+        """Start of the line holding byte `at` (not before `floor`, a line start)."""
+        end = at
+        while end > floor:
+            begin = max(floor, end - (1 << 20))
+            fh.seek(begin)
+            nl = fh.read(end - begin).rfind(b"\n")
+            if nl >= 0:
+                return begin + nl + 1
+            end = begin
+        return floor
+
+    def _last_quote(self, fh: Any, floor: int, end: int) -> int | None:
+        """Offset of the last quote character in [floor, end), read backwards in windows."""
+        while end > floor:
+            begin = max(floor, end - (4 << 20))
+            fh.seek(begin)
+            i = fh.read(end - begin).rfind(self.quote_bytes)
+            if i >= 0:
+                return begin + i
+            end = begin
+        return None
