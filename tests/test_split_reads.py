@@ -325,3 +325,31 @@ def test_csv_random_quoting_reads_the_same_however_split(tmp_path: Path, seed: i
                          WHERE)
     check_splits(reader, reader.files()[0], len(data), expect_splits=None)
     assert len(reader.splits(reader.files()[0], 1)) > 1
+
+
+# ---- formats read whole ---------------------------------------------------------------------------
+def test_tfrecord_images_and_python_are_one_split_per_unit(tmp_path: Path) -> None:
+    """TFRecord frames have no sync marker to find from a byte offset (and gzip cannot seek);
+    an image folder's unit is already one class root of small files; a generator can only be
+    replayed from its start (its `num_shards` option is the way to parallelise it)."""
+    from PIL import Image  # noqa: PLC0415
+
+    from etl.tfrecord import frame_all  # noqa: PLC0415
+
+    (tmp_path / "x.tfrecord").write_bytes(frame_all([b"a" * 10, b"b" * 20, b"c"]))
+    for k in range(2):
+        (tmp_path / "root" / "cls").mkdir(parents=True, exist_ok=True)
+        Image.new("L", (4, 3), k).save(tmp_path / "root" / "cls" / f"{k}.png")
+    configs = [{"format": "tfrecord", "paths": "x.tfrecord"},
+               {"format": "images", "paths": ["root"]},
+               {"format": "python", "function": "tests.generators:ids_and_pairs",
+                "kwargs": {"n": 5}}]
+    for config in configs:
+        reader = make_reader(config, str(tmp_path), WHERE)
+        assert isinstance(reader, Source)
+        path = reader.files()[0]
+        assert reader.splits(path, 1) == [Split(path)]
+        whole = flatten(list(reader.read(path)))
+        assert flatten(list(reader.read_split(Split(path)))) == whole and whole["read"] > 0
+        with pytest.raises(ValueError, match="reads whole files only"):
+            list(reader.read_split(Split(path, 1, 2, 5)))
