@@ -123,6 +123,10 @@ class _ReadEncodeFn(beam.DoFn):
             read += done.read
             rejected += done.rejected
             yield from done.outputs
+        # one empty run per input file: the planning combine always has an input, so even an
+        # empty dataset gets its (empty) shards planned, without a default-value branch
+        yield self._emit(SortedRun(next(iter(self.spec.splits)), _NO_KEYS, _NO_KEYS,
+                                   np.zeros(1, np.int64), b""))
         # one file per input file, written when it is fully read; a retried task rewrites it
         summary = {"ordinal": task.ordinal, "path": task.path, "read": read}
         _write_json([summary, *rejected], fs.join(self.spec.staging_dir, READ_PARTS,
@@ -130,11 +134,21 @@ class _ReadEncodeFn(beam.DoFn):
 
     def _stage1(self, task: ReadTask, block: Block) -> EncodedBlock:
         done = encode_block(self.encoder, self.spec, task, block)
-        if self.spec.via == files.NAME:
-            done.outputs = [files.write_spill(
-                fs.join(self.spec.spill_dir, run.split, f"{uuid.uuid4().hex}.spill"), run,
-                self.spec.shuffled, self.held) for run in done.outputs]
+        done.outputs = [self._emit(run) for run in done.outputs]
         return done
+
+    def _emit(self, run: SortedRun) -> SortedRun | files.SpillRef:
+        """engine: the run itself; files: the run written to a spill (or held), its ref."""
+        if self.spec.via != files.NAME:
+            return run
+        if not len(run.keys):
+            return files.SpillRef("", run.stats(self.spec.shuffled))
+        return files.write_spill(fs.join(self.spec.spill_dir, run.split,
+                                          f"{uuid.uuid4().hex}.spill"), run,
+                                 self.spec.shuffled, self.held)
+
+
+_NO_KEYS = np.zeros(0, np.uint64)
 
 
 def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | None:
@@ -275,6 +289,14 @@ class _PartitionFn(beam.DoFn):
         yield from out
 
 
+def _files_tasks(items: Any) -> list[tuple[ShardPlan, tuple[str, ...]]]:
+    """(shard plan, the spills it reads) for every shard, from the plan and every SpillRef."""
+    items = list(items)
+    plan = next(x for x in items if isinstance(x, Plan))
+    refs = [x for x in items if isinstance(x, files.SpillRef)]
+    return [(p, files.spills_for(p, refs)) for p in _all_plans(plan)]
+
+
 def _slim(ref: files.SpillRef) -> files.SpillRef:
     """A SpillRef without its key histogram: what a shard task needs."""
     return files.SpillRef(ref.path, dataclasses.replace(
@@ -283,16 +305,6 @@ def _slim(ref: files.SpillRef) -> files.SpillRef:
 
 def _write_json(items: list[Any], path: str, encode: Any) -> None:
     fs.write_bytes(path, "\n".join(json.dumps(encode(x), sort_keys=True) for x in items).encode())
-
-
-def _all_in_one(pcoll: beam.PCollection, label: str) -> beam.PCollection:
-    """The whole (small) PCollection as one list: a single-key GroupByKey, which builds far
-    fewer pipeline nodes than CombineGlobally(ToList) (pipeline construction is part of
-    every run's fixed cost)."""
-    return (pcoll
-            | f"{label}Key" >> beam.Map(lambda x: (None, x))
-            | f"{label}Group" >> beam.GroupByKey()
-            | f"{label}List" >> beam.MapTuple(lambda _, xs: list(xs)))
 
 
 class ConvertToShards(beam.PTransform):
@@ -317,25 +329,27 @@ class ConvertToShards(beam.PTransform):
             | "ListInputFiles" >> beam.Create(self.tasks)
             | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held))
         )
-        plan = beam.pvalue.AsSingleton(
-            blocks
-            | "BlockStats" >> beam.Map(_stats_of, spec.shuffled)
-            | "MergeStats" >> beam.CombineGlobally(MergeStatsFn(spec.shuffled))
-            | "PlanShards" >> beam.Map(plan_shards, spec))
+        # a single-key CombinePerKey: fewer pipeline nodes than CombineGlobally (whose
+        # default-value branch is not needed, see the empty run per input file)
+        plan = (blocks
+                | "BlockStats" >> beam.Map(lambda b, shuffled: (None, _stats_of(b, shuffled)),
+                                           spec.shuffled)
+                | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(spec.shuffled))
+                | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, spec)))
         if spec.via == files.NAME:
+            # the plan joins the list of spills in one GroupByKey (no side input needed)
+            refs = blocks | "SlimRefs" >> beam.Map(lambda ref: (None, _slim(ref)))
             shards = (
-                _all_in_one(blocks | "SlimRefs" >> beam.Map(_slim), "CollectSpills")
-                | "ShardTasks" >> beam.FlatMap(
-                    lambda refs, plan: [(p, files.spills_for(p, refs)) for p in _all_plans(plan)],
-                    plan)
+                (refs, plan | "KeyPlan" >> beam.Map(lambda p: (None, p)))
+                | "JoinPlan" >> beam.Flatten()
+                | "CollectSpills" >> beam.GroupByKey()
+                | "ShardTasks" >> beam.FlatMapTuple(lambda _, items: _files_tasks(items))
                 | "DistributeShards" >> beam.Reshuffle())
         else:
-            chunks = blocks | "PartitionByShard" >> beam.ParDo(_PartitionFn(), plan)
-            plans = (pbegin
-                     | "One" >> beam.Create([None])
-                     | "ShardPlans" >> beam.FlatMap(
-                         lambda _, plan: [((p.split, p.index), p) for p in _all_plans(plan)],
-                         plan))
+            chunks = blocks | "PartitionByShard" >> beam.ParDo(
+                _PartitionFn(), beam.pvalue.AsSingleton(plan))
+            plans = plan | "ShardPlans" >> beam.FlatMap(
+                lambda plan: [((p.split, p.index), p) for p in _all_plans(plan)])
             shards = ((chunks, plans) | "Flatten" >> beam.Flatten()
                       | "GroupByShard" >> beam.GroupByKey())
         return shards | "WriteShards" >> beam.ParDo(_WriteShardFn(spec, self.held))
