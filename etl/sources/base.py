@@ -1,4 +1,4 @@
-"""What every raw-source reader produces: blocks of columns from one input file.
+"""What every raw-source reader is (`Source`), how it splits a file (`Split`), what it yields (`Block`).
 
 Readers are Beam-free: they take a path (any Beam FileSystems path, local or gs://) and
 yield `Block`s of a few thousand to ~64k records as NumPy/Arrow columns. Rows a reader

@@ -25,11 +25,18 @@ Bad rows never stop a file, and never take good neighbours down with them:
   quote at its first line.
 Memory stays bounded by about one 16 MiB region plus `max_record_bytes`.
 
-Every row is one record: good rows' positions are record indexes, 0 for the first row after
-the header, counting every row in file order (each rejected row or line counts as one record,
-blank rows too), so fixing one bad row never renumbers the others. Blank lines are no records
-in a file of more than one column (a row whose every field is empty is taken for one); they
-only use up their line and record index.
+Every row is one record; a good row's position is the 0-based physical line index of its first
+line, counted from the first line after `skip_rows` and the header (so without quoted newlines
+it is the row index, blank and rejected rows counted). Positions are unique (no two records
+start on one line) and never depend on how the file is split or on what came before, so fixing
+one bad row never renumbers the others. Blank lines are no records in a file of more than one
+column (a row whose every field is empty is taken for one); they only use up their line.
+
+Splits (`splits`, `read_split`): byte ranges cut only at line starts where the sequential
+reader is provably at a record start (`_QuoteScan`); the first split holds `skip_rows` and the
+header, the others get the column names and the number of lines before them. A split then gives
+exactly the records, positions, lines and bad records the whole-file read gives for its lines.
+gzip files are one split.
 
 The helpers at the top (paths, `block_rows`, excerpts, column/file pairing) serve every reader
 in this package; they would sit best in `base.py`.
