@@ -151,7 +151,8 @@ def count_ops(workdir: str, blocks: int, rows_per_block: int, via: str) -> dict[
     counting = CountingFs()
     started = time.time()
     with counting.installed():
-        result = run_job(job, ["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
+        result = run_job(job, ["--runner=FnApiRunner", "--direct_running_mode=in_memory",
+                                   "--direct_num_workers=1"])
     shas = sorted(s["sha256"] for s in result.manifest["splits"]["train"]["shards"])
     shutil.rmtree(job.output)
     return {"via": via, "blocks": blocks, "shards": blocks, "seconds": time.time() - started,
