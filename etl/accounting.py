@@ -49,27 +49,30 @@ class Accounting:
 
 
 def account(read_parts: Iterable[list[dict[str, Any]]], shards: Iterable[ShardResult],
-            expected_ordinals: Iterable[int]) -> Accounting:
-    """Join stage 1's per-file reports with stage 2's per-shard counts; raise if any record
-    is unaccounted for (that would be a bug of ours: nothing is published then)."""
+            expected: Iterable[tuple[int, int]]) -> Accounting:
+    """Join stage 1's reports (one per read task: an input file's ordinal and split index, in
+    file order) with stage 2's per-shard counts; raise if any record is unaccounted for (that
+    would be a bug of ours: nothing is published then). `expected`: every (ordinal, split)."""
     written: Counter[int] = Counter()
     for shard in shards:
         for ordinal, n in shard.per_input.items():
             written[int(ordinal)] += n
     inputs: dict[int, dict[str, Any]] = {}
+    seen: set[tuple[int, int]] = set()
     rejected: list[dict[str, Any]] = []
-    for lines in read_parts:
-        if not lines:
-            continue
+    for lines in sorted((p for p in read_parts if p),
+                        key=lambda p: (int(p[0]["ordinal"]), int(p[0].get("split", 0)))):
         head, bad = lines[0], lines[1:]
-        n_bad = sum(b.get("count", 1) for b in bad)
-        inputs[int(head["ordinal"])] = {"path": head["path"], "read": int(head["read"]),
-                                        "written": written.pop(int(head["ordinal"]), 0),
-                                        "rejected": n_bad}
+        ordinal = int(head["ordinal"])
+        seen.add((ordinal, int(head.get("split", 0))))
+        entry = inputs.setdefault(ordinal, {"path": head["path"], "read": 0,
+                                            "written": written.pop(ordinal, 0), "rejected": 0})
+        entry["read"] += int(head["read"])
+        entry["rejected"] += sum(b.get("count", 1) for b in bad)
         rejected += bad
-    missing = sorted(set(expected_ordinals) - set(inputs))
+    missing = sorted(set(expected) - seen)
     if missing:
-        raise EtlError(f"no read report for {len(missing)} input file(s) (ordinals "
+        raise EtlError(f"no read report for {len(missing)} read task(s) ((ordinal, split): "
                        f"{missing[:5]}); nothing published")
     if written:
         raise EtlError(f"shards hold records of unknown input files {sorted(written)}; "

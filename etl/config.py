@@ -12,6 +12,8 @@ shards: 16                            # per split; or shard_size: 128MB
 compression: none                     # none | gzip | zlib
 max_bad_fraction: 0.0                 # rejected records allowed before the run fails
 max_record_bytes: 64MiB               # a bigger record is rejected as oversized_record
+split_bytes: 64MiB                    # large CSV/JSONL/text/Parquet/IDX/npy files: one read task per
+                                      # this many bytes (0: one task per file)
 spill_in_memory: 192MiB               # local runner: spills held in process memory up to this
 ```
 Relative paths (schema, source paths, output) are relative to the job file's directory.
@@ -36,11 +38,12 @@ from etl.tfrecord import COMPRESSIONS
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
          "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
-         "spill", "spill_in_memory", "max_record_bytes"}
+         "spill", "spill_in_memory", "max_record_bytes", "split_bytes"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)\s*$", re.I)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
           "G": 10**9, "T": 10**12}
+DEFAULT_SPLIT_BYTES = 64 * 2**20  # one read task per this much of a large splittable file
 DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
 # Held spills skip the page cache (see etl.shuffle.files). A fixed budget, so memory does not grow
 # with the data: most of the 1M-row benchmark CSV (206 MB of spills) is held, and 10M rows
@@ -64,6 +67,7 @@ class JobConfig:
     max_bad_fraction: float = 0.0
     temp_location: str | None = None
     spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY
+    split_bytes: int = DEFAULT_SPLIT_BYTES
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -233,6 +237,8 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
                                    f"{path}: spill_in_memory", allow_zero=True),
         max_record_bytes=parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
                                     f"{path}: max_record_bytes"),
+        split_bytes=parse_size(doc.get("split_bytes", DEFAULT_SPLIT_BYTES), f"{path}: split_bytes",
+                               allow_zero=True),
         shuffle_via=via, raw=dict(doc),
     )
 

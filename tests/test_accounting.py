@@ -25,7 +25,7 @@ def test_counts_join_per_input_file_and_by_reason_counts_codes() -> None:
          _bad("b.csv", 9, "unreadable_rest", count=2)],
         [{"ordinal": 0, "path": "a.csv", "read": 4}],
     ]
-    acc = account(parts, [_shard(0, {0: 2, 1: 1}), _shard(1, {0: 2, 1: 1})], {0, 1})
+    acc = account(parts, [_shard(0, {0: 2, 1: 1}), _shard(1, {0: 2, 1: 1})], {(0, 0), (1, 0)})
     assert acc.inputs == [{"path": "a.csv", "read": 4, "written": 4, "rejected": 0},
                           {"path": "b.csv", "read": 5, "written": 2, "rejected": 3}]
     assert (acc.read, acc.written, acc.num_rejected) == (9, 6, 3)
@@ -43,14 +43,27 @@ def test_a_record_neither_written_nor_rejected_fails_the_run() -> None:
     parts = [[{"ordinal": 0, "path": "a.csv", "read": 5}, _bad("a.csv", 2)]]
     with pytest.raises(EtlError, match=r"a\.csv: read 5 records but wrote 3 and rejected 1 "
                                        r"\(1 unaccounted for\); nothing published"):
-        account(parts, [_shard(0, {0: 3})], {0})
+        account(parts, [_shard(0, {0: 3})], {(0, 0)})
 
 
 def test_missing_read_report_and_unknown_writer_fail() -> None:
-    with pytest.raises(EtlError, match=r"no read report for 1 input file\(s\) \(ordinals \[1\]\)"):
-        account([[{"ordinal": 0, "path": "a", "read": 1}]], [_shard(0, {0: 1})], {0, 1})
+    with pytest.raises(EtlError, match=r"no read report for 1 read task\(s\) \(\(ordinal, split\): "
+                                       r"\[\(1, 0\)\]\)"):
+        account([[{"ordinal": 0, "path": "a", "read": 1}]], [_shard(0, {0: 1})], {(0, 0), (1, 0)})
     with pytest.raises(EtlError, match=r"unknown input files \[7\]"):
-        account([[{"ordinal": 0, "path": "a", "read": 1}]], [_shard(0, {0: 1, 7: 1})], {0})
+        account([[{"ordinal": 0, "path": "a", "read": 1}]], [_shard(0, {0: 1, 7: 1})], {(0, 0)})
+
+
+def test_splits_of_one_file_add_up_in_file_order() -> None:
+    parts = [  # arrive in any order; rejected records come out in file order
+        [{"ordinal": 0, "split": 1, "path": "a.csv", "read": 3}, _bad("a.csv", 9)],
+        [{"ordinal": 0, "split": 0, "path": "a.csv", "read": 4}, _bad("a.csv", 2)],
+    ]
+    acc = account(parts, [_shard(0, {0: 5})], {(0, 0), (0, 1)})
+    assert acc.inputs == [{"path": "a.csv", "read": 7, "written": 5, "rejected": 2}]
+    assert [b["line"] for b in acc.rejected] == [2, 9]
+    with pytest.raises(EtlError, match=r"\(\(ordinal, split\): \[\(0, 2\)\]\)"):
+        account(parts, [_shard(0, {0: 5})], {(0, 0), (0, 1), (0, 2)})
 
 
 def test_bad_record_names_line_or_record_and_byte() -> None:

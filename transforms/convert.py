@@ -35,19 +35,22 @@ from etl.shuffle import engine, files, keys
 from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
 from etl.shuffle.runs import SortedRun, sorted_run
 from etl.shuffle.shard_writer import ShardResult
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, Split
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.wire import binary_column
 
 
 @dataclass(frozen=True)
 class ReadTask:
-    """One input file to read: which source entry, which split (or '*' for fractions)."""
+    """One piece of one input file to read: which source entry (a split name, or '*' with
+    fractions), the file's identity and ordinal (what its records' keys derive from: the
+    same however the file is split), and the byte/record range (`etl.sources.base.Split`)."""
 
     source: str
     path: str
     identity: str
     ordinal: int
+    split: Split
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,7 @@ class _ReadEncodeFn(beam.DoFn):
             for name, cfg in self.spec.sources.items()
         }
         for reader in self.readers.values():
-            if hasattr(reader, "prepare"):  # see etl.sources.base.SourceReader
-                reader.prepare(schema, self.spec.max_record_bytes)
+            reader.prepare(schema, self.spec.max_record_bytes)
         self.held = _held_store(self.held_handle, self.spec)
         self.read_counter = Metrics.counter("etl", "records_read")
         self.bad_counter = Metrics.counter("etl", "records_rejected")
@@ -114,7 +116,7 @@ class _ReadEncodeFn(beam.DoFn):
     def process(self, task: ReadTask):  # type: ignore[override]
         read = 0
         rejected: list[dict[str, Any]] = []
-        blocks = prefetch(self.readers[task.source].read(task.path))
+        blocks = prefetch(self.readers[task.source].read_split(task.split))
         for done in ordered_map(lambda block: self._stage1(task, block), blocks):
             # counters are updated here, in the bundle's thread, where Beam tracks metrics
             self.read_counter.inc(done.read)
@@ -127,10 +129,12 @@ class _ReadEncodeFn(beam.DoFn):
         # empty dataset gets its (empty) shards planned, without a default-value branch
         yield self._emit(SortedRun(next(iter(self.spec.splits)), _NO_KEYS, _NO_KEYS,
                                    np.zeros(1, np.int64), b""))
-        # one file per input file, written when it is fully read; a retried task rewrites it
-        summary = {"ordinal": task.ordinal, "path": task.path, "read": read}
-        _write_json([summary, *rejected], fs.join(self.spec.staging_dir, READ_PARTS,
-                                                  f"{task.ordinal:08d}.jsonl"), lambda x: x)
+        # one file per read task, written when it is fully read; a retried task rewrites it
+        summary = {"ordinal": task.ordinal, "split": task.split.index, "path": task.path,
+                   "read": read}
+        _write_json([summary, *rejected], fs.join(
+            self.spec.staging_dir, READ_PARTS, f"{task.ordinal:08d}-{task.split.index:06d}.jsonl"),
+            lambda x: x)
 
     def _stage1(self, task: ReadTask, block: Block) -> EncodedBlock:
         done = encode_block(self.encoder, self.spec, task, block)

@@ -110,8 +110,11 @@ def shares_process(options: PipelineOptions | list[str]) -> bool:
 
 
 def plan_reads(job: JobConfig) -> tuple[list[ReadTask], list[dict[str, Any]]]:
-    """Every input file, with a stable identity (path below the inputs' common root)."""
+    """Every input file, with a stable identity (path below the inputs' common root), cut into
+    read tasks of about `split_bytes` where its format can be split (etl.sources.base.Source):
+    records keep their file positions, so the shards do not depend on the cut."""
     per_source: dict[str, list[str]] = {}
+    readers = {}
     every_input: set[str] = set()
     for name, cfg in job.sources.items():
         reader = make_reader(cfg, job.base_dir, f"{job.path}: sources.{name}")
@@ -120,13 +123,16 @@ def plan_reads(job: JobConfig) -> tuple[list[ReadTask], list[dict[str, Any]]]:
             raise ConfigError(f"{job.path}: source {name!r} matched no input files "
                               f"(paths: {cfg.get('paths')!r})")
         per_source[name] = files
+        readers[name] = reader
         # multi-file formats (idx image+label files) read partner files too
-        every_input.update(reader.inputs() if hasattr(reader, "inputs") else files)
+        every_input.update(reader.inputs())
     all_files = sorted({f for files in per_source.values() for f in files})
     identity = keys.identities(all_files)
     ordinal = {p: i for i, p in enumerate(sorted(all_files, key=lambda p: identity[p]))}
-    tasks = [ReadTask(name, f, identity[f], ordinal[f])
-             for name, files in per_source.items() for f in files]
+    whole = 1 << 62
+    tasks = [ReadTask(name, f, identity[f], ordinal[f], split)
+             for name, files in per_source.items() for f in files
+             for split in readers[name].splits(f, job.split_bytes or whole)]
     inputs = [{"path": f, "num_bytes": _size(f)} for f in sorted(every_input)]
     return tasks, inputs
 
@@ -380,7 +386,7 @@ def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec, tasks:
     # side files are the driver's, never part of the published dataset
     for side in (SHARD_PARTS, READ_PARTS, NOTES):
         fs.delete_tree(fs.join(staging, side))
-    acc = account(parts, shards, {t.ordinal for t in tasks})
+    acc = account(parts, shards, {(t.ordinal, t.split.index) for t in tasks})
     bad = acc.rejected
     rejected = acc.summary()
     dead_letter = "".join(json.dumps(b, sort_keys=True) + "\n" for b in bad).encode()
