@@ -86,15 +86,15 @@ def account(read_parts: Iterable[list[dict[str, Any]]], shards: Iterable[ShardRe
     return Accounting([inputs[k] for k in sorted(inputs)], rejected)
 
 
-def check_threshold(acc: Accounting, max_bad_fraction: float, rejected_at: str = "") -> None:
-    """Fail (exit 3) when more records were rejected than the job allows."""
-    summary = acc.summary()
-    if not acc.num_rejected or summary["fraction"] <= max_bad_fraction:
+def check_threshold(rejected: dict[str, Any], read: int, first: dict[str, Any] | None,
+                    max_bad_fraction: float, rejected_at: str = "") -> None:
+    """Fail (exit 3) when more records were rejected than the job allows. `rejected`: the
+    manifest's section (Accounting.summary), `first`: the first rejected record."""
+    if not rejected["num_records"] or rejected["fraction"] <= max_bad_fraction:
         return
-    first = BadRecord.from_json(acc.rejected[0])
-    reasons = ", ".join(f"{code} {n}" for code, n in summary["by_reason"].items())
+    reasons = ", ".join(f"{code} {n}" for code, n in rejected["by_reason"].items())
+    named = f" First: {BadRecord.from_json(first).message()}" if first else ""
     where = f"; all of them: {rejected_at}" if rejected_at else ""
     raise BadInputError(
-        f"{acc.num_rejected} of {acc.read} records rejected ({summary['fraction']:.2%} > "
-        f"max_bad_fraction {max_bad_fraction:.2%}): {reasons}; nothing published. First: "
-        f"{first.message()}{where}")
+        f"{rejected['num_records']} of {read} records rejected ({rejected['fraction']:.2%} > "
+        f"max_bad_fraction {max_bad_fraction:.2%}): {reasons}; nothing published.{named}{where}")

@@ -35,8 +35,8 @@ def test_counts_join_per_input_file_and_by_reason_counts_codes() -> None:
                                             r"10\.00%\): unreadable_rest 2, unparsable_number 1; "
                                             r"nothing published\. First: b\.csv:3: feature 'id': "
                                             r"cannot parse 'x' as int64 \[unparsable_number\]$"):
-        check_threshold(acc, 0.1)
-    check_threshold(acc, 0.34)  # allowed: no error
+        check_threshold(acc.summary(), acc.read, acc.rejected[0], 0.1)
+    check_threshold(acc.summary(), acc.read, acc.rejected[0], 0.34)  # allowed: no error
 
 
 def test_a_record_neither_written_nor_rejected_fails_the_run() -> None:

@@ -16,7 +16,6 @@ wrote. The driver checks `read = written + rejected` per input file from the two
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from apache_beam.utils.shared import Shared
 from etl import fs
 from etl.codec import Encoder
 from etl.error_wire import wire_errors
+from etl.finalize import finalize_run
 from etl.prefetch import ordered_map, prefetch
 from etl.shuffle import engine, files, keys
 from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
@@ -72,16 +72,18 @@ class ConvertSpec:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # larger records: oversized_record
     spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
     via: str = files.NAME  # the shuffle strategy (etl.shuffle.strategy_for)
+    # for the finalize step: every file read (path, num_bytes) and every read task
+    # (file ordinal, split index), so a missing report is noticed
+    input_files: tuple[tuple[str, int], ...] = ()
+    expected_reads: tuple[tuple[int, int], ...] = ()
 
     @property
     def shuffled(self) -> bool:
         return self.seed is not None
 
 
-SHARD_PARTS = "_shard_results"  # one JSON ShardResult per written shard
 # one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
-READ_PARTS = "_read_parts"
-NOTES = "_notes.jsonl"
+REPORTS = "reports"  # stage 1's tagged output: one read report per read task
 
 
 class _ReadEncodeFn(beam.DoFn):
@@ -129,12 +131,11 @@ class _ReadEncodeFn(beam.DoFn):
         # empty dataset gets its (empty) shards planned, without a default-value branch
         yield self._emit(SortedRun(next(iter(self.spec.splits)), _NO_KEYS, _NO_KEYS,
                                    np.zeros(1, np.int64), b""))
-        # one file per read task, written when it is fully read; a retried task rewrites it
+        # the task's read report (summary line, then its rejected records) goes to the
+        # finalize step; a retried bundle's output replaces the failed attempt's
         summary = {"ordinal": task.ordinal, "split": task.split.index, "path": task.path,
                    "read": read}
-        _write_json([summary, *rejected], fs.join(
-            self.spec.staging_dir, READ_PARTS, f"{task.ordinal:08d}-{task.split.index:06d}.jsonl"),
-            lambda x: x)
+        yield beam.pvalue.TaggedOutput(REPORTS, [summary, *rejected])
 
     def _stage1(self, task: ReadTask, block: Block) -> EncodedBlock:
         done = encode_block(self.encoder, self.spec, task, block)
@@ -238,11 +239,9 @@ class MergeStatsFn(beam.CombineFn):
 
 @wire_errors
 def plan_shards(stats: ShuffleStats, spec: ConvertSpec) -> Plan:
-    """Every split's shard count and every shard's key and rank range. Notes on the plan (a
-    raised shard count) go to `_notes.jsonl` for the driver."""
-    plan = make_plan(stats, spec.splits, spec.shards, spec.shard_size, spec.max_shard_bytes)
-    _write_json(plan.notes, fs.join(spec.staging_dir, NOTES), str)
-    return plan
+    """Every split's shard count and every shard's key and rank range (with notes, such as a
+    raised shard count, that the finalize step puts in the manifest)."""
+    return make_plan(stats, spec.splits, spec.shards, spec.shard_size, spec.max_shard_bytes)
 
 
 def _all_plans(plan: Plan) -> list[ShardPlan]:
@@ -273,8 +272,6 @@ class _WriteShardFn(beam.DoFn):
             chunks = [v for v in values if isinstance(v, engine.Chunk)]
             result = engine.write_engine_shard(plans[0], chunks, spec.staging_dir,
                                                spec.compression)
-        _write_json([result], fs.join(spec.staging_dir, SHARD_PARTS, f"{result.name}.json"),
-                    lambda r: r.__dict__)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         yield result
@@ -307,14 +304,33 @@ def _slim(ref: files.SpillRef) -> files.SpillRef:
         ref.stats, buckets=ref.stats.buckets[:0], bucket_counts=ref.stats.bucket_counts[:0]))
 
 
-def _write_json(items: list[Any], path: str, encode: Any) -> None:
-    fs.write_bytes(path, "\n".join(json.dumps(encode(x), sort_keys=True) for x in items).encode())
+@wire_errors
+def _finalize(items: Any, spec: ConvertSpec) -> dict[str, Any]:
+    """Every shard result, read report and the plan's notes -> the manifest (etl.finalize)."""
+    import yaml  # noqa: PLC0415
+
+    from etl.schema import schema_from_dict  # noqa: PLC0415
+
+    shards: list[ShardResult] = []
+    reports: list[list[dict[str, Any]]] = []
+    notes: list[str] = []
+    for kind, value in items:
+        if kind == "shard":
+            shards.append(value)
+        elif kind == "read":
+            reports.append(value)
+        else:
+            notes.extend(value)
+    return finalize_run(spec.staging_dir, schema_from_dict(yaml.safe_load(spec.schema_yaml)),
+                        spec.splits, spec.seed, spec.compression, shards, reports, notes,
+                        [{"path": p, "num_bytes": n} for p, n in spec.input_files],
+                        spec.expected_reads)
 
 
 class ConvertToShards(beam.PTransform):
-    """Files -> shuffled, sharded TFRecords in `spec.staging_dir`, plus side files there for
-    the driver to check and publish: one JSON per shard in `_shard_results/`, each input
-    file's read count and rejected records in `_read_parts/`, and `_notes.jsonl`.
+    """Files -> shuffled, sharded TFRecords in `spec.staging_dir`, and one finalize step that
+    checks every count and writes the dead letters, schema files and `manifest.json` there
+    (the one result the launcher reads back before it publishes). Its output: the manifest.
 
     `held`: a Shared handle of this run's held-spill store (files strategy, local runner in
     one process); None writes every spill to disk."""
@@ -331,8 +347,11 @@ class ConvertToShards(beam.PTransform):
             pbegin
             # Create already redistributes more than one element (a Reshuffle inside)
             | "ListInputFiles" >> beam.Create(self.tasks)
-            | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held))
+            | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held)).with_outputs(
+                REPORTS, main="runs")
         )
+        reports = blocks[REPORTS]
+        blocks = blocks.runs
         # a single-key CombinePerKey: fewer pipeline nodes than CombineGlobally (whose
         # default-value branch is not needed, see the empty run per input file)
         plan = (blocks
@@ -356,7 +375,14 @@ class ConvertToShards(beam.PTransform):
                 lambda plan: [((p.split, p.index), p) for p in _all_plans(plan)])
             shards = ((chunks, plans) | "Flatten" >> beam.Flatten()
                       | "GroupByShard" >> beam.GroupByKey())
-        return shards | "WriteShards" >> beam.ParDo(_WriteShardFn(spec, self.held))
+        results = shards | "WriteShards" >> beam.ParDo(_WriteShardFn(spec, self.held))
+        return (
+            (results | "KeyShards" >> beam.Map(lambda r: (None, ("shard", r))),
+             reports | "KeyReports" >> beam.Map(lambda r: (None, ("read", r))),
+             plan | "KeyNotes" >> beam.Map(lambda p: (None, ("notes", p.notes))))
+            | "JoinResults" >> beam.Flatten()
+            | "CollectResults" >> beam.GroupByKey()
+            | "Finalize" >> beam.MapTuple(lambda _, items: _finalize(items, spec)))
 
 
 __all__ = ["ConvertSpec", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult"]

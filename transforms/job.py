@@ -38,22 +38,18 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.utils.shared import Shared
 
 from etl import fs, output_guard
-from etl.accounting import account, check_threshold
+from etl.accounting import check_threshold
 from etl.config import JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
 from etl.errors import BadInputError, ConfigError, EtlError
-from etl.manifest import MANIFEST, REJECTED_FILE, build_manifest, file_entry
+from etl.finalize import first_rejected
+from etl.manifest import MANIFEST, REJECTED_FILE
 from etl.publish import publish
 from etl.run_lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
-from etl.schema import Schema, load_schema
+from etl.schema import load_schema
 from etl.shuffle import files, keys, strategy_for
-from etl.shuffle.shard_writer import ShardResult
 from etl.sources import make_reader
-from etl.tfmd import to_pbtxt
 from transforms.convert import (
-    NOTES,
-    READ_PARTS,
-    SHARD_PARTS,
     ConvertSpec,
     ConvertToShards,
     ReadTask,
@@ -191,6 +187,8 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
             max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
             spill_in_memory=job.spill_in_memory if held else 0, via=via,
+            input_files=tuple((i["path"], i["num_bytes"]) for i in inputs),
+            expected_reads=tuple((t.ordinal, t.split.index) for t in tasks),
         )
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         held_handle = Shared() if held else None
@@ -202,8 +200,8 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
                 _ = p | "Convert" >> ConvertToShards(spec, tasks, held_handle)
             if lock is not None:
                 lock.verify()
-            result = _check_and_publish(job, schema, spec, tasks, inputs, run_id, started,
-                                        rejected_at=log_file.removesuffix(".log") + ".rejected.jsonl")
+            rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
+            result = _check_and_publish(job, spec, run_id, started, rejected_at)
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
             failure = e
         finally:
@@ -358,61 +356,23 @@ class RunLog(logging.Handler):
         super().close()
 
 
-def _read_jsonl(paths: list[str]) -> list[Any]:
-    """Every JSON line of the given side files."""
-    out: list[Any] = []
-    for path in paths:
-        if fs.exists(path):
-            out += [json.loads(line) for line in fs.read_bytes(path).decode().splitlines()
-                    if line.strip()]
-    return out
-
-
-def _side_files(staging: str, folder: str) -> list[str]:
-    """The pipeline's per-file side outputs in `staging/folder`, in name order."""
-    found = [path for path, _ in fs.match(fs.join(staging, folder, "*"))]
-    return sorted(found)
-
-
-def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec, tasks: list[ReadTask],
-                       input_files: list[dict[str, Any]], run_id: str,
-                       started: float, rejected_at: str) -> JobResult:
-    """Check every count, then publish. A run that rejected more than allowed keeps its
+def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: float,
+                       rejected_at: str) -> JobResult:
+    """The finalize step left the manifest in staging (the run's one result): check the bad-
+    record threshold, then publish. A run that rejected more than allowed keeps its
     dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
     staging = spec.staging_dir
-    shards = [ShardResult(**r) for r in _read_jsonl(_side_files(staging, SHARD_PARTS))]
-    parts = [_read_jsonl([path]) for path in _side_files(staging, READ_PARTS)]
-    notes = _read_jsonl([fs.join(staging, NOTES)])
-    # side files are the driver's, never part of the published dataset
-    for side in (SHARD_PARTS, READ_PARTS, NOTES):
-        fs.delete_tree(fs.join(staging, side))
-    acc = account(parts, shards, {(t.ordinal, t.split.index) for t in tasks})
-    bad = acc.rejected
-    rejected = acc.summary()
-    dead_letter = "".join(json.dumps(b, sort_keys=True) + "\n" for b in bad).encode()
+    manifest = json.loads(fs.read_bytes(fs.join(staging, MANIFEST)))
+    rejected = manifest["rejected"]
+    read = sum(i["read"] for i in manifest["inputs"])
     try:
-        check_threshold(acc, job.max_bad_fraction, rejected_at)
+        check_threshold(rejected, read, first_rejected(staging), job.max_bad_fraction,
+                        rejected_at)
     except BadInputError:
-        fs.write_bytes(rejected_at, dead_letter)
+        fs.write_bytes(rejected_at, fs.read_bytes(fs.join(staging, REJECTED_FILE)))
         raise
-    for note in notes:
+    for note in manifest["notes"]:
         log.warning(note)
-    for split in job.splits:
-        got = sorted(r.index for r in shards if r.split == split)
-        if not got or got != list(range(_count(shards, split))):
-            raise EtlError(f"split {split!r}: shard results are incomplete ({got}); "
-                           "nothing published")
-    published = {"schema.yaml": schema.to_yaml().encode(),
-                 "schema.pbtxt": to_pbtxt(schema).encode()}
-    if bad:
-        published[REJECTED_FILE] = dead_letter
-    for name, data in published.items():
-        fs.write_bytes(fs.join(staging, name), data)
-    manifest = build_manifest(shards, job.splits, schema.sha256(), job.seed, job.compression,
-                              acc.inputs, rejected, notes,
-                              files={k: file_entry(v) for k, v in published.items()},
-                              input_files=input_files)
-    fs.write_bytes(fs.join(staging, MANIFEST), json.dumps(manifest, indent=1).encode())
     # local: the old output goes aside inside this run's directory, where its marker covers it
     publish(staging, job.output, run_id,
             aside=None if fs.is_remote(job.output)
@@ -421,9 +381,3 @@ def _check_and_publish(job: JobConfig, schema: Schema, spec: ConvertSpec, tasks:
                                        "shards": len(v["shards"])}
                                    for k, v in manifest["splits"].items()},
                      rejected, time.time() - started, manifest)
-
-
-def _count(shards: list[ShardResult], split: str) -> int:
-    mine = [r for r in shards if r.split == split]
-    return mine[0].num_shards if mine else 0
-
