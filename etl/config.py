@@ -12,7 +12,7 @@ shards: 16                            # per split; or shard_size: 128MB
 compression: none                     # none | gzip | zlib
 max_bad_fraction: 0.0                 # rejected records allowed before the run fails
 max_record_bytes: 64MiB               # a bigger record is rejected as oversized_record
-split_bytes: 64MiB                    # large CSV/JSONL/text/Parquet/IDX/npy files: one read task per
+split_bytes: 256MiB                   # large CSV/JSONL/text/Parquet/IDX/npy files: one read task per
                                       # this many bytes (0: one task per file)
 spill_in_memory: 192MiB               # local runner: spills held in process memory up to this
 ```
@@ -43,7 +43,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)\s*$", re.I)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
           "G": 10**9, "T": 10**12}
-DEFAULT_SPLIT_BYTES = 64 * 2**20  # one read task per this much of a large splittable file
+DEFAULT_SPLIT_BYTES = 256 * 2**20  # one read task per this much of a large splittable file
 DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
 # Held spills skip the page cache (see etl.shuffle.files). A fixed budget, so memory does not grow
 # with the data: most of the 1M-row benchmark CSV (206 MB of spills) is held, and 10M rows
