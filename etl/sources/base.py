@@ -99,8 +99,12 @@ class Source:
     def inputs(self) -> list[str]:
         return self.files()
 
+    # records (lines, frames, image files) above this are rejected as oversized_record
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+
     def prepare(self, schema: Any, max_record_bytes: int) -> None:
-        """Default: nothing to prepare."""
+        """Keeps the record size limit; formats that check against the schema extend it."""
+        self.max_record_bytes = int(max_record_bytes)
 
     def splits(self, path: str, target_bytes: int) -> list[Split]:
         return [Split(path)]

@@ -58,7 +58,6 @@ import pyarrow.csv as pa_csv
 from etl.errors import BadRecord, ConfigError
 from etl.sources.base import (
     DEFAULT_BLOCK_ROWS,
-    DEFAULT_MAX_RECORD_BYTES,
     Block,
     Source,
     Split,
@@ -254,13 +253,12 @@ class CsvReader(FileSource):
             raise ConfigError(f"{where}: 'header: false' needs a 'columns:' list of names")
         self.skip_rows = int_option(opts, "skip_rows", 0, where)
         self.numeric: dict[str, pa.DataType] = {}
-        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
 
     def prepare(self, schema: Any, max_record_bytes: int) -> None:
         """Columns the schema reads as numbers (`schema.numeric_columns()`) turn on the fast
         path; a physical line over `max_record_bytes` is rejected as `oversized_record`."""
+        super().prepare(schema, max_record_bytes)
         self.numeric = {name: pa.type_for_alias(t) for name, t in schema.numeric_columns().items()}
-        self.max_record_bytes = int(max_record_bytes)
 
     @property
     def _quote(self) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.errors import BadRecord, ConfigError
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, expand, open_file
+from etl.sources.base import Block, expand, open_file
 from etl.sources.csv_source import FileSource, bool_option, join
 
 if TYPE_CHECKING:
@@ -55,13 +55,12 @@ class ImageFolderReader(FileSource):
         if "channels" in opts and not self.decode:
             raise ConfigError(f"{where}: 'channels' needs 'decode: true' (undecoded images "
                               f"are passed on as they are)")
-        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self.feature = ""  # the schema feature the `image` column feeds, once prepared
         self.shape: tuple[int, int, int] | None = None  # its declared [height, width, channels]
 
     def prepare(self, schema: Schema, max_record_bytes: int) -> None:
         """Learn the image feature's declared shape, so every image is checked against it."""
-        self.max_record_bytes = int(max_record_bytes)
+        super().prepare(schema, max_record_bytes)
         for f in schema.features:
             if "image" not in f.sources or len(f.shape) != 3 or not f.fixed:
                 continue

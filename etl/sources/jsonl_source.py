@@ -22,25 +22,13 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from etl.errors import BadRecord
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, Split
-from etl.sources.csv_source import FileSource, excerpt, utf8_bad_rows
-from etl.sources.text_source import LineBlock, line_blocks, line_splits
+from etl.sources.base import Block, Split
+from etl.sources.csv_source import excerpt, utf8_bad_rows
+from etl.sources.text_source import LineBlock, LineSource, line_blocks
 
 
-class JsonlReader(FileSource):
+class JsonlReader(LineSource):
     """`format: jsonl`; options: block_rows."""
-
-    def __init__(self, config: dict[str, Any], base_dir: str, where: str):
-        super().__init__(config, base_dir, where)
-        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
-
-    def prepare(self, schema: Any, max_record_bytes: int) -> None:
-        """A line over `max_record_bytes` is rejected as `oversized_record` without being read."""
-        self.max_record_bytes = int(max_record_bytes)
-
-    def splits(self, path: str, target_bytes: int) -> list[Split]:
-        """Byte ranges at line starts (a split owns the lines that start in it); gzip: one."""
-        return line_splits(path, target_bytes)
 
     def read_split(self, split: Split) -> Iterator[Block]:
         path = split.path

@@ -315,7 +315,15 @@ def decode_lines(block: LineBlock, path: str) -> tuple[pa.Array, np.ndarray, lis
     return text, rows, rejected
 
 
-class TextReader(FileSource):
+class LineSource(FileSource):
+    """A format of one record per line (text, JSON Lines): split at line starts, a split
+    owning the lines that start in its byte range (gzip files: one split)."""
+
+    def splits(self, path: str, target_bytes: int) -> list[Split]:
+        return line_splits(path, target_bytes)
+
+
+class TextReader(LineSource):
     """`format: text`; options: tokenizer (whitespace|chars), lowercase, skip_empty, block_rows."""
 
     OPTIONS = {"tokenizer", "lowercase", "skip_empty", "block_rows"}
@@ -329,15 +337,6 @@ class TextReader(FileSource):
                               f"got {self.tokenizer!r}")
         self.lowercase = bool_option(self.opts, "lowercase", False, where)
         self.skip_empty = bool_option(self.opts, "skip_empty", True, where)
-        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
-
-    def prepare(self, schema: Any, max_record_bytes: int) -> None:
-        """A line over `max_record_bytes` is rejected as `oversized_record` without being read."""
-        self.max_record_bytes = int(max_record_bytes)
-
-    def splits(self, path: str, target_bytes: int) -> list[Split]:
-        """Byte ranges at line starts (a split owns the lines that start in it); gzip: one."""
-        return line_splits(path, target_bytes)
 
     def read_split(self, split: Split) -> Iterator[Block]:
         path = split.path

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.errors import BadInputError, BadRecord, ConfigError
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, open_file
+from etl.sources.base import Block, open_file
 from etl.sources.csv_source import FileSource, bool_option
 from etl.tfrecord import COMPRESSIONS, BrokenStreamError, compression_of, scan_records
 
@@ -53,7 +53,6 @@ class TFRecordReader(FileSource):
             raise ConfigError(f"{where}: 'compression' must be one of "
                               f"{['auto', *COMPRESSIONS]}, got {self.compression!r}")
         self.check_crc = bool_option(self.opts, "check_crc", True, where)
-        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self.checker: RecordChecker | None = None
 
     def prepare(self, schema: Schema, max_record_bytes: int) -> None:
@@ -61,8 +60,8 @@ class TFRecordReader(FileSource):
         `max_record_bytes` unread."""
         from etl.record_check import RecordChecker  # noqa: PLC0415
 
+        super().prepare(schema, max_record_bytes)
         self.checker = RecordChecker(schema)
-        self.max_record_bytes = int(max_record_bytes)
 
     def read(self, path: str) -> Iterator[Block]:
         compression = compression_of(path) if self.compression == "auto" else self.compression
