@@ -35,9 +35,9 @@ import pyarrow.compute as pc
 
 from etl.errors import BadRecord
 from etl.schema import Feature, Schema
+from etl.tfmd import SEQUENCE_STRUCT
 from etl.wire import BINARY, offsets_of
 
-SEQUENCE_COLUMN = "##SEQUENCE##"
 _LIST_KIND = {"int64": "int64_list", "float": "float_list", "bytes": "bytes_list"}
 _WRONG_TYPE = re.compile(r"expected (\w+), found (\w+) for (?:sequence )?feature \"(.*)\"")
 _MAX_FIELDS = 64  # top-level fields walked vectorised; records with more are walked one by one
@@ -101,24 +101,19 @@ class RecordChecker:
     # ---- 2. batch decode --------------------------------------------------------------------
     def _decoder_for(self) -> Any:
         if self._decoder is None:
-            from tensorflow_metadata.proto.v0 import schema_pb2  # noqa: PLC0415
+            from etl.tfmd import schema_to_tfmd  # noqa: PLC0415
 
-            types = {"int64": schema_pb2.INT, "float": schema_pb2.FLOAT, "bytes": schema_pb2.BYTES}
-            tfmd = schema_pb2.Schema()
-            for f in self.schema.context:
-                tfmd.feature.add(name=f.name, type=types[f.storage])
+            # the dataset's own schema.pbtxt: one TFMD export, derived from the features
+            tfmd = schema_to_tfmd(self.schema).SerializeToString()
             if self.sequence:
                 from tfx_bsl.coders import sequence_example_coder  # noqa: PLC0415
 
-                struct = tfmd.feature.add(name=SEQUENCE_COLUMN, type=schema_pb2.STRUCT)
-                for f in self.schema.sequence:
-                    struct.struct_domain.feature.add(name=f.name, type=types[f.storage])
                 self._decoder = sequence_example_coder.SequenceExamplesToRecordBatchDecoder(
-                    SEQUENCE_COLUMN, tfmd.SerializeToString())
+                    SEQUENCE_STRUCT, tfmd)
             else:
                 from tfx_bsl.coders import example_coder  # noqa: PLC0415
 
-                self._decoder = example_coder.ExamplesToRecordBatchDecoder(tfmd.SerializeToString())
+                self._decoder = example_coder.ExamplesToRecordBatchDecoder(tfmd)
         return self._decoder
 
     def _decode(
@@ -147,8 +142,8 @@ class RecordChecker:
         for f in self.schema.context:
             if f.name in names:
                 _check_lists(f, batch.column(names.index(f.name)), out)
-        if self.sequence and SEQUENCE_COLUMN in names:
-            struct = batch.column(names.index(SEQUENCE_COLUMN))
+        if self.sequence and SEQUENCE_STRUCT in names:
+            struct = batch.column(names.index(SEQUENCE_STRUCT))
             for i, f in enumerate(self.schema.sequence):
                 _check_steps(f, struct.field(i), out)
         return out
