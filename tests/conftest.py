@@ -1,4 +1,5 @@
-"""Shared test set-up: quiet TensorFlow, and a helper writing TFRecord files with our framing."""
+"""Shared test set-up: quiet TensorFlow, a helper writing TFRecord files with our framing, and
+the GCS emulator (one per session, a fresh bucket per test)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from collections.abc import Callable, Iterable  # noqa: E402
+from collections.abc import Callable, Iterable, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
 from etl.tfrecord import COMPRESSIONS, Compressor, frame_all  # noqa: E402
+from tests.gcs_emulator import GcsEmulator  # noqa: E402
 
 
 def write_records(path: str | os.PathLike[str], records: Iterable[bytes],
@@ -31,3 +33,32 @@ def write_tfrecord() -> Callable[..., str]:
 @pytest.fixture(params=list(COMPRESSIONS))
 def compression(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+_EMULATOR_VARS = ("STORAGE_EMULATOR_HOST", "NO_GCE_CHECK", "GOOGLE_APPLICATION_CREDENTIALS")
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[GcsEmulator]:
+    """One gcp-storage-emulator for the session; its variables are in os.environ while it
+    runs (so in-process gs:// access and CLI subprocesses given os.environ reach it), and
+    the previous values come back afterwards."""
+    saved = {k: os.environ.get(k) for k in _EMULATOR_VARS}
+    emulator = GcsEmulator()
+    try:
+        os.environ.update(emulator.env(base={}))
+        os.environ.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
+        yield emulator
+    finally:
+        emulator.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator: GcsEmulator) -> str:
+    """A fresh, empty bucket for this test: "gs://name"."""
+    return gcs_emulator.make_bucket()
