@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from etl import fs
 from etl.errors import ConfigError
 from etl.sources.base import DEFAULT_MAX_RECORD_BYTES
 from etl.tfrecord import COMPRESSIONS
@@ -127,21 +128,31 @@ def _string(doc: Mapping[str, Any], key: str, where: str) -> str:
 
 
 def _resolve(base_dir: str, p: str) -> str:
-    if "://" in p or os.path.isabs(p):
-        return p
-    return os.path.normpath(os.path.join(base_dir, p))
+    """A path from the job file: relative to the job file's folder (local or gs://)."""
+    try:
+        return fs.resolve(base_dir, p)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
 
 
 def load_job(path: str, output: str | None = None) -> JobConfig:
+    """Read a job file, local or remote (`run gs://bucket/jobs/job.yaml`); its relative
+    paths are taken against its own folder, so a job and its data can move together."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
-    except OSError as e:
-        raise ConfigError(f"cannot read job file {path!r}: {e}") from e
+        text = fs.read_text(path)
+    except FileNotFoundError as e:
+        raise ConfigError(f"cannot read job file {path!r}: no such file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read job file {path!r}: {_first_line(e)}") from e
+    try:
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
-    return job_from_dict(doc, path=path, base_dir=os.path.dirname(os.path.abspath(path)),
-                         output=output)
+    return job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",

@@ -9,18 +9,65 @@ from __future__ import annotations
 
 import errno
 import glob as globlib
+import io
 import mmap
 import os
+import posixpath
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 from etl.error_wire import storage_error
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
-def is_remote(path: str) -> bool:
-    return "://" in path
+
+def is_remote(path: str | os.PathLike[str]) -> bool:
+    """A path with a scheme (gs://, s3://, ...): Beam's FileSystems handle it."""
+    return bool(_SCHEME.match(os.fspath(path)))
+
+
+def _split_remote(path: str) -> tuple[str, str]:
+    """"gs://bucket/a/b" -> ("gs://", "bucket/a/b")."""
+    m = _SCHEME.match(path)
+    assert m is not None
+    return m.group(0), path[m.end():]
+
+
+# ---- path arithmetic (no I/O; remote paths never import Beam for it) --------------------------
+def abspath(path: str) -> str:
+    """Local paths made absolute; remote paths are absolute already."""
+    return path if is_remote(path) else os.path.abspath(path)
+
+
+def dirname(path: str) -> str:
+    """The folder of a file: "gs://b/jobs/job.yaml" -> "gs://b/jobs", "gs://b/x" -> "gs://b"."""
+    if not is_remote(path):
+        return os.path.dirname(path)
+    scheme, rest = _split_remote(path.rstrip("/"))
+    return scheme + rest.rsplit("/", 1)[0] if "/" in rest else scheme + rest
+
+
+def basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] if is_remote(path) else os.path.basename(path)
+
+
+def resolve(base_dir: str, path: str) -> str:
+    """`path` as written in a job or schema file, made usable: absolute and remote paths stay,
+    relative ones are taken against `base_dir` (the file's own folder, local or remote) and
+    normalised ("../data" works in a bucket as on disk, but never leaves the bucket)."""
+    if is_remote(path) or os.path.isabs(path):
+        return path
+    if not is_remote(base_dir):
+        return os.path.normpath(os.path.join(base_dir, path))
+    scheme, rest = _split_remote(base_dir.rstrip("/"))
+    bucket = rest.split("/", 1)[0]
+    key = posixpath.normpath(posixpath.join("/" + rest, path))  # "/bucket/..." keeps ".." in
+    if not (key + "/").startswith("/" + bucket + "/"):
+        raise ValueError(f"{path!r} relative to {base_dir!r} leaves the bucket {bucket!r}")
+    return scheme + key[1:]
 
 
 @contextmanager
@@ -66,15 +113,48 @@ def _skip_credentials_for_emulator() -> None:
 
 
 def join(base: str, *parts: str) -> str:
-    if is_remote(base):
-        return _fs().join(base, *parts)
-    return os.path.join(base, *parts)
+    """`base`/`parts`; for remote paths the plain string join Beam's file systems do."""
+    if not is_remote(base):
+        return os.path.join(base, *parts)
+    path = base
+    for part in parts:
+        path = path + part if path.endswith("/") else path + "/" + part
+    return path
 
 
+# ---- reading -------------------------------------------------------------------------------
 def open_read(path: str) -> BinaryIO:
-    if is_remote(path):
+    """Binary read handle. A missing remote object raises FileNotFoundError and any other
+    remote failure an OSError naming the path, like local files (callers catch OSError)."""
+    if not is_remote(path):
+        return open(path, "rb")
+    try:
         return _fs().open(path, compression_type="uncompressed")
-    return open(path, "rb")
+    except OSError:
+        raise
+    except Exception as e:  # the object store's own exceptions (google.api_core, botocore...)
+        if getattr(e, "code", None) == 404 or type(e).__name__ in ("NotFound", "NoSuchKey"):
+            raise FileNotFoundError(errno.ENOENT, "no such object", path) from e
+        raise OSError(errno.EIO, f"{type(e).__name__}: {e}", path) from e
+
+
+def open_text(path: str) -> io.TextIOWrapper:
+    """UTF-8 text read handle (job files, schema files, vocabularies)."""
+    return io.TextIOWrapper(open_read(path), encoding="utf-8")
+
+
+def read_text(path: str) -> str:
+    with open_text(path) as fh:
+        return fh.read()
+
+
+def open_local_log(path: str) -> TextIO:
+    """A local text file opened for appending, its folder created (a run's log: always on
+    the launcher's disk, whatever the output is, so it can be written while the run fails)."""
+    if is_remote(path):
+        raise ValueError(f"a log file must be local, got {path}")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    return open(path, "a", encoding="utf-8")  # noqa: SIM115 - the caller closes it
 
 
 def open_write(path: str, durable: bool = True, bypass_cache: bool = False) -> BinaryIO:
@@ -237,7 +317,34 @@ def read_bytes(path: str) -> bytes:
 
 
 def exists(path: str) -> bool:
+    """A file (remote: an object; a bare prefix is not one, see isdir)."""
     return _fs().exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    """A local directory, or a remote prefix with at least one object below it (object
+    stores have no directories: "gs://b/out" is a folder when "gs://b/out/x" exists)."""
+    if not is_remote(path):
+        return os.path.isdir(path)
+    try:
+        found = _fs().match([path.rstrip("/") + "/**"], limits=[1])[0].metadata_list
+    except OSError:
+        return False  # no such bucket
+    return bool(found)
+
+
+def expand(patterns: str | list[str]) -> list[str]:
+    """Files matching globs, sorted, de-duplicated: source paths of a job.
+
+    Local and remote alike go through Beam's matcher, so a job means the same files on disk
+    and in a bucket: `*` and `?` stay within one folder, `**` crosses folders, names starting
+    with a dot match too. A missing bucket raises OSError."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    found: set[str] = set()
+    for result in _fs().match(list(patterns)):
+        found.update(m.path for m in result.metadata_list)
+    return sorted(found)
 
 
 def match(pattern: str) -> list[tuple[str, int]]:

@@ -8,13 +8,13 @@ TensorFlow is imported only inside the functions.
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from etl import fs
 from etl.errors import EtlError
 from etl.schema import Feature, Schema, load_schema
 from etl.tfrecord import compression_of, read_file
@@ -110,44 +110,44 @@ def _files_and_schema(
     files: list[str] = []
     schema_path: str | None = None
     for item in items:
-        if os.path.isdir(item):
-            found = sorted(glob.glob(os.path.join(item, "*.tfrecord*")))
+        if fs.isdir(item):
+            root = _dataset_root(item)
+            found = _glob(fs.join(root, "*.tfrecord*"))
             if not found:
                 raise InspectError(f"{item}: no *.tfrecord* files in this directory")
             files += found
-            candidate = os.path.join(item, SCHEMA_FILE)
+            candidate = fs.join(root, SCHEMA_FILE)
         elif any(c in item for c in "*?["):
-            found = sorted(glob.glob(item))
+            try:
+                found = _glob(item)
+            except OSError as e:  # e.g. no such bucket
+                raise InspectError(f"cannot list {item!r}: {str(e).strip().splitlines()[0]}") from e
             if not found:
                 raise InspectError(f"no files match {item!r}")
             files += found
-            candidate = os.path.join(os.path.dirname(found[0]), SCHEMA_FILE)
+            candidate = fs.join(fs.dirname(found[0]), SCHEMA_FILE)
         else:
-            if "://" not in item and not os.path.exists(item):
+            if not fs.exists(item):
                 raise InspectError(f"no such file: {item}")
             files.append(item)
-            candidate = _join(_dirname(item), SCHEMA_FILE)
-        if schema_path is None and _exists(candidate):
+            candidate = fs.join(fs.dirname(item), SCHEMA_FILE)
+        if schema_path is None and fs.exists(candidate):
             schema_path = candidate
     return list(dict.fromkeys(files)), schema_path
 
 
-def _dirname(path: str) -> str:
-    return path.rsplit("/", 1)[0] if "://" in path else os.path.dirname(path)
+def _glob(pattern: str) -> list[str]:
+    return [path for path, _ in fs.match(pattern)]
 
 
-def _join(root: str, name: str) -> str:
-    if "://" in root:
-        return root.rstrip("/") + "/" + name
-    return os.path.join(root, name)
-
-
-def _exists(path: str) -> bool:
-    if "://" in path:
-        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-
-        return FileSystems.exists(path)
-    return os.path.exists(path)
+def _dataset_root(path: str) -> str:
+    """The folder holding a dataset's shards: on object stores an output may publish
+    versions below itself, named by its `_SUCCESS` (etl.manifest.dataset_dir)."""
+    try:
+        from etl.manifest import dataset_dir  # noqa: PLC0415
+    except ImportError:
+        return path
+    return dataset_dir(path)
 
 
 # ---- one record, decoded with the schema ---------------------------------------------------------

@@ -135,8 +135,7 @@ def _listing(path: str) -> list[str]:
 
 def _load_json(path: str) -> Any:
     try:
-        with open(path, "rb") as fh:
-            return json.loads(fh.read())
+        return json.loads(fs.read_bytes(path))
     except (OSError, ValueError):
         return None
 
@@ -176,8 +175,7 @@ def check_inputs_readable(paths: Iterable[str]) -> None:
             if os.path.isdir(path):
                 os.listdir(path)
             else:
-                with open(path, "rb"):
-                    pass
+                fs.open_read(path).close()
         except FileNotFoundError as e:
             raise ConfigError(f"input {path} does not exist") from e
         except OSError as e:
@@ -241,10 +239,9 @@ def create_run_dir(workdir: str, info: RunInfo) -> str:
     path = run_dir(workdir, info.run_id)
     try:
         os.makedirs(path)
-        with open(os.path.join(path, MARKER), "w", encoding="utf-8") as fh:
-            json.dump(info.to_json(), fh, indent=1)
     except OSError as e:
         raise StorageError(f"cannot create the run directory {path}: {e.strerror or e}") from e
+    fs.write_bytes(os.path.join(path, MARKER), json.dumps(info.to_json(), indent=1).encode())
     return path
 
 

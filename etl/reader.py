@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
+from etl import fs
 from etl.errors import EtlError, VerifyError
 from etl.schema import Schema, load_schema
 from etl.tfrecord import compression_of, read_file
@@ -214,7 +215,7 @@ def resolve(
     if not isinstance(path, (str, os.PathLike)) and len(path) == 1:
         path = path[0]  # a one-item list (e.g. from a CLI) may name a dataset directory
     if isinstance(path, (str, os.PathLike)) and tf.io.gfile.isdir(os.fspath(path)):
-        root = os.fspath(path)
+        root = _dataset_root(os.fspath(path))
         files = split_files(root, split)
         if schema is None:
             schema_path = _join(root, SCHEMA_FILE)
@@ -255,15 +256,19 @@ def split_files(root: str, split: str) -> list[str]:
                      for s in shards]
             if not files:
                 raise DatasetError(f"{root}: split {split!r} has no shards in {MANIFEST_FILE}")
-            missing = [f for f in files if "://" not in f and not os.path.exists(f)]
+            # local shards only: on an object store one request per shard would delay the
+            # first batch (`verify` checks remote shards; TensorFlow fails on a missing one)
+            local = [(f, entry) for f, entry in zip(files, shards, strict=True)
+                     if not fs.is_remote(f)]
+            missing = [f for f, _ in local if not os.path.exists(f)]
             if missing:
                 raise DatasetError(f"{root}: {len(missing)} shard(s) listed in {MANIFEST_FILE} "
                                    f"are missing, e.g. {missing[0]}")
             # A truncated gzip shard reads as a shorter file in TensorFlow, without an error:
             # the sizes the manifest lists catch that (and a replaced shard) for one stat each.
-            for f, entry in zip(files, shards, strict=True):
+            for f, entry in local:
                 want = entry.get("num_bytes")
-                if "://" not in f and isinstance(want, int) and os.path.getsize(f) != want:
+                if isinstance(want, int) and os.path.getsize(f) != want:
                     raise DatasetError(f"{f}: shard is {os.path.getsize(f)} bytes, {MANIFEST_FILE} "
                                        f"lists {want}: truncated or replaced (`verify` checks "
                                        f"every shard)")
@@ -346,8 +351,18 @@ def _expand(patterns: Iterable[str]) -> list[str]:
 
 
 def _join(root: str, name: str) -> str:
-    return root.rstrip("/") + "/" + name if "://" in root else os.path.join(root, name)
+    return fs.join(root, name)
 
 
 def _relative(p: str) -> bool:
-    return "://" not in p and not os.path.isabs(p)
+    return not fs.is_remote(p) and not os.path.isabs(p)
+
+
+def _dataset_root(path: str) -> str:
+    """The folder holding a dataset's shards: on object stores an output may publish
+    versions below itself, named by its `_SUCCESS` (etl.manifest.dataset_dir)."""
+    try:
+        from etl.manifest import dataset_dir  # noqa: PLC0415
+    except ImportError:
+        return path
+    return dataset_dir(path)

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from etl import fs
+
 
 class RunLog(logging.Handler):
     """The run's log file: a header, every warning and error logged during the run (Beam's
@@ -27,8 +29,7 @@ class RunLog(logging.Handler):
         self.path = path
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._fh: Any = open(path, "a", encoding="utf-8")
+            self._fh: Any = fs.open_local_log(path)
         except OSError:
             self._fh = None
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from etl import fs
 from etl.errors import SchemaError
 
 KINDS = ("example", "sequence_example")
@@ -317,12 +318,14 @@ class Schema:
 
 # ---- loading and validation ------------------------------------------------------------
 def load_schema(path: str | os.PathLike[str]) -> Schema:
-    """Read and validate a schema YAML file (local path or any Beam FileSystems path)."""
+    """Read and validate a schema YAML file (local path or any remote path etl.fs reads)."""
     path = os.fspath(path)
     try:
-        text = _read_text(path)
-    except OSError as e:
-        raise SchemaError(f"cannot read schema file {path!r}: {e}") from e
+        text = fs.read_text(path)
+    except FileNotFoundError as e:
+        raise SchemaError(f"cannot read schema file {path!r}: no such file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise SchemaError(f"cannot read schema file {path!r}: {_first_line(e)}") from e
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -330,14 +333,8 @@ def load_schema(path: str | os.PathLike[str]) -> Schema:
     return schema_from_dict(doc, path=path)
 
 
-def _read_text(path: str) -> str:
-    if "://" in path:
-        from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
-
-        with FileSystems.open(path) as fh:
-            return fh.read().decode()
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def schema_from_dict(doc: Any, path: str | None = None) -> Schema:
@@ -350,8 +347,8 @@ def schema_from_dict(doc: Any, path: str | None = None) -> Schema:
     kind = doc.get("kind", "example")
     if kind not in KINDS:
         raise SchemaError(f"{where}: kind must be one of {list(KINDS)}, got {kind!r}")
-    name = str(doc.get("name") or (os.path.splitext(os.path.basename(path))[0] if path else "data"))
-    base_dir = os.path.dirname(path) if path and "://" not in path else "."
+    name = str(doc.get("name") or (os.path.splitext(fs.basename(path))[0] if path else "data"))
+    base_dir = fs.dirname(path) if path else "."  # vocabulary files are relative to the schema
     if kind == "example":
         if "sequence" in doc or "context" in doc:
             raise SchemaError(f"{where}: kind 'example' takes 'features', not context/sequence")
@@ -510,12 +507,13 @@ def _vocabulary(spec: Mapping[str, Any], fail: Any, base_dir: str) -> tuple[str,
     if vocab is not None and vocab_file is not None:
         raise fail("give 'vocabulary' or 'vocabulary_file', not both")
     if vocab_file is not None:
-        full = vocab_file if os.path.isabs(vocab_file) else os.path.join(base_dir, vocab_file)
         try:
-            with open(full, encoding="utf-8") as fh:
-                vocab = [line.rstrip("\n") for line in fh if line.strip()]
+            full = fs.resolve(base_dir, str(vocab_file))
+            vocab = [line for line in fs.read_text(full).split("\n") if line.strip()]
+        except ValueError as e:  # a relative path leaving the bucket
+            raise fail(str(e)) from e
         except OSError as e:
-            raise fail(f"cannot read vocabulary_file {full!r}: {e}") from e
+            raise fail(f"cannot read vocabulary_file {full!r}: {_first_line(e)}") from e
     if vocab is None:
         return ()
     if isinstance(vocab, Mapping):

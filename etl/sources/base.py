@@ -139,22 +139,17 @@ def record_splits(path: str, count: int, record_bytes: float, target_bytes: int)
 
 
 def open_file(path: str) -> Any:
-    """Binary read handle for a local or gs:// path (through Beam's FileSystems when remote)."""
+    """Binary read handle for a local or remote path (etl.fs.open_read)."""
     from etl import fs  # noqa: PLC0415
 
     return fs.open_read(path)
 
 
 def expand(patterns: list[str] | str) -> list[str]:
-    """Expand globs through Beam FileSystems (local and gs:// alike); sorted, de-duplicated."""
-    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+    """Expand globs, local and remote alike; sorted, de-duplicated (etl.fs.expand)."""
+    from etl import fs  # noqa: PLC0415
 
-    if isinstance(patterns, str):
-        patterns = [patterns]
-    found: set[str] = set()
-    for result in FileSystems.match(list(patterns)):
-        found.update(m.path for m in result.metadata_list)
-    return sorted(found)
+    return fs.expand(patterns)
 
 
 def options(config: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, Any]:

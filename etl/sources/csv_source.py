@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -55,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from etl import fs
 from etl.errors import BadRecord, ConfigError
 from etl.sources.base import (
     DEFAULT_BLOCK_ROWS,
@@ -70,23 +70,30 @@ from etl.sources.base import (
 # ---- helpers shared by the readers -------------------------------------------------------------
 def join(base_dir: str, path: str) -> str:
     """A job-relative path made usable: absolute and remote paths stay as they are."""
-    if "://" in path or os.path.isabs(path):
-        return path
-    if "://" in base_dir:
-        return base_dir.rstrip("/") + "/" + path
-    return os.path.join(base_dir, path)
+    try:
+        return fs.resolve(base_dir, path)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
 
 
 def expand_each(patterns: Sequence[str], base_dir: str, where: str) -> list[str]:
     """Every pattern must match something: a typo in a job file is a launch error, not 0 rows."""
     found: set[str] = set()
     for pattern in patterns:
-        matched = expand(join(base_dir, pattern))
+        full = join(base_dir, pattern)
+        try:
+            matched = expand(full)
+        except OSError as e:  # e.g. no such bucket
+            raise ConfigError(f"{where}: cannot list {full!r}: {_first_line(e)}") from e
         if not matched:
-            raise ConfigError(f"{where}: no input files match {pattern!r} "
-                              f"(relative to {base_dir!r})")
+            said = "" if full == pattern else f" ({full})"
+            raise ConfigError(f"{where}: no input files match {pattern!r}{said}")
         found.update(matched)
     return sorted(found)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def path_list(config: Mapping[str, Any], where: str) -> list[str]:

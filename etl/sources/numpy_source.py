@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from etl import fs
 from etl.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, Source, Split, open_file, options, record_splits
 from etl.sources.csv_source import PairedFiles, block_rows, expand_each, path_list
@@ -143,7 +144,7 @@ class NumpyReader(Source):
         out = {}
         for name, f in self.pairs.partners(path).items():
             fh = stack.enter_context(open_file(f))
-            out[name] = (f, *_npy_rows(fh, f, mmap="://" not in f))
+            out[name] = (f, *_npy_rows(fh, f, mmap=not fs.is_remote(f)))
         return out
 
     def _open_npz(self, path: str, stack: ExitStack) -> dict[str, _Array]:
