@@ -1,9 +1,12 @@
 """The conversion as Dataflow would run it, translated offline (`--dry_run=True`): the
 default strategy there is `engine`, whose records travel through Beam's own GroupByKey (so
 Dataflow Shuffle moves them), with the plan as a side input and one finalize step; no spill
-files."""
+files. The input files travel in one read-plan file, so the job graph does not grow with
+their number."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -16,6 +19,9 @@ from transforms.job import plan_reads
 
 DATAFLOW = ["--runner=DataflowRunner", "--project=my-project-123", "--region=us-central1",
             "--temp_location=gs://my-bucket/tmp", "--dry_run=True", "--no_auth"]
+ENGINE_STEPS = ["Start", "ListInputFiles", "SplitFiles", "DistributeReads", "ReadEncode",
+                "BlockStats", "MergeStats", "PlanShards", "PartitionByShard", "ShardPlans",
+                "Flatten", "GroupByShard", "WriteShards", "Finalize"]
 
 
 def test_engine_is_the_default_off_the_local_runner() -> None:
@@ -25,32 +31,58 @@ def test_engine_is_the_default_off_the_local_runner() -> None:
     assert strategy_for("files", "DataflowRunner") is files
 
 
-def test_dataflow_translation_of_the_engine_path(tmp_path) -> None:
-    (tmp_path / "a.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(100)))
+def _translate(tmp_path: Path, num_files: int, via: str = engine.NAME) -> tuple[dict, bytes]:
+    """Translate the conversion of `num_files` CSV files for Dataflow; (steps, job proto)."""
+    data = tmp_path / "data"
+    data.mkdir(parents=True)
+    for i in range(num_files):
+        (data / f"part-{i:05d}.csv").write_text(f"id\n{i}\n")
     (tmp_path / "s.yaml").write_text("name: s\nkind: example\nfeatures:\n"
                                      "  id: {dtype: int64, shape: []}\n")
     job = job_from_dict({"schema": "s.yaml", "output": "gs://my-bucket/out",
-                         "sources": {"train": {"format": "csv", "paths": ["a.csv"]}}},
+                         "sources": {"train": {"format": "csv", "paths": ["data/*.csv"]}}},
                         path="job.yaml", base_dir=str(tmp_path))
-    tasks, _ = plan_reads(job)
+    read_plan = plan_reads(job)
+    assert len(read_plan.units) == num_files
     spec = ConvertSpec(schema_yaml=load_schema(job.schema_path).to_yaml(), sources=job.sources,
                        base_dir=str(tmp_path), fractions={}, seed=0,
                        spill_dir="gs://my-bucket/tmp/spill",
                        staging_dir="gs://my-bucket/tmp/staging", compression="none",
                        splits=("train",), shards=4, shard_size=None, max_shard_bytes=1 << 28,
-                       via=engine.NAME)
+                       via=via, read_plan="gs://my-bucket/tmp/read_plan.json")
     p = beam.Pipeline(options=PipelineOptions(DATAFLOW))
-    _ = p | "Convert" >> ConvertToShards(spec, tasks)
+    _ = p | "Convert" >> ConvertToShards(spec)
     proto = p.run().job.proto_pipeline
     steps = {t.unique_name: t for t in proto.components.transforms.values()}
+    return steps, proto.SerializeToString()
+
+
+def test_dataflow_translation_of_the_engine_path(tmp_path) -> None:
+    steps, _ = _translate(tmp_path, 3)
     top = sorted(n.split("/")[1] for n in steps if n.count("/") == 1)
-    assert top == sorted(["ListInputFiles", "ReadEncode", "BlockStats", "MergeStats",
-                          "PlanShards", "PartitionByShard", "ShardPlans", "Flatten",
-                          "GroupByShard", "WriteShards", "KeyShards", "KeyReports", "KeyNotes",
-                          "JoinResults", "CollectResults", "Finalize"])
+    assert top == sorted(ENGINE_STEPS)
     assert steps["Convert/GroupByShard"].spec.urn == "beam:transform:group_by_key:v1"
     partition = steps["Convert/PartitionByShard"]
     assert partition.spec.urn == "beam:transform:pardo:v1"
     # the merged plan arrives as a side input of the partition step
     assert sorted(partition.inputs) == ["None", "python_side_input0"]
+    # the finalize step waits for every shard result and read report (side inputs)
+    assert sorted(steps["Convert/Finalize"].inputs) == [
+        "None", "python_side_input0", "python_side_input1"]
     assert not any("Spill" in n for n in steps)
+
+
+def test_job_graph_does_not_grow_with_the_number_of_input_files(tmp_path) -> None:
+    _, few = _translate(tmp_path / "few", 10)
+    _, many = _translate(tmp_path / "many", 10_000)
+    # the file list is in the read plan, not in the graph: the same size up to a few bytes
+    # of differing numbers (the 10,000 paths alone would be over 500 KB)
+    assert abs(len(many) - len(few)) < 200, (len(few), len(many))
+    assert len(many) < 200_000  # Dataflow's limit on a job request is 10 MB
+
+
+def test_files_strategy_translates_without_a_flatten(tmp_path) -> None:
+    steps, _ = _translate(tmp_path, 3, via=files.NAME)
+    top = {n.split("/")[1] for n in steps if n.count("/") == 1}
+    assert "ShardTasks" in top and "DistributeShards" in top
+    assert not any(s.spec.urn == "beam:transform:flatten:v1" for s in steps.values())

@@ -105,14 +105,16 @@ def test_engine_moves_one_element_per_block_and_overlapping_shard(tmp_path, shuf
                          "sources": {"train": {"format": "csv", "paths": ["ids.csv"],
                                                "block_rows": 2500}}},
                         path="job.yaml", base_dir=str(tmp_path))
-    tasks, _ = plan_reads(job)
+    read_plan = str(tmp_path / "read_plan.json")
+    plan_reads(job).save(read_plan)
     spec = ConvertSpec(
         schema_yaml=etl.load_schema(job.schema_path).to_yaml(), sources=job.sources,
         base_dir=job.base_dir, fractions={}, seed=job.seed, spill_dir=str(tmp_path / "spill"),
         staging_dir=str(tmp_path / "staging"), compression="none", splits=("train",),
-        shards=4, shard_size=None, max_shard_bytes=job.max_shard_bytes, via="engine")
+        shards=4, shard_size=None, max_shard_bytes=job.max_shard_bytes, via="engine",
+        read_plan=read_plan)
     p = beam.Pipeline(options=PipelineOptions(RUNNER))
-    _ = p | ConvertToShards(spec, tasks)
+    _ = p | ConvertToShards(spec)
     result = p.run()
     result.wait_until_finish()
 

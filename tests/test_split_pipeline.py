@@ -18,6 +18,7 @@ import pytest
 from etl.config import job_from_dict
 from etl.idx import write_idx
 from tests.test_pipeline import convert, manifest, shard_hashes
+from etl.read_plan import all_tasks
 from transforms.job import plan_reads
 
 IDS = {"name": "ids", "kind": "example",
@@ -97,7 +98,8 @@ def _run(d: Path, make: Callable[[Path], dict[str, Any]], schema: dict[str, Any]
                   max_bad_fraction=0.01, shards=3)
     doc = {"schema": str(d / "schema.yaml"), "output": str(d / "out"), "split_bytes": split_bytes,
            **job}
-    tasks, _ = plan_reads(job_from_dict(doc, path="job.yaml", base_dir=str(d)))
+    job_cfg = job_from_dict(doc, path="job.yaml", base_dir=str(d))
+    tasks = all_tasks(plan_reads(job_cfg), job_cfg.sources, job_cfg.base_dir, split_bytes)
     dead = Path(out) / "rejected" / "rejected.jsonl"
     bad = [json.loads(x) for x in dead.read_text().splitlines()] if dead.exists() else []
     for b in bad:

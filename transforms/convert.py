@@ -8,9 +8,12 @@ to shards: `files` writes spill files and each shard reads its range of every sp
 small metadata moves through Beam); `engine` cuts each run into one chunk per overlapping
 shard and groups them by shard with Beam's GroupByKey (the runner's shuffle moves the data).
 
-Accounting: stage 1 writes, per input file, how many records it read and every record it
-rejected (`_read_parts/`); stage 2 reports, per shard, how many records of each input file it
-wrote. The driver checks `read = written + rejected` per input file from the two.
+The input files arrive as one read-plan file (etl.read_plan), cut into read tasks on the
+workers, so the job graph does not grow with their number. Accounting: stage 1 reports, per
+read task, how many records it read and every record it rejected; stage 2 reports, per shard,
+how many records of each input file it wrote; the finalize step (side inputs: no Flatten,
+which the local runner runs as a stage of its own) checks `read = written + rejected` per
+input file and writes the manifest.
 """
 
 from __future__ import annotations
@@ -31,26 +34,14 @@ from etl.codec import Encoder
 from etl.error_wire import wire_errors
 from etl.finalize import finalize_run
 from etl.prefetch import ordered_map, prefetch
+from etl.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
 from etl.shuffle import engine, files, keys
 from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
 from etl.shuffle.runs import SortedRun, sorted_run
 from etl.shuffle.shard_writer import ShardResult
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, Split
+from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.wire import binary_column
-
-
-@dataclass(frozen=True)
-class ReadTask:
-    """One piece of one input file to read: which source entry (a split name, or '*' with
-    fractions), the file's identity and ordinal (what its records' keys derive from: the
-    same however the file is split), and the byte/record range (`etl.sources.base.Split`)."""
-
-    source: str
-    path: str
-    identity: str
-    ordinal: int
-    split: Split
 
 
 @dataclass(frozen=True)
@@ -72,10 +63,11 @@ class ConvertSpec:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # larger records: oversized_record
     spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
     via: str = files.NAME  # the shuffle strategy (etl.shuffle.strategy_for)
-    # for the finalize step: every file read (path, num_bytes) and every read task
-    # (file ordinal, split index), so a missing report is noticed
-    input_files: tuple[tuple[str, int], ...] = ()
-    expected_reads: tuple[tuple[int, int], ...] = ()
+    # the read plan (etl.read_plan.ReadPlan): every input file, in one file the pipeline
+    # reads, so the job graph does not grow with the number of inputs
+    read_plan: str = ""
+    split_bytes: int = 0  # read tasks of about this size (0: whole files)
+    spread_files: bool = False  # cut files on several workers (many files need a scan)
 
     @property
     def shuffled(self) -> bool:
@@ -84,6 +76,24 @@ class ConvertSpec:
 
 # one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
 REPORTS = "reports"  # stage 1's tagged output: one read report per read task
+
+
+class _SplitFilesFn(beam.DoFn):
+    """A read unit -> its read tasks (cut where its format allows; text formats find their
+    cut points by scanning the file, which is why this runs on workers)."""
+
+    def __init__(self, spec: ConvertSpec):
+        self.spec = spec
+
+    def setup(self) -> None:
+        from etl.sources import make_reader  # noqa: PLC0415
+
+        self.readers = {name: make_reader(cfg, self.spec.base_dir, f"sources.{name}")
+                        for name, cfg in self.spec.sources.items()}
+
+    @wire_errors
+    def process(self, unit: ReadUnit):  # type: ignore[override]
+        yield from tasks_of(unit, self.readers[unit.source], self.spec.split_bytes)
 
 
 class _ReadEncodeFn(beam.DoFn):
@@ -133,8 +143,8 @@ class _ReadEncodeFn(beam.DoFn):
                                    np.zeros(1, np.int64), b""))
         # the task's read report (summary line, then its rejected records) goes to the
         # finalize step; a retried bundle's output replaces the failed attempt's
-        summary = {"ordinal": task.ordinal, "split": task.split.index, "path": task.path,
-                   "read": read}
+        summary = {"ordinal": task.ordinal, "split": task.split.index,
+                   "splits": task.split.count, "path": task.path, "read": read}
         yield beam.pvalue.TaggedOutput(REPORTS, [summary, *rejected])
 
     def _stage1(self, task: ReadTask, block: Block) -> EncodedBlock:
@@ -290,11 +300,8 @@ class _PartitionFn(beam.DoFn):
         yield from out
 
 
-def _files_tasks(items: Any) -> list[tuple[ShardPlan, tuple[str, ...]]]:
+def _files_tasks(plan: Plan, refs: list[files.SpillRef]) -> list[tuple[ShardPlan, tuple[str, ...]]]:
     """(shard plan, the spills it reads) for every shard, from the plan and every SpillRef."""
-    items = list(items)
-    plan = next(x for x in items if isinstance(x, Plan))
-    refs = [x for x in items if isinstance(x, files.SpillRef)]
     return [(p, files.spills_for(p, refs)) for p in _all_plans(plan)]
 
 
@@ -305,26 +312,17 @@ def _slim(ref: files.SpillRef) -> files.SpillRef:
 
 
 @wire_errors
-def _finalize(items: Any, spec: ConvertSpec) -> dict[str, Any]:
+def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
+              spec: ConvertSpec) -> dict[str, Any]:
     """Every shard result, read report and the plan's notes -> the manifest (etl.finalize)."""
     import yaml  # noqa: PLC0415
 
     from etl.schema import schema_from_dict  # noqa: PLC0415
 
-    shards: list[ShardResult] = []
-    reports: list[list[dict[str, Any]]] = []
-    notes: list[str] = []
-    for kind, value in items:
-        if kind == "shard":
-            shards.append(value)
-        elif kind == "read":
-            reports.append(value)
-        else:
-            notes.extend(value)
+    read_plan = ReadPlan.load(spec.read_plan)
     return finalize_run(spec.staging_dir, schema_from_dict(yaml.safe_load(spec.schema_yaml)),
-                        spec.splits, spec.seed, spec.compression, shards, reports, notes,
-                        [{"path": p, "num_bytes": n} for p, n in spec.input_files],
-                        spec.expected_reads)
+                        spec.splits, spec.seed, spec.compression, list(shards), list(reports),
+                        plan.notes, read_plan.inputs, expected_reads(read_plan.units, reports))
 
 
 class ConvertToShards(beam.PTransform):
@@ -335,18 +333,23 @@ class ConvertToShards(beam.PTransform):
     `held`: a Shared handle of this run's held-spill store (files strategy, local runner in
     one process); None writes every spill to disk."""
 
-    def __init__(self, spec: ConvertSpec, tasks: list[ReadTask], held: Shared | None = None):
+    def __init__(self, spec: ConvertSpec, held: Shared | None = None):
         super().__init__()
         self.spec = spec
-        self.tasks = tasks
         self.held = held
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec = self.spec
+        units = (pbegin
+                 | "Start" >> beam.Impulse()
+                 | "ListInputFiles" >> beam.FlatMap(lambda _, path: ReadPlan.load(path).units,
+                                                    spec.read_plan))
+        if spec.spread_files:  # several files to scan for cut points: on several workers
+            units = units | "DistributeFiles" >> beam.Reshuffle()
         blocks = (
-            pbegin
-            # Create already redistributes more than one element (a Reshuffle inside)
-            | "ListInputFiles" >> beam.Create(self.tasks)
+            units
+            | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec))
+            | "DistributeReads" >> beam.Reshuffle()
             | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held)).with_outputs(
                 REPORTS, main="runs")
         )
@@ -360,14 +363,12 @@ class ConvertToShards(beam.PTransform):
                 | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(spec.shuffled))
                 | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, spec)))
         if spec.via == files.NAME:
-            # the plan joins the list of spills in one GroupByKey (no side input needed)
-            refs = blocks | "SlimRefs" >> beam.Map(lambda ref: (None, _slim(ref)))
-            shards = (
-                (refs, plan | "KeyPlan" >> beam.Map(lambda p: (None, p)))
-                | "JoinPlan" >> beam.Flatten()
-                | "CollectSpills" >> beam.GroupByKey()
-                | "ShardTasks" >> beam.FlatMapTuple(lambda _, items: _files_tasks(items))
-                | "DistributeShards" >> beam.Reshuffle())
+            # each shard's list of spills, from the plan and every spill's slim ref (a side
+            # input: no Flatten, which the local runner would run as a stage of its own)
+            refs = blocks | "SlimRefs" >> beam.Map(_slim)
+            shards = (plan
+                      | "ShardTasks" >> beam.FlatMap(_files_tasks, beam.pvalue.AsList(refs))
+                      | "DistributeShards" >> beam.Reshuffle())
         else:
             chunks = blocks | "PartitionByShard" >> beam.ParDo(
                 _PartitionFn(), beam.pvalue.AsSingleton(plan))
@@ -376,13 +377,9 @@ class ConvertToShards(beam.PTransform):
             shards = ((chunks, plans) | "Flatten" >> beam.Flatten()
                       | "GroupByShard" >> beam.GroupByKey())
         results = shards | "WriteShards" >> beam.ParDo(_WriteShardFn(spec, self.held))
-        return (
-            (results | "KeyShards" >> beam.Map(lambda r: (None, ("shard", r))),
-             reports | "KeyReports" >> beam.Map(lambda r: (None, ("read", r))),
-             plan | "KeyNotes" >> beam.Map(lambda p: (None, ("notes", p.notes))))
-            | "JoinResults" >> beam.Flatten()
-            | "CollectResults" >> beam.GroupByKey()
-            | "Finalize" >> beam.MapTuple(lambda _, items: _finalize(items, spec)))
+        # one finalize step, once every shard and read report is in (side inputs)
+        return plan | "Finalize" >> beam.Map(_finalize, beam.pvalue.AsList(results),
+                                             beam.pvalue.AsList(reports), spec)
 
 
 __all__ = ["ConvertSpec", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult"]

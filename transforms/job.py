@@ -37,20 +37,16 @@ from etl import fs, output_guard
 from etl.accounting import check_threshold
 from etl.config import JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
-from etl.errors import BadInputError, ConfigError, EtlError
+from etl.errors import BadInputError, EtlError
 from etl.finalize import first_rejected
 from etl.manifest import MANIFEST, REJECTED_FILE
 from etl.publish import publish
+from etl.read_plan import ReadPlan, needs_scan, plan_units
 from etl.run_lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
 from etl.run_log import RunLog
 from etl.schema import load_schema
-from etl.shuffle import files, keys, strategy_for
-from etl.sources import make_reader
-from transforms.convert import (
-    ConvertSpec,
-    ConvertToShards,
-    ReadTask,
-)
+from etl.shuffle import files, strategy_for
+from transforms.convert import ConvertSpec, ConvertToShards
 
 log = logging.getLogger(__name__)
 LOCAL_RUNNER = "FnApiRunner"  # DirectRunner in Beam 2.77 first tries to download Prism
@@ -102,39 +98,9 @@ def shares_process(options: PipelineOptions | list[str]) -> bool:
                                                                         "multi_threading"))
 
 
-def plan_reads(job: JobConfig) -> tuple[list[ReadTask], list[dict[str, Any]]]:
-    """Every input file, with a stable identity (path below the inputs' common root), cut into
-    read tasks of about `split_bytes` where its format can be split (etl.sources.base.Source):
-    records keep their file positions, so the shards do not depend on the cut."""
-    per_source: dict[str, list[str]] = {}
-    readers = {}
-    every_input: set[str] = set()
-    for name, cfg in job.sources.items():
-        reader = make_reader(cfg, job.base_dir, f"{job.path}: sources.{name}")
-        files = reader.files()
-        if not files:
-            raise ConfigError(f"{job.path}: source {name!r} matched no input files "
-                              f"(paths: {cfg.get('paths')!r})")
-        per_source[name] = files
-        readers[name] = reader
-        # multi-file formats (idx image+label files) read partner files too
-        every_input.update(reader.inputs())
-    all_files = sorted({f for files in per_source.values() for f in files})
-    identity = keys.identities(all_files)
-    ordinal = {p: i for i, p in enumerate(sorted(all_files, key=lambda p: identity[p]))}
-    whole = 1 << 62
-    tasks = [ReadTask(name, f, identity[f], ordinal[f], split)
-             for name, files in per_source.items() for f in files
-             for split in readers[name].splits(f, job.split_bytes or whole)]
-    inputs = [{"path": f, "num_bytes": _size(f)} for f in sorted(every_input)]
-    return tasks, inputs
-
-
-def _size(path: str) -> int:
-    try:
-        return fs.size(path)
-    except (OSError, IndexError, ValueError):
-        return 0  # pseudo-files (python generators) and directories
+def plan_reads(job: JobConfig) -> ReadPlan:
+    """Every input file of the job, with its stable identity (etl.read_plan)."""
+    return plan_units(job.sources, job.base_dir, job.path)
 
 
 def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: bool = False,
@@ -147,7 +113,8 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
     bundle's traceback straight to stderr (threads and worker processes alike)."""
     started = time.time()
     schema = load_schema(job.schema_path)
-    tasks, inputs = plan_reads(job)
+    read_plan = plan_reads(job)
+    inputs = read_plan.inputs
     args = default_beam_args(beam_args or [])
     options = PipelineOptions(args)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
@@ -184,9 +151,10 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
             max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
             spill_in_memory=job.spill_in_memory if held else 0, via=via,
-            input_files=tuple((i["path"], i["num_bytes"]) for i in inputs),
-            expected_reads=tuple((t.ordinal, t.split.index) for t in tasks),
+            read_plan=fs.join(tmp, "read_plan.json"), split_bytes=job.split_bytes,
+            spread_files=needs_scan(read_plan.units, job.split_bytes) > 1,
         )
+        read_plan.save(spec.read_plan)
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         held_handle = Shared() if held else None
         store = held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
@@ -194,7 +162,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
         failure: BaseException | None = None
         try:
             with run_log.stderr_captured(capture_stderr), beam.Pipeline(options=options) as p:
-                _ = p | "Convert" >> ConvertToShards(spec, tasks, held_handle)
+                _ = p | "Convert" >> ConvertToShards(spec, held_handle)
             if lock is not None:
                 lock.verify()
             rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
