@@ -91,6 +91,28 @@ def is_listed(manifest: dict[str, Any], relative: str) -> bool:
     return manifest.get("format_version") == 1 and relative.startswith(REJECTED_DIR + "/")
 
 
+def dataset_dir(out: str) -> str:
+    """The directory whose manifest.json describes `out`'s current data.
+
+    Local outputs are published by rename: `out` itself (its `_SUCCESS` is empty). An
+    object-store output holds versions side by side and its `_SUCCESS` is a JSON pointer
+    ({"version": V, ...}, etl.remote_output): `out/V`. Without a pointer (absent, empty, or
+    not ours) `out` is returned, and verify says what is missing there."""
+    if not fs.is_remote(out):
+        return out
+    marker = fs.join(out, SUCCESS)
+    if not fs.exists(marker):
+        return out
+    raw = fs.read_bytes(marker)
+    try:
+        version = json.loads(raw)["version"] if raw.strip() else None
+    except (ValueError, KeyError, TypeError):
+        version = None
+    if not isinstance(version, str) or not version or "/" in version or version in (".", ".."):
+        return out
+    return fs.join(out, version)
+
+
 def load_manifest(path: str) -> dict[str, Any]:
     return json.loads(fs.read_bytes(fs.join(path, MANIFEST)))
 

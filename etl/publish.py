@@ -1,16 +1,24 @@
 """Put a fully written, checked staging directory in place of the output; `_SUCCESS` last.
 
-Only called once the output was checked to be ours or absent (etl.output_guard) and under
-the output's lock (etl.run_lock).
+Only called once the output was checked to be ours or absent (etl.output_guard,
+etl.remote_output) and under the output's lock (etl.run_lock).
+
+Local outputs: two atomic renames (`publish`). Object stores have no rename, so a gs://
+output is versioned (`publish_version`): the run's files are copied to `OUT/{version}/`,
+each created only if absent, then the one pointer object `OUT/_SUCCESS` is swung to the new
+version, replacing only the generation the run saw when it started.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
+from typing import Any
 
 from etl import fs
-from etl.errors import StorageError
-from etl.manifest import SUCCESS
+from etl.errors import LockedError, StorageError
+from etl.manifest import MANIFEST, PRODUCER, SUCCESS
 
 
 def publish(staging: str, output: str, run_id: str, aside: str | None = None) -> None:
@@ -20,18 +28,11 @@ def publish(staging: str, output: str, run_id: str, aside: str | None = None) ->
     if a step fails the old output is put back. A crash between the two renames leaves the
     old output in the aside, and the next run puts it back (etl.output_guard.recover_leftovers).
 
-    Object stores (issue 11 redoes this): the old marker is deleted first, the old objects
-    removed, the new ones copied, the marker written last.
+    Object-store outputs are published by `publish_version` (etl.remote_output.RemoteRun).
     """
     if fs.is_remote(output):
-        old = fs.list_dir(output)
-        marker = [p for p, _ in old if p.endswith("/" + SUCCESS)]
-        fs.delete(marker)
-        fs.delete([p for p, _ in old if p not in marker])
-        for path, _ in fs.list_dir(staging):
-            fs.rename(path, fs.join(output, path[len(staging.rstrip("/")) + 1 :]))
-        fs.write_bytes(fs.join(output, SUCCESS), b"")
-        return
+        raise StorageError(f"{output}: object-store outputs are published as versions "
+                           "(etl.remote_output), not by renames")
     aside = aside or os.path.join(os.path.dirname(os.path.abspath(staging)), f"old-{run_id}")
     moved = False
     try:
@@ -69,3 +70,52 @@ def _fsync_dir(path: str) -> None:
         pass  # some file systems refuse fsync on a directory
     finally:
         os.close(fd)
+
+
+def publish_version(store: Any, staging: str, files: list[str], output: str, version: str,
+                    seen_generation: int, previous: str | None) -> None:
+    """Copy `files` (relative to `staging`) to `OUT/{version}/` (each created only if absent),
+    write the version's own empty `_SUCCESS`, then the pointer `OUT/_SUCCESS` (JSON naming the
+    version), replacing only generation `seen_generation` (0: create only if absent).
+
+    `store` is an etl.object_store.Store. Until the pointer is written nothing a reader
+    trusts has changed; a run that lost the race to another publisher (the pointer moved
+    since it started) raises LockedError and has published nothing.
+    """
+    from etl.object_store import Conflict  # noqa: PLC0415 - google-cloud-storage on demand
+
+    src = staging.rstrip("/") + "/"
+    dst = output.rstrip("/") + "/" + version + "/"
+    for name in files:
+        try:
+            if fs.is_remote(src):
+                store.copy_new(src + name, dst + name)
+            else:
+                store.upload_new(os.path.join(staging, name), dst + name)
+        except Conflict as e:
+            raise StorageError(f"cannot publish {dst + name}: an object of another content "
+                               f"is already there ({e}); nothing published") from e
+    try:
+        store.write(dst + SUCCESS, b"", if_generation_match=0)
+    except Conflict as e:
+        raise StorageError(f"cannot publish {dst + SUCCESS}: already there; nothing "
+                           "published") from e
+    pointer = {"producer": PRODUCER, "version": version, "run_id": version,
+               "manifest": f"{version}/{MANIFEST}", "previous": previous,
+               "published": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    url = output.rstrip("/") + "/" + SUCCESS
+    try:
+        store.write(url, json.dumps(pointer, indent=1).encode(), seen_generation)
+    except Conflict as e:
+        found = store.read(url)
+        if found is not None and _names(found[0]) == version:
+            return  # our own write landed; only its reply was lost (and retried)
+        raise LockedError(f"{output} was published by another run while this one was working "
+                          f"(its {SUCCESS} changed); this run published nothing") from e
+
+
+def _names(raw: bytes) -> str | None:
+    try:
+        return str(json.loads(raw).get("version"))
+    except (ValueError, AttributeError):
+        return None

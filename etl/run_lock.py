@@ -8,7 +8,8 @@ this run uses, re-read to make sure it is the very lock that was judged stale, a
 removed before a new lock is created with O_EXCL. Two runs recovering at once cannot both
 win: only one rename of the same file succeeds, and O_EXCL admits one creator.
 
-Local outputs only; a `gs://` lock (ifGenerationMatch=0) belongs to issue 11.
+Object-store outputs (gs://) get the same lock as an object created only if absent
+(ObjectLock: if_generation_match=0; taken over and released by generation).
 """
 
 from __future__ import annotations
@@ -236,3 +237,78 @@ def _loads(raw: bytes) -> Any:
     except ValueError:
         return None
 
+
+
+class ObjectLock:
+    """The same lock for an object-store output (gs://): `lock.json` in the work prefix beside
+    the output, created only if absent (if_generation_match=0). A stale or broken lock is
+    deleted only at the generation that was judged (a fresh lock taken meanwhile survives),
+    then created again; released only if it is still ours, by generation."""
+
+    def __init__(self, store: Any, workdir: str, info: RunInfo,
+                 stale_after: float = DEFAULT_STALE_AFTER, break_lock: bool = False,
+                 output: str = ""):
+        self.store = store  # etl.object_store.Store
+        self.path = workdir.rstrip("/") + "/" + LOCK
+        self.output = output or workdir
+        self.info = info
+        self.stale_after = stale_after
+        self.break_lock = break_lock
+        self.generation: int | None = None
+
+    def __enter__(self) -> ObjectLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        from etl.object_store import Conflict  # noqa: PLC0415
+
+        body = json.dumps(self.info.to_json(), indent=1).encode()
+        for _ in range(10):
+            try:
+                self.generation = self.store.write(self.path, body, if_generation_match=0)
+                return
+            except Conflict:
+                pass
+            found = self.store.read(self.path)
+            if found is None:
+                continue  # released (or recovered by another run) meanwhile: try again
+            raw, generation = found
+            holder = RunInfo.from_json(_loads(raw))
+            if holder is not None and holder.run_id == self.info.run_id:
+                self.generation = generation  # our own create landed; its reply was lost
+                return
+            reason = ("--break-lock was given" if self.break_lock else
+                      "the lock file is unreadable" if holder is None else
+                      why_dead(holder, self.stale_after))
+            if reason is None:
+                assert holder is not None
+                raise LockedError(
+                    f"output {self.output} is locked by {holder.describe()}; wait for it to "
+                    f"finish, or if that run is no longer running rerun with --break-lock "
+                    f"(lock file: {self.path})")
+            if self.store.delete(self.path, if_generation_match=generation):
+                who = holder.describe() if holder else "an unreadable lock"
+                log.warning("recovered the stale lock of %s: %s", who, reason)
+        raise LockedError(f"could not take the lock {self.path}: other runs keep taking it")
+
+    def verify(self) -> None:
+        """Still ours (same generation)? Checked before publishing."""
+        found = self.store.read(self.path)
+        if found is None or found[1] != self.generation:
+            holder = None if found is None else RunInfo.from_json(_loads(found[0]))
+            other = holder.describe() if holder else "nobody"
+            raise LockedError(f"the lock {self.path} was taken over by {other} while this run "
+                              "was working; nothing published")
+
+    def release(self) -> None:
+        generation, self.generation = self.generation, None
+        if generation is None:
+            return
+        try:
+            self.store.delete(self.path, if_generation_match=generation)
+        except StorageError as e:  # the lock then goes stale; the next run recovers it
+            log.warning("could not remove the lock %s: %s", self.path, e)

@@ -33,15 +33,17 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.utils.shared import Shared
 
-from etl import fs, output_guard
+from etl import fs, output_guard, remote_output
 from etl.accounting import check_threshold
 from etl.config import JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
 from etl.errors import BadInputError, EtlError
 from etl.finalize import first_rejected
 from etl.manifest import MANIFEST, REJECTED_FILE
+from etl.object_store import Store
 from etl.publish import publish
 from etl.read_plan import ReadPlan, needs_scan, plan_units
+from etl.remote_output import RemoteRun
 from etl.run_lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
 from etl.run_log import RunLog
 from etl.schema import load_schema
@@ -124,6 +126,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
     via = strategy_for(job.shuffle_via, options.view_as(StandardOptions).runner).NAME
     info = RunInfo.current(run_id)
     with ExitStack() as stack:
+        remote: RemoteRun | None = None
         if local:
             workdir = output_guard.work_dir(job.output)
             lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
@@ -133,11 +136,11 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             tmp = output_guard.create_run_dir(workdir, info)
             log_file = output_guard.log_path(workdir, run_id)
         else:
-            # object stores: no lock or work dir yet (issue 11: a gs:// lock with
-            # ifGenerationMatch=0 and marker-based leftovers there too)
-            lock = None
-            tmp = (fs.join(temp_root, f"etl-{run_id}") if temp_root
-                   else f"{job.output.rstrip('/')}.tmp-{run_id}")
+            # object stores: lock, marker, leftovers and a versioned publish (etl.remote_output)
+            lock = remote = stack.enter_context(RemoteRun(
+                job.output, info, temp_root, lock_stale_after, break_lock,
+                inputs=_protected(job, inputs)))
+            tmp = remote.tmp
             log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{run_id}.log")
         run_log = stack.enter_context(RunLog(log_file))
         run_log.note(f"run {run_id} pid {info.pid}: job {job.path} -> {job.output}; "
@@ -166,7 +169,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             if lock is not None:
                 lock.verify()
             rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
-            result = _check_and_publish(job, spec, run_id, started, rejected_at)
+            result = _check_and_publish(job, spec, run_id, started, rejected_at, remote)
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
             failure = e
         finally:
@@ -189,7 +192,10 @@ def preflight(job: JobConfig, inputs: list[dict[str, Any]], temp_root: str | Non
     output, an unwritable output location, too little free space (the inputs' total size on
     the output's file system, or on a local temp location)."""
     output_guard.check_inputs_readable([i["path"] for i in inputs])
-    output_guard.check_output(job.output, _protected(job, inputs))
+    if fs.is_remote(job.output):
+        remote_output.check_output(Store(), job.output, _protected(job, inputs))
+    else:
+        output_guard.check_output(job.output, _protected(job, inputs))
     needed = sum(i["num_bytes"] for i in inputs)
     if not fs.is_remote(job.output):
         output_guard.check_writable(job.output)
@@ -230,7 +236,7 @@ def user_error(exc: BaseException, log_file: str | None = None) -> EtlError:
 
 
 def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: float,
-                       rejected_at: str) -> JobResult:
+                       rejected_at: str, remote: RemoteRun | None = None) -> JobResult:
     """The finalize step left the manifest in staging (the run's one result): check the bad-
     record threshold, then publish. A run that rejected more than allowed keeps its
     dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
@@ -246,10 +252,11 @@ def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: 
         raise
     for note in manifest["notes"]:
         log.warning(note)
-    # local: the old output goes aside inside this run's directory, where its marker covers it
-    publish(staging, job.output, run_id,
-            aside=None if fs.is_remote(job.output)
-            else os.path.join(os.path.dirname(staging), output_guard.PREVIOUS))
+    if remote is not None:  # object store: a new version, then the pointer
+        remote.publish(staging)
+    else:  # local: the old output goes aside inside this run's directory (its marker covers it)
+        publish(staging, job.output, run_id,
+                aside=os.path.join(os.path.dirname(staging), output_guard.PREVIOUS))
     return JobResult(job.output, {k: {"num_records": v["num_records"],
                                        "shards": len(v["shards"])}
                                    for k, v in manifest["splits"].items()},
