@@ -17,8 +17,8 @@ import pytest
 
 from etl.config import job_from_dict
 from etl.idx import write_idx
-from tests.test_pipeline import convert, manifest, shard_hashes
-from etl.read_plan import all_tasks
+from etl.read_plan import all_tasks, needs_scan
+from tests.test_pipeline import RUNNER, convert, manifest, shard_hashes
 from transforms.job import plan_reads
 
 IDS = {"name": "ids", "kind": "example",
@@ -32,6 +32,7 @@ IMAGES = {"name": "img", "kind": "example",
           "features": {"image": {"dtype": "uint8", "shape": [8, 8], "encoding": "raw"},
                        "label": {"dtype": "int64", "shape": []}}}
 ROWS = 3000
+MULTI = RUNNER + ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 
 
 def _csv(d: Path) -> dict[str, Any]:
@@ -120,3 +121,30 @@ def test_one_vs_many_splits_write_identical_shards(tmp_path: Path, fmt: str, via
     assert split_bad == whole_bad
     expected_bad = {"csv": 1, "jsonl": 1, "text": 1}.get(fmt, 0)
     assert len(whole_bad) == expected_bad
+
+
+def test_several_large_files_are_cut_on_several_workers(tmp_path: Path) -> None:
+    """Two CSV files over split_bytes: their cut points are found after the files are spread
+    over workers (DistributeFiles); the shards equal those of reading both whole."""
+    def two_files(d: Path) -> dict[str, Any]:
+        d.mkdir(parents=True)
+        for part in ("a", "b"):
+            (d / f"{part}.csv").write_text(
+                "id,name\n" + "".join(f"{i},{part}{i}\n" for i in range(ROWS)))
+        return {"train": {"format": "csv", "paths": ["*.csv"], "block_rows": 400}}
+
+    whole = convert(tmp_path / "whole", two_files(tmp_path / "whole"), schema=IDS, shards=3,
+                    split_bytes=0, beam_args=MULTI)
+    split = convert(tmp_path / "split", two_files(tmp_path / "split"), schema=IDS, shards=3,
+                    split_bytes=4000, beam_args=MULTI)
+    job = job_from_dict({"schema": "s.yaml", "output": "o", "split_bytes": 4000,
+                         "sources": two_files(tmp_path / "plan")},
+                        path="job.yaml", base_dir=str(tmp_path / "plan"))
+    plan = plan_reads(job)
+    assert needs_scan(plan.units, job.split_bytes) == 2  # so the pipeline spreads them
+    assert len(all_tasks(plan, job.sources, job.base_dir, job.split_bytes)) > 10
+    assert shard_hashes(split) == shard_hashes(whole)
+    counts = [[{k: v for k, v in i.items() if k != "path"} for i in manifest(out)["inputs"]]
+              for out in (split, whole)]
+    assert counts[0] == counts[1] == [{"read": ROWS, "written": ROWS, "rejected": 0}] * 2
+    assert sum(i["read"] for i in manifest(split)["inputs"]) == 2 * ROWS
