@@ -79,6 +79,8 @@ def test_the_wheel_is_byte_identical_when_rebuilt(staged, tmp_path) -> None:
     assert again != first
     with open(again, "rb") as a, open(first, "rb") as b:
         assert a.read() == b.read()
+    with zipfile.ZipFile(again) as whl:  # SOURCE_DATE_EPOCH, not the build's clock
+        assert {i.date_time for i in whl.infolist()} == {(1980, 1, 1, 0, 0, 0)}
 
 
 @pytest.mark.parametrize("given", [
