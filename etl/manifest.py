@@ -120,8 +120,10 @@ def load_manifest(path: str) -> dict[str, Any]:
 def verify(path: str, check_records: bool = True) -> dict[str, Any]:
     """Re-read every shard: framing CRCs, record counts, sizes, sha256, and exact listing.
 
-    Raises VerifyError naming the file (and offset for framing errors).
+    Raises VerifyError naming the file (and offset for framing errors). An object-store
+    output is checked in the version its `_SUCCESS` names (dataset_dir).
     """
+    path = dataset_dir(path)
     if not fs.exists(fs.join(path, SUCCESS)):
         raise VerifyError(f"{path}: no {SUCCESS} marker: the output is incomplete or absent")
     manifest = load_manifest(path)
