@@ -118,7 +118,9 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
     read_plan = plan_reads(job)
     inputs = read_plan.inputs
     args = default_beam_args(beam_args or [])
-    options = PipelineOptions(args)
+    from transforms.staging import pipeline_options  # Beam options + our package for workers
+
+    options = pipeline_options(args)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
     local = not fs.is_remote(job.output)
