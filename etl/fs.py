@@ -46,7 +46,7 @@ def dirname(path: str) -> str:
     """The folder of a file: "gs://b/jobs/job.yaml" -> "gs://b/jobs", "gs://b/x" -> "gs://b"."""
     if not is_remote(path):
         return os.path.dirname(path)
-    scheme, rest = _split_remote(path.rstrip("/"))
+    scheme, rest = _split_remote(path)  # like os.path.dirname: "gs://b/d/" -> "gs://b/d"
     return scheme + rest.rsplit("/", 1)[0] if "/" in rest else scheme + rest
 
 

@@ -56,7 +56,7 @@ class GcsEmulator:
         self._log = open(os.devnull, "wb")  # noqa: SIM115 - lives as long as the process
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [_executable(), "start", "--host", host, "--port", str(self.port), "--in-memory"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         try:
             self._wait(start_timeout)
         except BaseException:
@@ -136,6 +136,18 @@ class GcsEmulator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """Linux: the emulator gets SIGTERM when the test process dies (a killed pytest leaves
+    no emulator behind); elsewhere nothing."""
+    try:
+        import ctypes  # noqa: PLC0415
+        import signal  # noqa: PLC0415
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def split_url(url: str) -> tuple[str, str]:

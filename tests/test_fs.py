@@ -1,13 +1,19 @@
-"""Local file writing: durable files written with O_DIRECT hold exactly the bytes given."""
+"""etl.fs: durable local files written with O_DIRECT hold exactly the bytes given; path
+arithmetic for local and remote paths; remote reads, listings and errors through the GCS
+emulator; Beam's credential lookup skipped for an emulator only."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
 from etl import fs
 from etl.fs import _DirectFile
+from tests.helpers import ROOT
 
 
 def _takes_direct_io(folder: str) -> bool:
@@ -73,3 +79,111 @@ def test_direct_writes_refused_after_open_continue_without_o_direct(tmp_path,
     assert len(refused) == 1
     with open(path, "rb") as got:
         assert got.read() == data
+
+
+# ---- paths: local and remote alike, no store needed ---------------------------------------------
+@pytest.mark.parametrize(("path", "remote"), [
+    ("gs://b/x", True), ("s3://b/x", True), ("azfs://acct/c/x", True), ("/data/x.csv", False),
+    ("data/x.csv", False), ("data/gs://x", False), ("", False)])
+def test_is_remote_means_a_scheme_at_the_start(path: str, remote: bool) -> None:
+    assert fs.is_remote(path) is remote
+
+
+def test_remote_path_arithmetic() -> None:
+    assert fs.dirname("gs://b/jobs/job.yaml") == "gs://b/jobs"
+    assert fs.dirname("gs://b/job.yaml") == "gs://b"
+    assert fs.dirname("gs://b/jobs/") == "gs://b/jobs"  # as os.path.dirname("/b/jobs/")
+    assert fs.dirname("gs://b") == "gs://b"
+    assert fs.basename("gs://b/jobs/job.yaml") == "job.yaml"
+    assert fs.abspath("gs://b/x") == "gs://b/x"
+    assert fs.join("gs://b/out", "a", "b.json") == "gs://b/out/a/b.json"
+    assert fs.join("gs://b/out/", "x") == "gs://b/out/x"
+
+
+@pytest.mark.parametrize(("base", "path", "want"), [
+    ("gs://b/jobs", "data/*.csv", "gs://b/jobs/data/*.csv"),
+    ("gs://b/jobs", "../data/x.csv", "gs://b/data/x.csv"),
+    ("gs://b/jobs/", "./a/../x.csv", "gs://b/jobs/x.csv"),
+    ("gs://b", "x.csv", "gs://b/x.csv"),
+    ("gs://b/jobs", "gs://other/x.csv", "gs://other/x.csv"),
+    ("gs://b/jobs", "/abs/x.csv", "/abs/x.csv"),
+    ("/work/jobs", "../data/x.csv", "/work/data/x.csv"),
+    ("/work/jobs", "s3://b/x.csv", "s3://b/x.csv"),
+])
+def test_resolve_against_a_local_or_remote_folder(base: str, path: str, want: str) -> None:
+    assert fs.resolve(base, path) == want
+
+
+@pytest.mark.parametrize("path", ["../../other/x.csv", "../.."])
+def test_resolve_never_leaves_the_bucket(path: str) -> None:
+    with pytest.raises(ValueError, match=r"leaves the bucket 'b'"):
+        fs.resolve("gs://b/jobs", path)
+
+
+def test_open_local_log_appends_and_refuses_remote(tmp_path) -> None:
+    path = str(tmp_path / "logs" / "run.log")
+    for text in ("one\n", "two\n"):
+        with fs.open_local_log(path) as fh:
+            fh.write(text)
+    assert fs.read_text(path) == "one\ntwo\n"
+    with pytest.raises(ValueError, match="must be local"):
+        fs.open_local_log("gs://b/run.log")
+
+
+def test_expand_matches_like_beam_locally(tmp_path) -> None:
+    """The same matcher as for buckets: `*` stays in its folder, dot files match."""
+    for name in ("a.csv", ".h.csv", "sub/b.csv", "c.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert fs.expand(str(tmp_path / "*.csv")) == [str(tmp_path / ".h.csv"), str(tmp_path / "a.csv")]
+    assert fs.expand([str(tmp_path / "**.csv"), str(tmp_path / "a.csv")]) == [
+        str(tmp_path / ".h.csv"), str(tmp_path / "a.csv"), str(tmp_path / "sub/b.csv")]
+    assert fs.expand(str(tmp_path / "none-*.csv")) == []
+
+
+# ---- remote files through the GCS emulator ------------------------------------------------------
+def test_remote_read_write_match_isdir(gcs_bucket: str) -> None:
+    fs.write_bytes(f"{gcs_bucket}/d/a.bin", b"abc")
+    fs.write_bytes(f"{gcs_bucket}/d/sub/b.txt", "é\n".encode())
+    assert fs.read_bytes(f"{gcs_bucket}/d/a.bin") == b"abc"
+    assert fs.read_text(f"{gcs_bucket}/d/sub/b.txt") == "é\n"
+    assert fs.match(f"{gcs_bucket}/d/*") == [(f"{gcs_bucket}/d/a.bin", 3)]
+    assert fs.expand(f"{gcs_bucket}/d/**") == [f"{gcs_bucket}/d/a.bin", f"{gcs_bucket}/d/sub/b.txt"]
+    assert fs.isdir(f"{gcs_bucket}/d") and fs.isdir(f"{gcs_bucket}/d/sub/")
+    assert not fs.isdir(f"{gcs_bucket}/d/a.bin") and not fs.isdir(f"{gcs_bucket}/e")
+    assert not fs.isdir("gs://no-such-bucket-fs/x")
+    assert fs.exists(f"{gcs_bucket}/d/a.bin") and not fs.exists(f"{gcs_bucket}/d")
+
+
+def test_missing_remote_objects_raise_file_not_found(gcs_bucket: str) -> None:
+    for path in (f"{gcs_bucket}/nope.yaml", "gs://no-such-bucket-fs/x.yaml"):
+        with pytest.raises(FileNotFoundError) as e:
+            fs.read_text(path)
+        assert e.value.filename == path
+
+
+def _credentials_state(env: dict[str, str]) -> str:
+    code = ("from etl import fs; fs._fs(); from apache_beam.internal.gcp import auth; "
+            "print(auth._Credentials._credentials_init, auth._Credentials._credentials)")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_beams_credential_lookup_is_skipped_only_for_an_emulator() -> None:
+    """With STORAGE_EMULATOR_HOST, Beam is told there are no credentials (its lookup would
+    wait ~25 s per process); without it Beam's own lookup stays untouched."""
+    env = {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}
+    assert _credentials_state(env) == "False None"
+    assert _credentials_state({**env, "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9"}) == "True None"
+
+
+def test_remote_gs_access_in_a_fresh_process_takes_seconds(gcs_emulator, gcs_bucket: str) -> None:
+    fs.write_bytes(f"{gcs_bucket}/x.bin", b"12345")
+    code = f"from etl import fs; print(fs.read_bytes('{gcs_bucket}/x.bin').decode())"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], env=gcs_emulator.env(),
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert (done.returncode, done.stdout) == (0, "12345\n"), done.stderr
+    assert time.monotonic() - started < 15  # ~25 s more with Beam's credential lookup
