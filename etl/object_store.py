@@ -47,7 +47,8 @@ def is_gcs(path: str) -> bool:
 def split(url: str) -> tuple[str, str]:
     """gs://bucket/name -> (bucket, name)."""
     if not is_gcs(url):
-        raise ConfigError(f"{url}: not a gs:// path")
+        raise ConfigError(f"{url}: only gs:// object-store outputs are supported (a safe publish "
+                          "needs GCS generation preconditions); write locally or to gs://")
     bucket, _, name = url[len(SCHEME):].partition("/")
     if not bucket:
         raise ConfigError(f"{url}: no bucket name")
@@ -82,7 +83,14 @@ class Store:
             initial=min(1.0, self.deadline / 10), maximum=min(16.0, self.deadline / 2))
         # per HTTP request: connect, read; a store that never answers fails like one that 503s
         self._timeout = (min(10.0, self.deadline), min(60.0, self.deadline))
-        self._client = _client()
+        self._made: Any = None
+
+    @property
+    def _client(self) -> Any:
+        """Made on first use: a bad path is refused before any credential lookup."""
+        if self._made is None:
+            self._made = _client()
+        return self._made
 
     # ------------------------------------------------------------------------------ calls
 
