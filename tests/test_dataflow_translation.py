@@ -14,6 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from etl.config import job_from_dict
 from etl.schema import load_schema
 from etl.shuffle import engine, files, strategy_for
+from tests.helpers import cli
 from transforms.convert import ConvertSpec, ConvertToShards
 from transforms.job import plan_reads
 
@@ -86,3 +87,38 @@ def test_files_strategy_translates_without_a_flatten(tmp_path) -> None:
     top = {n.split("/")[1] for n in steps if n.count("/") == 1}
     assert "ShardTasks" in top and "DistributeShards" in top
     assert not any(s.spec.urn == "beam:transform:flatten:v1" for s in steps.values())
+
+
+def _cli_job(folder: Path, inputs: str, output: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "s.yaml").write_text("name: s\nkind: example\nfeatures:\n"
+                                   "  id: {dtype: int64, shape: []}\n")
+    (folder / "job.yaml").write_text(
+        f"schema: s.yaml\noutput: {output}\nshards: 2\n"
+        f"sources: {{train: {{format: csv, paths: ['{inputs}']}}}}\n")
+    return str(folder / "job.yaml")
+
+
+def test_cli_dry_run_on_dataflow_translates_and_publishes_nothing(tmp_path, gcs_emulator,
+                                                                 gcs_bucket) -> None:
+    """The user's command with `--dry_run=True`: inputs in a bucket, output in a bucket; the job
+    is translated with our staged package, exit 0, one line saying nothing was published."""
+    gcs_emulator.upload_bytes(b"id\n" + b"".join(b"%d\n" % i for i in range(50)),
+                              f"{gcs_bucket}/raw/a.csv")
+    job = _cli_job(tmp_path, f"{gcs_bucket}/raw/*.csv", f"{gcs_bucket}/out")
+    proc = cli("run", job, *DATAFLOW[:-1], f"--temp_location={gcs_bucket}/tmp",
+               env=gcs_emulator.env())
+    assert proc.returncode == 0, proc.stderr
+    assert "Dry run: the job was translated, not submitted; nothing was published" in proc.stdout
+    assert not [u for u in gcs_emulator.list(f"{gcs_bucket}/out") if u.endswith("_SUCCESS")]
+
+
+def test_dataflow_refuses_inputs_on_this_machine(tmp_path) -> None:
+    (tmp_path / "a.csv").write_text("id\n1\n")
+    job = _cli_job(tmp_path, "a.csv", "gs://my-bucket/out")
+    proc = cli("run", job, *DATAFLOW)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {job}: runner DataflowRunner runs on other machines, which cannot read 1 local "
+        f"input file(s), e.g. {tmp_path / 'a.csv'}; copy the inputs to a bucket (gs://...) and "
+        "point the job's paths there"]

@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
     PipelineOptions,
     StandardOptions,
+    TestOptions,
 )
 from apache_beam.utils.shared import Shared
 
@@ -37,7 +38,7 @@ from etl import fs, output_guard, remote_output
 from etl.accounting import check_threshold
 from etl.config import JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
-from etl.errors import BadInputError, EtlError
+from etl.errors import BadInputError, ConfigError, EtlError
 from etl.finalize import first_rejected
 from etl.manifest import MANIFEST, REJECTED_FILE
 from etl.object_store import Store
@@ -47,8 +48,9 @@ from etl.remote_output import RemoteRun
 from etl.run_lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
 from etl.run_log import RunLog
 from etl.schema import load_schema
-from etl.shuffle import files, strategy_for
+from etl.shuffle import files, is_local, strategy_for
 from transforms.convert import ConvertSpec, ConvertToShards
+from transforms.staging import pipeline_options  # Beam options + our package for workers
 
 log = logging.getLogger(__name__)
 LOCAL_RUNNER = "FnApiRunner"  # DirectRunner in Beam 2.77 first tries to download Prism
@@ -61,6 +63,7 @@ class JobResult:
     rejected: dict[str, Any]
     seconds: float
     manifest: dict[str, Any]
+    launched: str = ""  # a dry run or template build: what was done instead of a conversion
 
 
 def default_beam_args(beam_args: list[str]) -> list[str]:
@@ -118,14 +121,14 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
     read_plan = plan_reads(job)
     inputs = read_plan.inputs
     args = default_beam_args(beam_args or [])
-    from transforms.staging import pipeline_options  # Beam options + our package for workers
-
+    runner = PipelineOptions(args).view_as(StandardOptions).runner
+    check_worker_access(job, inputs, runner)  # before building anything for workers
     options = pipeline_options(args)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
     local = not fs.is_remote(job.output)
     preflight(job, inputs, temp_root)
-    via = strategy_for(job.shuffle_via, options.view_as(StandardOptions).runner).NAME
+    via = strategy_for(job.shuffle_via, runner).NAME
     info = RunInfo.current(run_id)
     with ExitStack() as stack:
         remote: RemoteRun | None = None
@@ -170,8 +173,13 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
                 _ = p | "Convert" >> ConvertToShards(spec, held_handle)
             if lock is not None:
                 lock.verify()
-            rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
-            result = _check_and_publish(job, spec, run_id, started, rejected_at, remote)
+            launched = launch_only(options)
+            if launched:  # nothing ran: nothing to check or publish
+                result = JobResult(job.output, {}, {"num_records": 0}, time.time() - started,
+                                   {}, launched)
+            else:
+                rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
+                result = _check_and_publish(job, spec, run_id, started, rejected_at, remote)
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
             failure = e
         finally:
@@ -185,8 +193,34 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             if not isinstance(failure, Exception):
                 raise failure  # KeyboardInterrupt, SystemExit: as they are
             raise user_error(failure, log_file) from failure
-        run_log.note(f"published {job.output} in {time.time() - started:.1f}s")
+        run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
         return result
+
+
+def launch_only(options: PipelineOptions) -> str:
+    """What a run that converts nothing did instead: a Dataflow dry run (the job translated,
+    not submitted) or a template build (`--template_location`); '' for a real run."""
+    template = options.view_as(GoogleCloudOptions).template_location
+    if template:
+        return f"template written to {template}; nothing ran or was published"
+    if options.view_as(TestOptions).dry_run:
+        return "dry run: the job was translated, not submitted; nothing was published"
+    return ""
+
+
+def check_worker_access(job: JobConfig, inputs: list[dict[str, Any]], runner: Any) -> None:
+    """Off the local runner, workers run on other machines: every input and the output must be
+    on storage they reach (gs://...), not on this machine's disk."""
+    if is_local(runner):
+        return
+    local = [i["path"] for i in inputs if not fs.is_remote(i["path"])]
+    if local:
+        raise ConfigError(f"{job.path}: runner {runner} runs on other machines, which cannot "
+                          f"read {len(local)} local input file(s), e.g. {local[0]}; copy the "
+                          "inputs to a bucket (gs://...) and point the job's paths there")
+    if not fs.is_remote(job.output):
+        raise ConfigError(f"{job.path}: runner {runner} runs on other machines, which cannot "
+                          f"write the local output {job.output}; use a gs:// output")
 
 
 def preflight(job: JobConfig, inputs: list[dict[str, Any]], temp_root: str | None) -> None:

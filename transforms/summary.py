@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from etl import fs
 from etl.config import load_job
+from etl.manifest import dataset_dir
 from transforms.job import run_job
 
 
@@ -13,6 +15,9 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
     job = load_job(job_path, output=output)
     stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
     result = run_job(job, beam_args, break_lock=break_lock, capture_stderr=not debug, **stale)
+    if result.launched:
+        print(result.launched[0].upper() + result.launched[1:])
+        return 0
     print(f"Wrote {result.output} in {result.seconds:.1f}s")
     for split, info in result.splits.items():
         print(f"  {split:<12} {info['num_records']:>10,} records in {info['shards']} shard(s)")
@@ -25,7 +30,7 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
 
         print(f"Sample record ({first}):")
         shard = result.manifest["splits"][first]["shards"][0]["path"]
-        for text in inspect([f"{result.output}/{shard}"], limit=1):
+        for text in inspect([fs.join(dataset_dir(result.output), shard)], limit=1):
             print(text)
     print(f"Read it back: etl.make_dataset({result.output!r}, split={first!r})")
     return 0
