@@ -115,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
             stale = (None if args.lock_stale_after is None
                      else parse_duration(args.lock_stale_after, "--lock-stale-after"))
             job = DEMO_JOB if args.command == "demo" else args.job
+            if args.command == "demo" and not os.path.exists(DEMO_JOB):
+                from etl.errors import ConfigError  # noqa: PLC0415
+
+                raise ConfigError(f"the demo's job and sample data ({DEMO_JOB}) come with the "
+                                  "source checkout, not with an installed copy; pass a job "
+                                  "file: run JOB.yaml")
             return run_and_report(job, args.output, beam_args,
                                   sample=True if args.command == "demo" else args.sample,
                                   break_lock=args.break_lock, lock_stale_after=stale,
