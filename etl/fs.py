@@ -87,7 +87,23 @@ def _fs() -> Any:
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
 
     _skip_credentials_for_emulator()
+    if getattr(FileSystems, "_pipeline_options", None) is None:
+        use_options(None)
     return FileSystems
+
+
+def use_options(options: Any) -> None:
+    """Beam pipeline options for this process's file access before (or without) a pipeline.
+
+    Beam's S3 and Azure file systems refuse to work without pipeline options (a pipeline sets
+    them when it is built); with none given, empty ones let their clients take endpoint and
+    credentials from the environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...). A launcher
+    that reads or lists inputs before building its pipeline passes the user's options here
+    (--s3_endpoint_url and the like)."""
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
+    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
+
+    FileSystems.set_options(options if options is not None else PipelineOptions([]))
 
 
 def _skip_credentials_for_emulator() -> None:
