@@ -1,5 +1,12 @@
 """The one seam for file access: local paths use the OS (atomic renames, fsync), anything
-with a scheme (gs://, ...) goes through Beam's FileSystems, imported only when needed.
+with a scheme (gs://, s3://, ...) goes through Beam's FileSystems, imported only when needed.
+No other module tests for "://", opens a data file or imports FileSystems: job files, schema
+files, vocabularies, source globs, shards, manifests and markers all come through here, so a
+path that works on disk works in a bucket. Path arithmetic (join, dirname, resolve) is plain
+string work for remote paths and never imports Beam.
+
+With STORAGE_EMULATOR_HOST set (a GCS emulator) Beam's ~25 s credential lookup is skipped in
+every process that touches gs:// (see _skip_credentials_for_emulator).
 
 A failed local write, rename or delete raises StorageError naming the path and what to do
 (disk full, permission, read-only, I/O), never a bare OSError without a path: the

@@ -1,6 +1,6 @@
 """What every raw-source reader is (`Source`), how it splits a file (`Split`), what it yields (`Block`).
 
-Readers are Beam-free: they take a path (any Beam FileSystems path, local or gs://) and
+Readers are Beam-free: they take a path (local, gs:// or any scheme etl.fs reads) and
 yield `Block`s of a few thousand to ~64k records as NumPy/Arrow columns. Rows a reader
 cannot even parse (a malformed CSV line, invalid JSON) come back as `BadRecord`s in the
 block, with the file and line; every other row still goes through.
