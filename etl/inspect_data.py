@@ -143,10 +143,8 @@ def _glob(pattern: str) -> list[str]:
 def _dataset_root(path: str) -> str:
     """The folder holding a dataset's shards: on object stores an output may publish
     versions below itself, named by its `_SUCCESS` (etl.manifest.dataset_dir)."""
-    try:
-        from etl.manifest import dataset_dir  # noqa: PLC0415
-    except ImportError:
-        return path
+    from etl.manifest import dataset_dir  # noqa: PLC0415 - only for a dataset directory
+
     return dataset_dir(path)
 
 

@@ -361,8 +361,6 @@ def _relative(p: str) -> bool:
 def _dataset_root(path: str) -> str:
     """The folder holding a dataset's shards: on object stores an output may publish
     versions below itself, named by its `_SUCCESS` (etl.manifest.dataset_dir)."""
-    try:
-        from etl.manifest import dataset_dir  # noqa: PLC0415
-    except ImportError:
-        return path
+    from etl.manifest import dataset_dir  # noqa: PLC0415 - only for a dataset directory
+
     return dataset_dir(path)

@@ -34,6 +34,7 @@ from etl import fs
 from etl.config import load_job
 from etl.errors import ConfigError, SchemaError
 from etl.idx import write_idx
+from etl.manifest import dataset_dir
 from etl.schema import load_schema
 from etl.sources import make_reader
 from etl.sources.base import Block
@@ -299,10 +300,6 @@ def make_job_folder(folder: Path) -> Path:
 
 def published_dir(out: str) -> str:
     """The folder whose manifest.json describes `out` now (object stores publish versions)."""
-    try:
-        from etl.manifest import dataset_dir
-    except ImportError:
-        return out
     return dataset_dir(out)
 
 
