@@ -141,26 +141,11 @@ def _load_json(path: str) -> Any:
 
 
 def _check_remote(output: str, inputs: Iterable[str]) -> None:
-    """Object stores: the same rules on prefixes (no lock or work dir yet: issue 11)."""
-    base = output.rstrip("/") + "/"
-    for path in inputs:
-        if path.startswith(base):
-            raise ConfigError(f"refusing output {output}: it holds the input {path}; choose a "
-                              "prefix of its own")
-    found = [p[len(base):] for p, _ in fs.list_dir(output)]
-    if not found:
-        return
-    try:
-        manifest = json.loads(fs.read_bytes(base + MANIFEST))
-    except (OSError, ValueError):
-        manifest = None
-    if not _ours(manifest, SUCCESS in found):
-        raise ConfigError(f"refusing output {output}: it is not empty ({found[0]}...) and holds "
-                          f"no {MANIFEST} written by {PRODUCER}; choose a new prefix")
-    extra = [f for f in found if not is_listed(manifest, f)]
-    if extra:
-        raise ConfigError(f"refusing output {output}: it holds {extra[0]}, which its "
-                          f"{MANIFEST} does not list; choose a new prefix")
+    """Object stores: their own rules (run markers instead of a work dir: etl.remote_output)."""
+    from etl.object_store import Store  # noqa: PLC0415 - google-cloud-storage, remote only
+    from etl.remote_output import check_output as check_remote_output  # noqa: PLC0415
+
+    check_remote_output(Store(), output, list(inputs))
 
 
 # -------------------------------------------------------------------------------- preflight

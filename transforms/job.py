@@ -34,14 +34,13 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.utils.shared import Shared
 
-from etl import fs, output_guard, remote_output
+from etl import fs, output_guard
 from etl.accounting import check_threshold
 from etl.config import JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
 from etl.errors import BadInputError, ConfigError, EtlError
 from etl.finalize import first_rejected
 from etl.manifest import MANIFEST, REJECTED_FILE
-from etl.object_store import Store
 from etl.publish import publish
 from etl.read_plan import ReadPlan, needs_scan, plan_units
 from etl.remote_output import RemoteRun
@@ -117,11 +116,13 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
     descriptor 2 goes to the run's log file, because Beam's workers print each failing
     bundle's traceback straight to stderr (threads and worker processes alike)."""
     started = time.time()
+    args = default_beam_args(beam_args or [])
+    given = PipelineOptions(args)
+    fs.use_options(given)  # the launcher's own reads use the user's file-system options
     schema = load_schema(job.schema_path)
     read_plan = plan_reads(job)
     inputs = read_plan.inputs
-    args = default_beam_args(beam_args or [])
-    runner = PipelineOptions(args).view_as(StandardOptions).runner
+    runner = given.view_as(StandardOptions).runner
     check_worker_access(job, inputs, runner)  # before building anything for workers
     options = pipeline_options(args)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
@@ -228,10 +229,7 @@ def preflight(job: JobConfig, inputs: list[dict[str, Any]], temp_root: str | Non
     output, an unwritable output location, too little free space (the inputs' total size on
     the output's file system, or on a local temp location)."""
     output_guard.check_inputs_readable([i["path"] for i in inputs])
-    if fs.is_remote(job.output):
-        remote_output.check_output(Store(), job.output, _protected(job, inputs))
-    else:
-        output_guard.check_output(job.output, _protected(job, inputs))
+    output_guard.check_output(job.output, _protected(job, inputs))
     needed = sum(i["num_bytes"] for i in inputs)
     if not fs.is_remote(job.output):
         output_guard.check_writable(job.output)
