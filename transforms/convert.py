@@ -68,6 +68,7 @@ class ConvertSpec:
     read_plan: str = ""
     split_bytes: int = 0  # read tasks of about this size (0: whole files)
     spread_files: bool = False  # cut files on several workers (many files need a scan)
+    spread_reads: bool = True  # read tasks on several workers (False: one small file)
 
     @property
     def shuffled(self) -> bool:
@@ -346,13 +347,11 @@ class ConvertToShards(beam.PTransform):
                                                     spec.read_plan))
         if spec.spread_files:  # several files to scan for cut points: on several workers
             units = units | "DistributeFiles" >> beam.Reshuffle()
-        blocks = (
-            units
-            | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec))
-            | "DistributeReads" >> beam.Reshuffle()
-            | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held)).with_outputs(
-                REPORTS, main="runs")
-        )
+        tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec))
+        if spec.spread_reads:
+            tasks = tasks | "DistributeReads" >> beam.Reshuffle()
+        blocks = tasks | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held)).with_outputs(
+            REPORTS, main="runs")
         reports = blocks[REPORTS]
         blocks = blocks.runs
         # a single-key CombinePerKey: fewer pipeline nodes than CombineGlobally (whose

@@ -162,6 +162,9 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             spill_in_memory=job.spill_in_memory if held else 0, via=via,
             read_plan=fs.join(tmp, "read_plan.json"), split_bytes=job.split_bytes,
             spread_files=needs_scan(read_plan.units, job.split_bytes) > 1,
+            # one file read whole: read it where it was listed (a stage less on a local run)
+            spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units,
+                                                                 job.split_bytes) > 0,
         )
         read_plan.save(spec.read_plan)
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
