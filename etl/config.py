@@ -13,7 +13,8 @@ compression: none                     # none | gzip | zlib
 max_bad_fraction: 0.0                 # rejected records allowed before the run fails
 max_record_bytes: 64MiB               # a bigger record is rejected as oversized_record
 split_bytes: 256MiB                   # large CSV/JSONL/text/Parquet/IDX/npy files: one read task per
-                                      # this many bytes (0: one task per file)
+                                      # this many bytes (0: one task per file); default: 256MiB,
+                                      # but whole files on a local runner with <= 2 workers
 spill_in_memory: 192MiB               # local runner: spills held in process memory up to this
 ```
 Relative paths (schema, source paths, output) are relative to the job file's directory.
@@ -68,7 +69,7 @@ class JobConfig:
     max_bad_fraction: float = 0.0
     temp_location: str | None = None
     spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY
-    split_bytes: int = DEFAULT_SPLIT_BYTES
+    split_bytes: int | None = None  # None: chosen for the runner (transforms.job.read_split_bytes)
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -248,8 +249,8 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
                                    f"{path}: spill_in_memory", allow_zero=True),
         max_record_bytes=parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
                                     f"{path}: max_record_bytes"),
-        split_bytes=parse_size(doc.get("split_bytes", DEFAULT_SPLIT_BYTES), f"{path}: split_bytes",
-                               allow_zero=True),
+        split_bytes=(None if doc.get("split_bytes") is None
+                     else parse_size(doc["split_bytes"], f"{path}: split_bytes", allow_zero=True)),
         shuffle_via=via, raw=dict(doc),
     )
 

@@ -14,12 +14,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from etl.config import job_from_dict
+from etl.config import DEFAULT_SPLIT_BYTES, job_from_dict
 from etl.idx import write_idx
 from etl.read_plan import all_tasks, needs_scan
 from tests.test_pipeline import RUNNER, convert, manifest, shard_hashes
-from transforms.job import plan_reads
+from transforms.job import plan_reads, read_split_bytes
 
 IDS = {"name": "ids", "kind": "example",
        "features": {"id": {"dtype": "int64", "shape": []},
@@ -148,3 +149,21 @@ def test_several_large_files_are_cut_on_several_workers(tmp_path: Path) -> None:
               for out in (split, whole)]
     assert counts[0] == counts[1] == [{"read": ROWS, "written": ROWS, "rejected": 0}] * 2
     assert sum(i["read"] for i in manifest(split)["inputs"]) == 2 * ROWS
+
+
+@pytest.mark.parametrize(("given", "args", "expected"), [
+    (None, ["--runner=FnApiRunner", "--direct_num_workers=2"], 0),
+    (None, ["--runner=FnApiRunner"], 0),  # one worker
+    (None, ["--runner=FnApiRunner", "--direct_num_workers=8"], DEFAULT_SPLIT_BYTES),
+    (None, ["--runner=DataflowRunner"], DEFAULT_SPLIT_BYTES),
+    ("4KiB", ["--runner=FnApiRunner", "--direct_num_workers=2"], 4096),
+    (0, ["--runner=DataflowRunner"], 0),
+])
+def test_split_bytes_default_follows_the_runner(given, args, expected) -> None:
+    """Unset: whole files on a local runner with <= 2 workers (one reader keeps two cores
+    busy), 256MiB elsewhere; a job's own value always wins."""
+    doc = {"schema": "s.yaml", "output": "o", "sources": {"t": {"format": "csv", "paths": ["x"]}}}
+    if given is not None:
+        doc["split_bytes"] = given
+    job = job_from_dict(doc, path="job.yaml", base_dir=".")
+    assert read_split_bytes(job, PipelineOptions(args)) == expected

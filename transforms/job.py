@@ -36,7 +36,7 @@ from apache_beam.utils.shared import Shared
 
 from etl import fs, output_guard
 from etl.accounting import check_threshold
-from etl.config import JobConfig
+from etl.config import DEFAULT_SPLIT_BYTES, JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
 from etl.errors import BadInputError, ConfigError, EtlError
 from etl.finalize import first_rejected
@@ -153,6 +153,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
                      f"beam args {args}; shuffle via {via}; {len(inputs)} input file(s), "
                      f"{sum(i['num_bytes'] for i in inputs)} bytes")
         held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
+        split_bytes = read_split_bytes(job, options)
         spec = ConvertSpec(
             schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
             fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
@@ -160,11 +161,10 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
             max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
             spill_in_memory=job.spill_in_memory if held else 0, via=via,
-            read_plan=fs.join(tmp, "read_plan.json"), split_bytes=job.split_bytes,
-            spread_files=needs_scan(read_plan.units, job.split_bytes) > 1,
+            read_plan=fs.join(tmp, "read_plan.json"), split_bytes=split_bytes,
+            spread_files=needs_scan(read_plan.units, split_bytes) > 1,
             # one file read whole: read it where it was listed (a stage less on a local run)
-            spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units,
-                                                                 job.split_bytes) > 0,
+            spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units, split_bytes) > 0,
         )
         read_plan.save(spec.read_plan)
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
@@ -199,6 +199,20 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             raise user_error(failure, log_file) from failure
         run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
         return result
+
+
+def read_split_bytes(job: JobConfig, options: PipelineOptions) -> int:
+    """The job's `split_bytes`, or when it sets none: whole files on a local runner with at most
+    two workers, DEFAULT_SPLIT_BYTES elsewhere. One reader of a whole file already keeps two
+    cores busy (a prefetch thread reads, the encoder runs beside it), so on two cores split
+    reads only add readers' buffers (benchmarks/README.md: "Split reads on two cores")."""
+    if job.split_bytes is not None:
+        return job.split_bytes
+    if is_local(options.view_as(StandardOptions).runner):
+        workers = options.view_as(DirectOptions).direct_num_workers or 1
+        if workers <= 2:
+            return 0
+    return DEFAULT_SPLIT_BYTES
 
 
 def launch_only(options: PipelineOptions) -> str:
