@@ -139,21 +139,12 @@ def _resolve(base_dir: str, p: str) -> str:
 def load_job(path: str, output: str | None = None) -> JobConfig:
     """Read a job file, local or remote (`run gs://bucket/jobs/job.yaml`); its relative
     paths are taken against its own folder, so a job and its data can move together."""
-    try:
-        text = fs.read_text(path)
-    except FileNotFoundError as e:
-        raise ConfigError(f"cannot read job file {path!r}: no such file") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read job file {path!r}: {_first_line(e)}") from e
+    text = fs.read_text_as(path, "job file", ConfigError)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     return job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output)
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",

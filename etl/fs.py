@@ -171,6 +171,22 @@ def read_text(path: str) -> str:
         return fh.read()
 
 
+def read_text_as(path: str, what: str, error: type[Exception]) -> str:
+    """A small text file the user named (job, schema, vocabulary): a missing or unreadable
+    one raises `error` with one line naming it, e.g. "cannot read schema file 'x': no such file"."""
+    try:
+        return read_text(path)
+    except FileNotFoundError as e:
+        raise error(f"cannot read {what} {path!r}: no such file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"cannot read {what} {path!r}: {first_line(e)}") from e
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's first line (library errors can run to many)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def open_local_log(path: str) -> TextIO:
     """A local text file opened for appending, its folder created (a run's log: always on
     the launcher's disk, whatever the output is, so it can be written while the run fails)."""

@@ -117,6 +117,21 @@ def why_dead(info: RunInfo, stale_after: float, now: float | None = None) -> str
     return None
 
 
+def takeover_reason(holder: RunInfo | None, break_lock: bool, stale_after: float, output: str,
+                    path: str) -> str:
+    """Why a lock held by `holder` may be taken over; LockedError naming the holder when it
+    may not (its run looks alive and --break-lock was not given)."""
+    reason = ("--break-lock was given" if break_lock else
+              "the lock file is unreadable" if holder is None else
+              why_dead(holder, stale_after))
+    if reason is None:
+        assert holder is not None
+        raise LockedError(
+            f"output {output} is locked by {holder.describe()}; wait for it to finish, or if "
+            f"that run is no longer running rerun with --break-lock (lock file: {path})")
+    return reason
+
+
 class RunLock:
     """`with RunLock(workdir, info): ...` holds the output's lock for the block."""
 
@@ -152,15 +167,8 @@ class RunLock:
             if raw is None:
                 continue  # released (or recovered by another run) meanwhile: try again
             holder = RunInfo.from_json(_loads(raw))
-            reason = ("--break-lock was given" if self.break_lock else
-                      "the lock file is unreadable" if holder is None else
-                      why_dead(holder, self.stale_after))
-            if reason is None:
-                assert holder is not None
-                raise LockedError(
-                    f"output {self.output} is locked by {holder.describe()}; wait for it to "
-                    f"finish, or if that run is no longer running rerun with --break-lock "
-                    f"(lock file: {self.path})")
+            reason = takeover_reason(holder, self.break_lock, self.stale_after, self.output,
+                                     self.path)
             if self._take_aside(raw):
                 who = holder.describe() if holder else "an unreadable lock"
                 log.warning("recovered the stale lock of %s: %s", who, reason)
@@ -281,15 +289,8 @@ class ObjectLock:
             if holder is not None and holder.run_id == self.info.run_id:
                 self.generation = generation  # our own create landed; its reply was lost
                 return
-            reason = ("--break-lock was given" if self.break_lock else
-                      "the lock file is unreadable" if holder is None else
-                      why_dead(holder, self.stale_after))
-            if reason is None:
-                assert holder is not None
-                raise LockedError(
-                    f"output {self.output} is locked by {holder.describe()}; wait for it to "
-                    f"finish, or if that run is no longer running rerun with --break-lock "
-                    f"(lock file: {self.path})")
+            reason = takeover_reason(holder, self.break_lock, self.stale_after, self.output,
+                                     self.path)
             if self.store.delete(self.path, if_generation_match=generation):
                 who = holder.describe() if holder else "an unreadable lock"
                 log.warning("recovered the stale lock of %s: %s", who, reason)

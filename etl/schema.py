@@ -320,21 +320,12 @@ class Schema:
 def load_schema(path: str | os.PathLike[str]) -> Schema:
     """Read and validate a schema YAML file (local path or any remote path etl.fs reads)."""
     path = os.fspath(path)
-    try:
-        text = fs.read_text(path)
-    except FileNotFoundError as e:
-        raise SchemaError(f"cannot read schema file {path!r}: no such file") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise SchemaError(f"cannot read schema file {path!r}: {_first_line(e)}") from e
+    text = fs.read_text_as(path, "schema file", SchemaError)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise SchemaError(f"{path}: not valid YAML: {e}") from e
     return schema_from_dict(doc, path=path)
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def schema_from_dict(doc: Any, path: str | None = None) -> Schema:
@@ -513,7 +504,7 @@ def _vocabulary(spec: Mapping[str, Any], fail: Any, base_dir: str) -> tuple[str,
         except ValueError as e:  # a relative path leaving the bucket
             raise fail(str(e)) from e
         except OSError as e:
-            raise fail(f"cannot read vocabulary_file {full!r}: {_first_line(e)}") from e
+            raise fail(f"cannot read vocabulary_file {full!r}: {fs.first_line(e)}") from e
     if vocab is None:
         return ()
     if isinstance(vocab, Mapping):

@@ -173,8 +173,12 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
             if held_handle else None
         failure: BaseException | None = None
         try:
-            with run_log.stderr_captured(capture_stderr), beam.Pipeline(options=options) as p:
+            with run_log.stderr_captured(capture_stderr):
+                p = beam.Pipeline(options=options)
                 _ = p | "Convert" >> ConvertToShards(spec, held_handle)
+                submitted = p.run()
+                announce_job(submitted, options, run_log)
+                submitted.wait_until_finish()
             if lock is not None:
                 lock.verify()
             launched = launch_only(options)
@@ -213,6 +217,22 @@ def read_split_bytes(job: JobConfig, options: PipelineOptions) -> int:
         if workers <= 2:
             return 0
     return DEFAULT_SPLIT_BYTES
+
+
+def announce_job(result: Any, options: PipelineOptions, run_log: RunLog) -> None:
+    """A job running elsewhere (Dataflow): say which one, and where to watch it, before
+    waiting for it (Beam logs this only at INFO level, which the console does not show)."""
+    job_id = getattr(result, "job_id", None)
+    if not callable(job_id) or is_local(options.view_as(StandardOptions).runner):
+        return
+    ident = job_id()
+    if not ident:  # a dry run or template build: nothing submitted
+        return
+    cloud = options.view_as(GoogleCloudOptions)
+    line = (f"submitted job {ident}; watch it at https://console.cloud.google.com/dataflow/"
+            f"jobs/{cloud.region}/{ident}?project={cloud.project}")
+    run_log.note(line)
+    log.warning(line)
 
 
 def launch_only(options: PipelineOptions) -> str:
