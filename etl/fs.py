@@ -345,8 +345,9 @@ class _DirectFile:
         self.close()
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    with open_write(path) as fh:
+def write_bytes(path: str, data: bytes, durable: bool = True) -> None:
+    """`durable`: fsynced on close (local); temp files that a crash may lose skip it."""
+    with open_write(path, durable=durable) as fh:
         fh.write(data)
 
 

@@ -65,7 +65,7 @@ class ReadPlan:
         return cls([ReadUnit(**u) for u in doc["units"]], doc["inputs"])
 
     def save(self, path: str) -> None:
-        fs.write_bytes(path, self.to_json())
+        fs.write_bytes(path, self.to_json(), durable=False)  # lives as long as its run
 
     @classmethod
     def load(cls, path: str) -> ReadPlan:
