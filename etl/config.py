@@ -7,7 +7,8 @@ sources:                              # one entry per split ...
 source: {format: csv, paths: [data/*.csv]}   # ... or one source plus split fractions
 split: {train: 0.8, validation: 0.1, test: 0.1}
 output: out/mnist                     # local directory or gs://bucket/prefix
-shuffle: {seed: 42}                   # false keeps input order; via: engine | files
+shuffle: {seed: 42}                   # false keeps input order; via: engine | files;
+                                      # seed: "{span}" gives each day its own order
 shards: 16                            # per split; or shard_size: 128MB
 compression: none                     # none | gzip | zlib
 max_bad_fraction: 0.0                 # rejected records allowed before the run fails
@@ -18,6 +19,9 @@ split_bytes: 256MiB                   # large CSV/JSONL/text/Parquet/IDX/npy fil
 spill_in_memory: 192MiB               # local runner: spills held in process memory up to this
 ```
 Relative paths (schema, source paths, output) are relative to the job file's directory.
+Source paths, `output` and a text `shuffle.seed` may hold date placeholders (`{date}`, `{YYYY}`,
+`{MM}`, `{DD}`, `{span}`; etl.spans), filled from the run's span: `paths: [raw/{date}/*.csv]`,
+`output: out/daily/{date}`. `JobConfig.raw` keeps the document as written (unfilled).
 A value of the wrong type (`seed: abc`, `shards: two`, a negative size) is a ConfigError
 naming the file and the key. `spill: memory` was removed (unbounded memory); `spill: disk`,
 the only behaviour, is still accepted.
@@ -36,6 +40,7 @@ import yaml
 from etl import fs
 from etl.errors import ConfigError
 from etl.sources.base import DEFAULT_MAX_RECORD_BYTES
+from etl.spans import PLACEHOLDERS, Span, default_span, fill, fill_all, placeholders, strings_in
 from etl.tfrecord import COMPRESSIONS
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
@@ -72,7 +77,8 @@ class JobConfig:
     split_bytes: int | None = None  # None: chosen for the runner (transforms.job.read_split_bytes)
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
-    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
+    span: str | None = None  # the date its placeholders were filled with; None: it has none
 
     @property
     def shuffled(self) -> bool:
@@ -136,19 +142,61 @@ def _resolve(base_dir: str, p: str) -> str:
         raise ConfigError(str(e)) from e
 
 
-def load_job(path: str, output: str | None = None) -> JobConfig:
+def load_job(path: str, output: str | None = None, span: Span | None = None) -> JobConfig:
     """Read a job file, local or remote (`run gs://bucket/jobs/job.yaml`); its relative
-    paths are taken against its own folder, so a job and its data can move together."""
+    paths are taken against its own folder, so a job and its data can move together.
+    Placeholders are filled with `span` (default: yesterday in UTC); a span given to a job
+    without placeholders is a ConfigError (it would convert the same data for every date)."""
     text = fs.read_text_as(path, "job file", ConfigError)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
-    return job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output)
+        hint = ""
+        if placeholders(text) and "flow" in str(e):
+            hint = ("; a path with a placeholder inside [...] or {...} must be quoted, e.g. "
+                    "paths: [\"raw/{date}/*.csv\"]")
+        raise ConfigError(f"{path}: not valid YAML: {e}{hint}") from e
+    return job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output,
+                         span=span)
+
+
+def templated(doc: Mapping[str, Any], output: str | None = None) -> list[str]:
+    """Where a job document holds placeholders: `sources.NAME.paths`, `output` (or the
+    `--output` given instead), `shuffle.seed`. Empty: the job is the same for every date."""
+    found = []
+    entries = doc.get("sources") if isinstance(doc.get("sources"), Mapping) else {}
+    if "source" in doc:
+        entries = {"*": doc["source"]}
+    for name, cfg in entries.items():
+        if isinstance(cfg, Mapping) and any(placeholders(s) for s in strings_in(cfg.get("paths"))):
+            found.append("source.paths" if name == "*" else f"sources.{name}.paths")
+    out = output if output is not None else doc.get("output")
+    if isinstance(out, str) and placeholders(out):
+        found.append("--output" if output is not None else "output")
+    shuffle = doc.get("shuffle")
+    if (isinstance(shuffle, Mapping) and isinstance(shuffle.get("seed"), str)
+            and placeholders(shuffle["seed"])):
+        found.append("shuffle.seed")
+    return found
+
+
+def _span_for(doc: Mapping[str, Any], path: str, output: str | None,
+              span: Span | None) -> Span | None:
+    """The span a job is filled with: the one given, yesterday (UTC) for a templated job run
+    without one, None for a job without placeholders (which refuses a given span)."""
+    if templated(doc, output):
+        return span or default_span()
+    if span is not None:
+        raise ConfigError(f"{path}: the job has no date placeholders, so --date/--from would run "
+                          "the same inputs to the same output for every date; put "
+                          + ", ".join(f"{{{k}}}" for k in PLACEHOLDERS)
+                          + " in its source paths and output (e.g. output: out/{date}), "
+                          "or run it without --date/--from/--to")
+    return None
 
 
 def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
-                  output: str | None = None) -> JobConfig:
+                  output: str | None = None, span: Span | None = None) -> JobConfig:
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{path}: a job file must be a mapping")
     unknown = set(doc) - _KEYS
@@ -156,6 +204,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
     if "schema" not in doc:
         raise ConfigError(f"{path}: missing 'schema' (path of the schema YAML)")
+    span = _span_for(doc, path, output, span)
     fractions: dict[str, float] = {}
     if ("sources" in doc) == ("source" in doc):
         raise ConfigError(f"{path}: give either 'sources' (one per split) or 'source' + 'split'")
@@ -175,6 +224,9 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         if any(v <= 0 for v in fractions.values()) or abs(sum(fractions.values()) - 1) > 1e-6:
             raise ConfigError(f"{path}: split fractions must be positive and sum to 1, "
                               f"got {fractions}")
+    if span is not None:
+        sources = {k: _fill_paths(v, span, f"{path}: {'source' if k == '*' else 'sources.' + k}")
+                   for k, v in sources.items()}
     for name in list(sources) + list(fractions):
         if name != "*" and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
             raise ConfigError(f"{path}: split name {name!r} must be letters, digits, _ or .")
@@ -185,6 +237,8 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         out = output
     if not out:
         raise ConfigError(f"{path}: missing 'output' (or pass --output)")
+    if span is not None:
+        out = fill(out, span, f"{path}: {'--output' if output else 'output'}")
     shuffle = doc.get("shuffle", {"seed": 0})
     via = None
     if shuffle is False:
@@ -194,6 +248,8 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     elif isinstance(shuffle, Mapping) and set(shuffle) <= {"seed", "via"}:
         # `seed: null` (with `via`): input order through the chosen strategy
         seed = shuffle.get("seed", 0)
+        if isinstance(seed, str) and span is not None and placeholders(seed):
+            seed = _filled_seed(seed, span, path)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError(f"{path}: shuffle.seed must be an integer, got {seed!r}")
         via = shuffle.get("via")
@@ -242,8 +298,24 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
                                     f"{path}: max_record_bytes"),
         split_bytes=(None if doc.get("split_bytes") is None
                      else parse_size(doc["split_bytes"], f"{path}: split_bytes", allow_zero=True)),
-        shuffle_via=via, raw=dict(doc),
+        shuffle_via=via, raw=dict(doc), span=span.name if span is not None else None,
     )
+
+
+def _fill_paths(cfg: dict[str, Any], span: Span, where: str) -> dict[str, Any]:
+    if "paths" not in cfg:
+        return cfg
+    return {**cfg, "paths": fill_all(cfg["paths"], span, f"{where}.paths")}
+
+
+def _filled_seed(seed: str, span: Span, path: str) -> int:
+    """`seed: "{span}"` (or "{YYYY}{MM}{DD}"): each day shuffled its own way, reproducibly."""
+    text = fill(seed, span, f"{path}: shuffle.seed")
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{path}: shuffle.seed {seed!r} is {text!r} for {span}, not an "
+                          "integer; use {span} or digits, e.g. \"{YYYY}{MM}{DD}\"") from None
 
 
 def _source(value: Any, where: str) -> dict[str, Any]:
