@@ -8,6 +8,11 @@ Output contract:
 Every file but the manifest itself and the empty `_SUCCESS` marker is listed in the manifest
 with its size and sha256 (shards under `splits`, the others under `files`), so `verify` can
 prove the directory is whole and exactly ours.
+
+What the run was made from (etl.idempotence compares it before a rerun): `schema_sha256`,
+`input_files` (every file read: path, num_bytes, fingerprint and fingerprint_kind, e.g.
+crc32c), and, added by the launcher before publishing (record_run): `job_sha256` (the job
+document plus its span), `inputs_sha256`, `span`, `run_key` and `run_id`.
 """
 
 from __future__ import annotations
@@ -68,6 +73,16 @@ def build_manifest(
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     manifest.update(extra or {})
+    return manifest
+
+
+def record_run(staging: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """Add the run's identity (`fields`) to the manifest in `staging`, before it is published
+    (the manifest is not listed in itself, so nothing else changes); returns it."""
+    path = fs.join(staging, MANIFEST)
+    manifest = json.loads(fs.read_bytes(path))
+    manifest.update(fields)
+    fs.write_bytes(path, json.dumps(manifest, indent=1).encode())
     return manifest
 
 

@@ -8,20 +8,23 @@ runs are cleared, and the pipeline writes into this run's own directory in the w
 written and the result is published, `_SUCCESS` last (etl.publish). A failed run leaves the
 previous output untouched. Every failure leaves as one EtlError with a clean message naming
 the run's log file, which holds the full traceback.
+
+Before any of that, a rerun whose output is published and current (the same job, span,
+schema and input bytes: etl.idempotence) is skipped: no lock, no pipeline. Every run, skipped
+or failed too, adds one entry to the run history beside the outputs (etl.history).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import logging
 import os
 import tempfile
 import time
-import uuid
-from contextlib import ExitStack
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
@@ -34,17 +37,18 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.utils.shared import Shared
 
-from etl import fs, output_guard
+from etl import fs, history, idempotence, output_guard
 from etl.accounting import check_threshold
 from etl.config import DEFAULT_SPLIT_BYTES, JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
-from etl.errors import BadInputError, ConfigError, EtlError
+from etl.errors import BadInputError, ConfigError, EtlError, LockedError
 from etl.finalize import first_rejected
-from etl.manifest import MANIFEST, REJECTED_FILE
+from etl.fingerprint import with_fingerprints
+from etl.manifest import MANIFEST, REJECTED_FILE, record_run
 from etl.publish import publish
 from etl.read_plan import ReadPlan, needs_scan, plan_units
-from etl.remote_output import RemoteRun
-from etl.run_lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
+from etl.remote_output import RemoteRun, work_prefix
+from etl.run_lock import DEFAULT_STALE_AFTER, LOCK, RunInfo, RunLock
 from etl.run_log import RunLog
 from etl.schema import load_schema
 from etl.shuffle import files, is_local, strategy_for
@@ -63,6 +67,23 @@ class JobResult:
     seconds: float
     manifest: dict[str, Any]
     launched: str = ""  # a dry run or template build: what was done instead of a conversion
+    skipped: str = ""  # why nothing ran (output published and current); "" when it ran
+    run_key: str = ""  # names what the run was made from (etl.idempotence)
+    run_id: str = ""  # this attempt
+
+
+@dataclass
+class Attempt:
+    """What one run_job call has learnt so far, for its history entry (also when it fails)."""
+
+    started: float
+    span: str
+    run_key: str = ""
+    run_id: str = ""
+    runner: str = ""
+    dataflow_job_id: str = ""
+    accepted: bool = False  # the output passed preflight: a failure may be recorded beside it
+    counts: dict[str, int] | None = field(default=None)
 
 
 def default_beam_args(beam_args: list[str]) -> list[str]:
@@ -107,45 +128,117 @@ def plan_reads(job: JobConfig) -> ReadPlan:
     return plan_units(job.sources, job.base_dir, job.path)
 
 
-def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: bool = False,
-            lock_stale_after: float = DEFAULT_STALE_AFTER,
+def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool = False,
+            break_lock: bool = False, lock_stale_after: float = DEFAULT_STALE_AFTER,
             capture_stderr: bool = False) -> JobResult:
     """Convert `job`; raises only EtlError (exit code in `.exit_code`) for failures.
 
+    An output published and current is left as it is (JobResult.skipped says why, and its
+    splits and manifest are the published ones); `force` rebuilds it anyway.
     `capture_stderr` (the command line without --debug): while the pipeline runs, file
     descriptor 2 goes to the run's log file, because Beam's workers print each failing
     bundle's traceback straight to stderr (threads and worker processes alike)."""
-    started = time.time()
-    args = default_beam_args(beam_args or [])
+    attempt = Attempt(time.time(), idempotence.span_label(job))
+    try:
+        result = _run(job, beam_args or [], attempt, force=force, break_lock=break_lock,
+                      lock_stale_after=lock_stale_after, capture_stderr=capture_stderr)
+    except BaseException as e:
+        record_history(job, attempt, failure=e)
+        raise
+    record_history(job, attempt, result=result)
+    return result
+
+
+def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = None,
+                   failure: BaseException | None = None) -> None:
+    """One history entry for this run (etl.history). A failure is recorded when the output
+    passed preflight or a history is there already: a misconfigured or refused first run
+    creates nothing beside a folder the project does not own. Never fails the run."""
+    root = history.history_root(job.output)
+    status, reason, code, error, counts = "ok", "", 0, "", attempt.counts
+    if result is not None and result.skipped:
+        status, reason, counts = "skipped", result.skipped, {"read": 0, "written": 0, "rejected": 0}
+    elif result is not None and result.launched:
+        status, reason = "launched", result.launched
+    elif failure is not None:
+        status = "failed"
+        if isinstance(failure, EtlError):
+            code = failure.exit_code
+        elif isinstance(failure, KeyboardInterrupt):
+            code = 130
+        elif isinstance(failure, SystemExit):
+            code = failure.code if isinstance(failure.code, int) else 1
+        else:
+            code = 1
+        error = fs.first_line(failure) if str(failure) else type(failure).__name__
+    try:
+        if failure is not None and not attempt.accepted and not history.exists(root):
+            return
+        history.append(root, history.entry(
+            run_id=attempt.run_id or None, run_key=attempt.run_key or None,
+            span=attempt.span or None, start=history.iso(attempt.started),
+            end=history.iso(time.time()), status=status, skipped_reason=reason or None,
+            exit_code=code, error=error or None, counts=counts, output=job.output,
+            runner=attempt.runner or None, dataflow_job_id=attempt.dataflow_job_id or None))
+    except Exception as e:  # noqa: BLE001 - the run's own outcome matters more
+        log.warning("could not add the run to the history in %s: %s", root, e)
+
+
+def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
+         break_lock: bool, lock_stale_after: float, capture_stderr: bool) -> JobResult:
+    """run_job's work; `attempt` collects what the history entry needs as it goes."""
+    started = attempt.started
+    args = default_beam_args(beam_args)
     given = PipelineOptions(args)
     fs.use_options(given)  # the launcher's own reads use the user's file-system options
+    runner = given.view_as(StandardOptions).runner
+    attempt.runner = str(getattr(runner, "__name__", runner) or "")
     schema = load_schema(job.schema_path)
     read_plan = plan_reads(job)
+    check_worker_access(job, read_plan.inputs, runner)  # before building anything for workers
+    output_guard.check_inputs_readable([i["path"] for i in read_plan.inputs])
+    # every input's content fingerprint: the skip check, the run key and the manifest
+    try:
+        read_plan = ReadPlan(read_plan.units, with_fingerprints(read_plan.inputs))
+    except FileNotFoundError as e:  # gone since it was listed
+        raise ConfigError(f"input {e.filename} does not exist") from e
+    except OSError as e:
+        raise user_error(e) from e
     inputs = read_plan.inputs
-    runner = given.view_as(StandardOptions).runner
-    check_worker_access(job, inputs, runner)  # before building anything for workers
+    ident = idempotence.identity(job, schema.sha256(), inputs)
+    attempt.run_key = ident.run_key
+    run_id = attempt.run_id = idempotence.new_run_id(ident.run_key)
+    if not force:
+        published = idempotence.published_manifest(job.output)
+        if idempotence.stale_reason(published, ident, inputs) is None:
+            assert published is not None
+            return JobResult(job.output, _split_counts(published), published["rejected"],
+                             time.time() - started, published, skipped=idempotence.SKIPPED,
+                             run_key=ident.run_key, run_id=run_id)
     options = pipeline_options(args)
-    run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
     local = not fs.is_remote(job.output)
     preflight(job, inputs, temp_root)
+    attempt.accepted = True
     via = strategy_for(job.shuffle_via, runner).NAME
     info = RunInfo.current(run_id)
     with ExitStack() as stack:
         remote: RemoteRun | None = None
         if local:
             workdir = output_guard.work_dir(job.output)
-            lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
-                                               output=job.output))
+            with same_run_named(job.output, ident.run_key):
+                lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
+                                                   output=job.output))
             output_guard.recover_leftovers(workdir, job.output, lock_stale_after)
             output_guard.check_output(job.output, _protected(job, inputs))  # again, locked
             tmp = output_guard.create_run_dir(workdir, info)
             log_file = output_guard.log_path(workdir, run_id)
         else:
             # object stores: lock, marker, leftovers and a versioned publish (etl.remote_output)
-            lock = remote = stack.enter_context(RemoteRun(
-                job.output, info, temp_root, lock_stale_after, break_lock,
-                inputs=_protected(job, inputs)))
+            with same_run_named(job.output, ident.run_key):
+                lock = remote = stack.enter_context(RemoteRun(
+                    job.output, info, temp_root, lock_stale_after, break_lock,
+                    inputs=_protected(job, inputs)))
             tmp = remote.tmp
             log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{run_id}.log")
         run_log = stack.enter_context(RunLog(log_file))
@@ -177,7 +270,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
                 p = beam.Pipeline(options=options)
                 _ = p | "Convert" >> ConvertToShards(spec, held_handle)
                 submitted = p.run()
-                announce_job(submitted, options, run_log)
+                attempt.dataflow_job_id = announce_job(submitted, options, run_log) or ""
                 submitted.wait_until_finish()
             if lock is not None:
                 lock.verify()
@@ -187,7 +280,12 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, break_lock: b
                                    {}, launched)
             else:
                 rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
-                result = _check_and_publish(job, spec, run_id, started, rejected_at, remote)
+                fields = {**ident.manifest_fields(), "run_id": run_id}
+                result = _check_and_publish(job, spec, run_id, started, rejected_at, remote,
+                                            fields)
+                attempt.counts = {"read": sum(i["read"] for i in result.manifest["inputs"]),
+                                  "written": sum(v["num_records"] for v in result.splits.values()),
+                                  "rejected": int(result.rejected["num_records"])}
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
             failure = e
         finally:
@@ -219,20 +317,51 @@ def read_split_bytes(job: JobConfig, options: PipelineOptions) -> int:
     return DEFAULT_SPLIT_BYTES
 
 
-def announce_job(result: Any, options: PipelineOptions, run_log: RunLog) -> None:
+def announce_job(result: Any, options: PipelineOptions, run_log: RunLog) -> str | None:
     """A job running elsewhere (Dataflow): say which one, and where to watch it, before
-    waiting for it (Beam logs this only at INFO level, which the console does not show)."""
+    waiting for it (Beam logs this only at INFO level, which the console does not show).
+    Returns its id (for the run history), None for a local run."""
     job_id = getattr(result, "job_id", None)
     if not callable(job_id) or is_local(options.view_as(StandardOptions).runner):
-        return
+        return None
     ident = job_id()
     if not ident:  # a dry run or template build: nothing submitted
-        return
+        return None
     cloud = options.view_as(GoogleCloudOptions)
     line = (f"submitted job {ident}; watch it at https://console.cloud.google.com/dataflow/"
             f"jobs/{cloud.region}/{ident}?project={cloud.project}")
     run_log.note(line)
     log.warning(line)
+    return str(ident)
+
+
+@contextmanager
+def same_run_named(output: str, run_key: str) -> Iterator[None]:
+    """A LockedError while taking the output's lock says so when the holder is this very run
+    (same run key: same job, span and inputs) submitted again, e.g. by a retrying scheduler."""
+    try:
+        yield
+    except LockedError as e:
+        holder = _lock_holder(output)
+        if holder is None or not idempotence.same_run(holder.run_id, run_key):
+            raise
+        raise LockedError(f"{e}; it is the same run (run key {run_key}: same job, span and "
+                          "inputs) submitted again: let that one finish") from e
+
+
+def _lock_holder(output: str) -> RunInfo | None:
+    """Who holds the output's lock, if it can be read."""
+    try:
+        if fs.is_remote(output):
+            from etl.object_store import Store  # noqa: PLC0415
+
+            found = Store().read(work_prefix(output) + LOCK)
+            raw = found[0] if found else b""
+        else:
+            raw = fs.read_bytes(os.path.join(output_guard.work_dir(output), LOCK))
+        return RunInfo.from_json(json.loads(raw))
+    except (OSError, ValueError, EtlError):
+        return None
 
 
 def launch_only(options: PipelineOptions) -> str:
@@ -306,8 +435,14 @@ def user_error(exc: BaseException, log_file: str | None = None) -> EtlError:
         return EtlError(f"{err} (full log: {log_file})")
 
 
+def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: {"num_records": v["num_records"], "shards": len(v["shards"])}
+            for k, v in manifest["splits"].items()}
+
+
 def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: float,
-                       rejected_at: str, remote: RemoteRun | None = None) -> JobResult:
+                       rejected_at: str, remote: RemoteRun | None = None,
+                       fields: dict[str, Any] | None = None) -> JobResult:
     """The finalize step left the manifest in staging (the run's one result): check the bad-
     record threshold, then publish. A run that rejected more than allowed keeps its
     dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
@@ -323,12 +458,12 @@ def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: 
         raise
     for note in manifest["notes"]:
         log.warning(note)
+    if fields:  # what the run was made from: the next run compares it (etl.idempotence)
+        manifest = record_run(staging, fields)
     if remote is not None:  # object store: a new version, then the pointer
         remote.publish(staging)
     else:  # local: the old output goes aside inside this run's directory (its marker covers it)
         publish(staging, job.output, run_id,
                 aside=os.path.join(os.path.dirname(staging), output_guard.PREVIOUS))
-    return JobResult(job.output, {k: {"num_records": v["num_records"],
-                                       "shards": len(v["shards"])}
-                                   for k, v in manifest["splits"].items()},
-                     rejected, time.time() - started, manifest)
+    return JobResult(job.output, _split_counts(manifest), rejected, time.time() - started,
+                     manifest, run_key=str(manifest.get("run_key") or ""), run_id=run_id)
