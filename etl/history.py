@@ -1,7 +1,7 @@
 """Run history: one JSON entry per run (ok, skipped, failed), beside the outputs.
 
     {root}/_runs.jsonl               local: one line per run, appended
-    {root}/_runs/{start}-{run_id}.json   gs://: one object per run (objects cannot be appended)
+    {root}/_runs/{run_id}.json      gs://: one object per run (objects cannot be appended)
 
 `root` is the output's parent directory (history_root): for span outputs such as
 out/daily/2026-11-21 that is out/daily, so one history holds every span of a job.
@@ -94,8 +94,8 @@ def _runs_prefix(root: str) -> str:
 def _append_object(root: str, item: dict[str, Any], data: bytes) -> str:
     from etl.object_store import Conflict, Store  # noqa: PLC0415
 
-    start = str(item.get("start") or "").replace(":", "").replace("-", "")
-    name = f"{start}-{item.get('run_id') or 'unknown'}"
+    # run ids begin with their UTC start: names list in time order
+    name = str(item.get("run_id") or "") or str(item.get("start") or "unknown").replace(":", "")
     url = _runs_prefix(root) + name.replace("/", "_") + ".json"
     store = Store()
     for n in range(5):  # a name taken already (the same run id twice): another name, never over
