@@ -4,6 +4,9 @@
     python run_pipeline.py                         # demo: bundled digits -> out/demo
     python run_pipeline.py run JOB.yaml [--output PATH] [--sample] [--break-lock]
                                [--lock-stale-after 24h] [--debug] [Beam options...]
+                               [--date D | --from D1 --to D2 [--reverse] [--parallel N]]
+                               [--dry-run] [--only missing|failed|all] [--allow-missing] [--force]
+    python run_pipeline.py history OUT_ROOT        # the run history beside dated outputs
     python run_pipeline.py verify OUT
     python run_pipeline.py spec SCHEMA.yaml
     python run_pipeline.py inspect PATH... [--limit N] [--schema SCHEMA.yaml]
@@ -11,10 +14,19 @@
 Arguments after our own go to Beam's PipelineOptions untouched (--runner, --direct_num_workers,
 Dataflow options...). Without --runner the local FnApiRunner is used (no Prism download).
 
-Exit codes: 0 ok, 1 other failure, 2 bad configuration or arguments (also a refused output),
-3 bad input over the allowed fraction (or input whose rest cannot be read), 4 output locked
-by another run, 5 storage error (disk full, permission, read-only, I/O). Errors are one line;
---debug adds the full traceback, which a run's log file always holds.
+Dates: a job's source paths, output and shuffle.seed may hold {date} {YYYY} {MM} {DD} {span}
+(days since 1970-01-01, as TFX counts). --date D fills them (default: yesterday in UTC);
+--from D1 --to D2 runs every day of the range, oldest first, one line per span, going on after a
+failed span. A span whose output is published and current is skipped (exit 0); --force rebuilds.
+
+Exit codes (a range exits with its worst span's, mildest first: 0 < 4 < 5 < 3 < 2 < 1):
+  0  success, or skipped because the published output is current (also --dry-run)
+  1  other failure (the message says what and where)
+  2  bad job, schema or arguments (also a refused output, a span with no input files)
+  3  bad input: more rejected records than max_bad_fraction allows, or unreadable rest of a file
+  4  another run holds the span's output (its lock names the holder)
+  5  storage error: disk full, permission, read-only, I/O, too little free space
+Errors are one line; --debug adds the full traceback, which a run's log file always holds.
 """
 
 from __future__ import annotations
@@ -52,15 +64,41 @@ def _parser() -> argparse.ArgumentParser:
                         help="a lock or leftover run older than this is recovered even if its "
                              "holder cannot be checked (other host); default 24h")
     sub = p.add_subparsers(dest="command")
+    exit_codes = __doc__[__doc__.index("Exit codes"):]
     run = sub.add_parser("run", help="convert a job file (extra args go to Beam)",
-                         parents=[common, writes])
+                         parents=[common, writes], epilog=exit_codes,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("job")
     run.add_argument("--output", help="override the job file's output")
     run.add_argument("--sample", action="store_true",
                      help="also print one decoded record (imports TensorFlow: ~4 s, ~600 MB)")
+    dates = run.add_argument_group("dates and backfills")
+    dates.add_argument("--date", metavar="YYYY-MM-DD",
+                       help="the span to convert (default for a job with placeholders: "
+                            "yesterday in UTC)")
+    dates.add_argument("--from", dest="first", metavar="YYYY-MM-DD",
+                       help="first span of a range (with --to; both included)")
+    dates.add_argument("--to", dest="last", metavar="YYYY-MM-DD", help="last span of a range")
+    dates.add_argument("--reverse", action="store_true", help="run a range newest first")
+    dates.add_argument("--dry-run", action="store_true",
+                       help="print what each span would do (run, skip, fail) and why; run "
+                            "nothing")
+    dates.add_argument("--only", choices=["missing", "failed", "all"], default="all",
+                       help="missing: spans without _SUCCESS; failed: spans whose last run "
+                            "failed; all (default): every span, current ones still skipped")
+    dates.add_argument("--parallel", type=int, default=1, metavar="N",
+                       help="run up to N spans of a range at once, each in its own process")
+    dates.add_argument("--allow-missing", action="store_true",
+                       help="skip a span whose inputs match no file instead of failing (exit 2)")
+    dates.add_argument("--force", action="store_true",
+                       help="rebuild even a span whose published output is current")
     demo = sub.add_parser("demo", help="convert the bundled sample data (the default)",
                           parents=[common, writes])
     demo.add_argument("--output", default=os.path.join("out", "demo"))
+    history = sub.add_parser("history", help="print the run history (_runs.jsonl) as a table",
+                             parents=[common])
+    history.add_argument("root", metavar="OUT_ROOT",
+                         help="the folder holding the dated outputs (and _runs.jsonl)")
     verify = sub.add_parser("verify", help="check every shard against the manifest",
                             parents=[common])
     verify.add_argument("path")
@@ -100,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
             _imports_done()
             for block in inspect(args.paths, limit=args.limit, schema=args.schema):
                 print(block)
+        elif args.command == "history":
+            from etl import history  # noqa: PLC0415
+
+            _imports_done()
+            entries = history.read(args.root)
+            print(history.format_table(entries) if entries
+                  else f"no runs recorded in {args.root}")
         elif args.command == "verify":
             from etl.manifest import verify  # noqa: PLC0415
 
@@ -109,20 +154,21 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{k}={v}" for k, v in report["splits"].items()))
         else:
             from etl.config import parse_duration  # noqa: PLC0415
-            from transforms.summary import run_and_report  # noqa: PLC0415
 
-            _imports_done()
             stale = (None if args.lock_stale_after is None
                      else parse_duration(args.lock_stale_after, "--lock-stale-after"))
-            job = DEMO_JOB if args.command == "demo" else args.job
-            if args.command == "demo" and not os.path.exists(DEMO_JOB):
+            if args.command == "run":
+                return _run(args, beam_args, stale, debug)
+            if not os.path.exists(DEMO_JOB):
                 from etl.errors import ConfigError  # noqa: PLC0415
 
                 raise ConfigError(f"the demo's job and sample data ({DEMO_JOB}) come with the "
                                   "source checkout, not with an installed copy; pass a job "
                                   "file: run JOB.yaml")
-            return run_and_report(job, args.output, beam_args,
-                                  sample=True if args.command == "demo" else args.sample,
+            from transforms.summary import run_and_report  # noqa: PLC0415
+
+            _imports_done()
+            return run_and_report(DEMO_JOB, args.output, beam_args, sample=True,
                                   break_lock=args.break_lock, lock_stale_after=stale,
                                   debug=debug)
     except EtlError as e:
@@ -136,6 +182,35 @@ def main(argv: list[str] | None = None) -> int:
                 + ("" if debug else " (rerun with --debug for the traceback)"), e, debug)
         return 1
     return 0
+
+
+def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
+         debug: bool) -> int:
+    """`run`: one span (today's summary), a range (one line per span), or a dry run. Arguments
+    and the job are checked before Beam is imported: a mistake is reported in well under 1 s."""
+    from etl.errors import ConfigError  # noqa: PLC0415
+    from transforms import backfill  # noqa: PLC0415
+
+    if args.parallel < 1:
+        raise ConfigError(f"--parallel must be at least 1, got {args.parallel}")
+    spans = backfill.resolve_spans(args.date, args.first, args.last, args.reverse)
+    jobs = backfill.load_spans(args.job, args.output, spans)
+    if args.dry_run:
+        _imports_done()
+        return backfill.dry_run(jobs, args.only, args.force, args.allow_missing)
+    from transforms.summary import run_and_report  # noqa: PLC0415 - imports Beam
+
+    _imports_done()
+    if args.first is None:
+        return run_and_report(args.job, args.output, beam_args, sample=args.sample,
+                              break_lock=args.break_lock, lock_stale_after=stale, debug=debug,
+                              span=spans[0] if spans else None, force=args.force,
+                              allow_missing=args.allow_missing, only=args.only)
+    requests = [backfill.Request(args.job, args.output, job.span, tuple(beam_args),
+                                 force=args.force, allow_missing=args.allow_missing,
+                                 break_lock=args.break_lock, lock_stale_after=stale,
+                                 capture_stderr=not debug) for job in jobs]
+    return backfill.run_range(jobs, requests, args.only, args.parallel, debug=debug)
 
 
 def _ours_only(record: logging.LogRecord) -> bool:

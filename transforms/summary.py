@@ -5,20 +5,38 @@ from __future__ import annotations
 from etl import fs
 from etl.config import load_job
 from etl.manifest import dataset_dir
+from etl.spans import Span
+from transforms.backfill import check_inputs, not_selected
 from transforms.job import run_job
 
 
 def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
                    break_lock: bool = False, lock_stale_after: float | None = None,
-                   debug: bool = False) -> int:
-    """Without `debug`, worker tracebacks go to the run's log file only (see run_job)."""
-    job = load_job(job_path, output=output)
+                   debug: bool = False, span: Span | None = None, force: bool = False,
+                   allow_missing: bool = False, only: str = "all") -> int:
+    """One span (or a job without placeholders). Without `debug`, worker tracebacks go to the
+    run's log file only (see run_job). A skipped span prints one line saying why: exit 0."""
+    job = load_job(job_path, output=output, span=span)
+    label = f"{job.span} ({job.output})" if job.span else job.output
+    left_out = not_selected(job, only) if only != "all" else ""
+    if left_out:
+        print(f"Skipped {label}: {left_out}")
+        return 0
+    skipped = check_inputs(job, allow_missing)
+    if skipped:
+        print(f"Skipped {label}: {skipped}")
+        return 0
     stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
-    result = run_job(job, beam_args, break_lock=break_lock, capture_stderr=not debug, **stale)
+    result = run_job(job, beam_args, force=force, break_lock=break_lock,
+                     capture_stderr=not debug, **stale)
+    if getattr(result, "skipped", ""):
+        print(f"Skipped {label}: {result.skipped}")
+        return 0
     if result.launched:
         print(result.launched[0].upper() + result.launched[1:])
         return 0
-    print(f"Wrote {result.output} in {result.seconds:.1f}s")
+    print(f"Wrote {result.output}{f' (span {job.span})' if job.span else ''} "
+          f"in {result.seconds:.1f}s")
     for split, info in result.splits.items():
         print(f"  {split:<12} {info['num_records']:>10,} records in {info['shards']} shard(s)")
     if result.rejected["num_records"]:

@@ -1,0 +1,368 @@
+"""Run a job for several date spans: oldest first, one line per span, the worst exit code.
+
+`run JOB --from D1 --to D2` converts each day of the range as its own run of the job (its own
+lock, manifest and `_SUCCESS`; transforms.job.run_job), continues after a failed span and
+exits with the worst code of its spans. What is worst, mildest first:
+
+    0 ok or skipped  <  4 locked  <  5 storage  <  3 bad input  <  2 bad config  <  1 other
+
+Codes a later retry can clear (another run holds the span; a storage hiccup) rank below those
+that need a person (bad data, a bad job), and an unexpected error ranks highest because
+nothing is known about it. So a script can retry later when a range exits 4 or 5: every
+failed span failed for a reason that may pass.
+
+`--only missing` runs the spans whose output has no `_SUCCESS`, `--only failed` those whose
+last entry in the run history failed, `--only all` (default) every span; run_job itself still
+skips a span whose published output is current (unless `--force`). `--dry-run` prints what
+each span would do and why, running nothing. `--parallel N` runs up to N spans at once, each
+in its own process (Beam's local runner is not made to run several pipelines in one
+process); lines are still printed in span order.
+
+Beam is imported only where a span really runs (run_span), so planning and dry runs are fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import multiprocessing
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from etl import fs
+from etl.config import JobConfig, load_job
+from etl.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CONFIG,
+    EXIT_LOCKED,
+    EXIT_OK,
+    EXIT_OTHER,
+    EXIT_STORAGE,
+    ConfigError,
+    EtlError,
+)
+from etl.spans import Span, fill, parse_date, placeholders, span_range, strings_in
+
+log = logging.getLogger(__name__)
+# mildest first (see the module docstring for why)
+SEVERITY = (EXIT_OK, EXIT_LOCKED, EXIT_STORAGE, EXIT_BAD_INPUT, EXIT_CONFIG, EXIT_OTHER)
+ONLY = ("missing", "failed", "all")
+
+
+def worst(codes: list[int]) -> int:
+    """The exit code of a range: its most severe span's (an unknown code counts as 1)."""
+    rank = {c: i for i, c in enumerate(SEVERITY)}
+    return max(codes, key=lambda c: rank.get(c, rank[EXIT_OTHER]), default=EXIT_OK)
+
+
+def resolve_spans(date: str | None, first: str | None, last: str | None,
+                  reverse: bool = False) -> list[Span] | None:
+    """The spans asked for on the command line; None when none was (the job decides)."""
+    if date is not None and (first is not None or last is not None):
+        raise ConfigError("give --date D or --from D1 --to D2, not both")
+    if (first is None) != (last is None):
+        raise ConfigError("--from and --to go together (both dates included)")
+    if date is not None:
+        spans = [parse_date(date, "--date")]
+    elif first is not None and last is not None:
+        spans = span_range(parse_date(first, "--from"), parse_date(last, "--to"))
+    else:
+        return None
+    return spans[::-1] if reverse else spans
+
+
+@dataclass(frozen=True)
+class Request:
+    """One span's run, as a worker process receives it (plain values: picklable)."""
+
+    job_path: str
+    output: str | None
+    span: str | None  # None: the job's own default (yesterday for a templated job)
+    beam_args: tuple[str, ...] = ()
+    force: bool = False
+    allow_missing: bool = False
+    break_lock: bool = False
+    lock_stale_after: float | None = None
+    capture_stderr: bool = True
+
+
+@dataclass
+class Outcome:
+    """What became of one span: status ok | skipped | failed, and what to print."""
+
+    span: str | None
+    status: str
+    exit_code: int = EXIT_OK
+    output: str = ""
+    records: int = 0
+    seconds: float = 0.0
+    reason: str = ""  # why it was skipped, or the one-line error
+    result: Any = field(default=None, repr=False)  # the JobResult of a run that published
+
+    def line(self) -> str:
+        """`2026-11-20  ok       1,500 records  out/daily/2026-11-20  12.3s`"""
+        head = f"{self.span or '-':<10}  "
+        if self.status == "ok":
+            return (f"{head}ok       {self.records:>9,} records  {self.output}  "
+                    f"{self.seconds:.1f}s")
+        if self.status == "skipped":
+            return f"{head}skipped  {self.reason}"
+        return f"{head}failed (exit {self.exit_code})  {self.reason}"
+
+
+def missing_inputs(job: JobConfig) -> list[str]:
+    """`sources.NAME.paths PATTERN` for each of the span's dated patterns that matches no file
+    (nor a directory: image roots). Undated patterns are left to the run's own check: a
+    missing fixed file is a job error, not a day without data."""
+    if job.span is None:
+        return []
+    span = parse_date(job.span)
+    entries = {"*": job.raw["source"]} if "source" in job.raw else dict(job.raw.get("sources", {}))
+    missing = []
+    for name, cfg in entries.items():
+        for text in strings_in(cfg.get("paths") if isinstance(cfg, dict) else None):
+            if not placeholders(text):
+                continue
+            pattern = fs.resolve(job.base_dir, fill(text, span))
+            try:
+                found = bool(fs.expand(pattern)) or fs.isdir(pattern)
+            except OSError:
+                continue  # a missing bucket: the run reports it as the storage error it is
+            if not found:
+                where = "source" if name == "*" else f"sources.{name}"
+                missing.append(f"{where}.paths {pattern}")
+    return missing
+
+
+def missing_error(job: JobConfig, missing: list[str]) -> ConfigError:
+    return ConfigError(f"no input files for span {job.span}: {'; '.join(missing)} matches no "
+                       "file; nothing was published (pass --allow-missing to skip such spans)")
+
+
+def missing_reason(job: JobConfig) -> str:
+    return f"no input files for span {job.span}"
+
+
+def check_inputs(job: JobConfig, allow_missing: bool) -> str:
+    """'' when the span has its dated inputs. Without them: the skip reason with
+    `allow_missing`, else a ConfigError naming the span and the pattern (exit 2). Nothing is
+    published either way; the outcome goes to the run history like any run's."""
+    started = time.time()
+    missing = missing_inputs(job)
+    if not missing:
+        return ""
+    error = None if allow_missing else missing_error(job, missing)
+    _record(job, started, "failed" if error else "skipped",
+            "" if error else missing_reason(job), str(error or ""),
+            error.exit_code if error else EXIT_OK)
+    if error is not None:
+        raise error
+    return missing_reason(job)
+
+
+def _record(job: JobConfig, started: float, status: str, reason: str, error: str,
+            exit_code: int) -> None:
+    """One history entry for a span that never reached run_job (which records its own)."""
+    from etl import history  # noqa: PLC0415
+
+    run_id = (dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-"
+              + uuid.uuid4().hex[:8])
+    try:
+        history.append(history.history_root(job.output), history.entry(
+            run_id=run_id, span=job.span, start=history.iso(started),
+            end=history.iso(time.time()), status=status, skipped_reason=reason or None,
+            exit_code=exit_code, error=error or None, output=job.output))
+    except (OSError, EtlError) as e:  # the history is a record, not a reason to fail the span
+        log.warning("could not add to the run history of %s: %s", job.output, e)
+
+
+def run_span(req: Request) -> Outcome:
+    """Load, check and run one span; every failure becomes a failed Outcome (never raises
+    but for KeyboardInterrupt), so a range goes on with its next span."""
+    started = time.time()
+    span = req.span
+    try:
+        job = load_job(req.job_path, req.output, parse_date(span) if span else None)
+        span = job.span
+        skipped = check_inputs(job, req.allow_missing)
+        if skipped:
+            return Outcome(span, "skipped", output=job.output, reason=skipped,
+                           seconds=time.time() - started)
+        from transforms.job import run_job  # noqa: PLC0415 - Beam: only where a span runs
+
+        stale = {} if req.lock_stale_after is None else {"lock_stale_after": req.lock_stale_after}
+        result = run_job(job, list(req.beam_args), force=req.force, break_lock=req.break_lock,
+                         capture_stderr=req.capture_stderr, **stale)
+    except EtlError as e:
+        return Outcome(span, "failed", e.exit_code, req.output or "", reason=_one_line(e),
+                       seconds=time.time() - started)
+    except Exception as e:  # noqa: BLE001 - a bug in one span: reported on its line
+        return Outcome(span, "failed", EXIT_OTHER, req.output or "",
+                       reason=_one_line(f"unexpected {type(e).__name__}: {e}"),
+                       seconds=time.time() - started)
+    skipped = getattr(result, "skipped", "")
+    if skipped:
+        return Outcome(span, "skipped", output=result.output, reason=skipped,
+                       seconds=result.seconds, result=result)
+    records = sum(int(s.get("num_records", 0)) for s in result.splits.values())
+    return Outcome(span, "ok", output=result.output, records=records, seconds=result.seconds,
+                   result=result)
+
+
+def _one_line(e: BaseException | str) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a span would do (dry run) or is left out of (`--only`)."""
+
+    span: str | None
+    action: str  # run | skip | fail
+    reason: str
+    output: str
+    exit_code: int = EXIT_OK
+
+    def line(self) -> str:
+        head = f"{self.span or '-':<10}  "
+        if self.action == "run":
+            return f"{head}would run   {self.output}  ({self.reason})"
+        if self.action == "skip":
+            return f"{head}would skip  {self.reason}"
+        return f"{head}would fail (exit {self.exit_code})  {self.reason}"
+
+
+def published(job: JobConfig) -> bool:
+    from etl.manifest import SUCCESS  # noqa: PLC0415 - etl.manifest imports the shuffle code
+
+    return fs.exists(fs.join(job.output, SUCCESS))
+
+
+def last_failed(job: JobConfig) -> bool:
+    """Whether the span's last recorded run failed (etl.history)."""
+    from etl import history  # noqa: PLC0415
+
+    entries = [e for e in history.read(history.history_root(job.output))
+               if e.get("span") == job.span and e.get("output", job.output) == job.output]
+    return bool(entries) and entries[-1].get("status") == "failed"
+
+
+def not_selected(job: JobConfig, only: str) -> str:
+    """Why `--only` leaves the span out; '' when it runs."""
+    if only == "missing" and published(job):
+        return "published (_SUCCESS present); --only missing"
+    if only == "failed" and not last_failed(job):
+        return "its last run did not fail; --only failed"
+    return ""
+
+
+def decide(job: JobConfig, only: str, force: bool, allow_missing: bool) -> Decision:
+    """What a run of this span would do and why, touching nothing (the dry run)."""
+    left_out = not_selected(job, only)
+    if left_out:
+        return Decision(job.span, "skip", left_out, job.output)
+    missing = missing_inputs(job)
+    if missing:
+        if allow_missing:
+            return Decision(job.span, "skip", missing_reason(job), job.output)
+        return Decision(job.span, "fail", str(missing_error(job, missing)), job.output,
+                        EXIT_CONFIG)
+    if force:
+        return Decision(job.span, "run", "--force", job.output)
+    if not published(job):
+        return Decision(job.span, "run", "not published yet", job.output)
+    from etl import idempotence  # noqa: PLC0415
+
+    verdict = getattr(idempotence, "verdict", None)
+    if verdict is not None:  # says why a span runs, too
+        v = verdict(job)
+        return Decision(job.span, "skip" if v.current else "run", v.reason, job.output)
+    reason = idempotence.current_reason(job)
+    if reason:
+        return Decision(job.span, "skip", reason, job.output)
+    return Decision(job.span, "run", "published, but its inputs, schema or job changed",
+                    job.output)
+
+
+def load_spans(job_path: str, output: str | None, spans: list[Span] | None) -> list[JobConfig]:
+    """The job filled for every span, before anything runs: a job error (an unknown
+    placeholder, a span for a job without placeholders) stops the range at once, exit 2."""
+    if spans is None:
+        return [load_job(job_path, output)]
+    return [load_job(job_path, output, s) for s in spans]
+
+
+def dry_run(jobs: list[JobConfig], only: str, force: bool, allow_missing: bool,
+            out: Callable[[str], None] = print) -> int:
+    """Print what each span would do and why; runs and changes nothing: exit 0."""
+    decisions = [decide(job, only, force, allow_missing) for job in jobs]
+    for d in decisions:
+        out(d.line())
+    counts = {a: sum(1 for d in decisions if d.action == a) for a in ("run", "skip", "fail")}
+    out(f"dry run: {counts['run']} would run, {counts['skip']} would be skipped, "
+        f"{counts['fail']} would fail; nothing was run")
+    return EXIT_OK
+
+
+def run_range(jobs: list[JobConfig], requests: list[Request], only: str, parallel: int = 1,
+              out: Callable[[str], None] = print, debug: bool = False) -> int:
+    """Run the spans (one line each, in span order) and return the worst exit code."""
+    slots: list[Outcome | None] = []  # None: the next result of the spans that run
+    todo: list[Request] = []
+    for job, req in zip(jobs, requests, strict=True):
+        left_out = not_selected(job, only) if only != "all" else ""
+        if left_out:
+            slots.append(Outcome(job.span, "skipped", output=job.output, reason=left_out))
+        else:
+            slots.append(None)
+            todo.append(req)
+    results = _run_all(todo, parallel, debug)
+    outcomes: list[Outcome] = []
+    for slot in slots:
+        outcome = slot if slot is not None else next(results)
+        outcomes.append(outcome)
+        out(outcome.line())
+    n = {s: sum(1 for o in outcomes if o.status == s) for s in ("ok", "skipped", "failed")}
+    code = worst([o.exit_code for o in outcomes])
+    out(f"{len(outcomes)} span(s): {n['ok']} ok, {n['skipped']} skipped, {n['failed']} failed "
+        f"(exit {code})")
+    return code
+
+
+def _run_all(todo: list[Request], parallel: int, debug: bool) -> Iterator[Outcome]:
+    """Sequentially in this process, or up to `parallel` at once in worker processes; the
+    outcomes come back in request order either way."""
+    if parallel <= 1 or len(todo) <= 1:
+        for req in todo:
+            yield run_span(req)
+        return
+    # spawn: a fresh interpreter per worker, nothing of this process's Beam or thread state
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(parallel, len(todo)), mp_context=ctx,
+                             initializer=_worker_logging, initargs=(debug,)) as pool:
+        futures: list[Future[Outcome]] = [pool.submit(run_span, r) for r in todo]
+        try:
+            for f in futures:
+                yield f.result()
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _worker_logging(debug: bool) -> None:
+    """A worker's console shows what the command line's does: our warnings (all on --debug)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    if not debug:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda r: r.name.split(".", 1)[0] in ("etl", "transforms", "root")
+                              or r.name.startswith("apache_beam.options"))
+
+
+__all__ = ["ONLY", "SEVERITY", "Decision", "Outcome", "Request", "decide", "dry_run",
+           "load_spans", "missing_inputs", "resolve_spans", "run_range", "run_span", "worst"]
