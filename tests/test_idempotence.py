@@ -26,7 +26,7 @@ from etl import fingerprint, fs, idempotence
 from etl.config import job_from_dict, load_job
 from etl.errors import LockedError
 from etl.manifest import MANIFEST, load_manifest, verify
-from etl.output_guard import work_dir
+from etl.output_guard import MARKER, work_dir
 from etl.read_plan import plan_units
 from etl.run_lock import LOCK, RunInfo, process_start
 from etl.schema import load_schema
@@ -248,3 +248,18 @@ def test_gcs_fingerprints_from_metadata_skip_and_history(tmp_path: Path, gcs_emu
         ("ok", first.run_id), ("skipped", again.run_id), ("ok", rebuilt.run_id)]
     assert sorted(gcs_emulator.list(f"{gcs_bucket}/out/_runs")) == sorted(
         f"{gcs_bucket}/out/_runs/{r.run_id}.json" for r in (first, again, rebuilt))
+
+
+def test_current_output_with_a_dead_runs_leftovers_is_cleared_then_skipped(tmp_path: Path) -> None:
+    job = load_job(make_project(tmp_path))
+    run_job(job, BEAM)
+    out = tmp_path / "out" / "day"
+    before = tree(out)
+    leftover = Path(work_dir(job.output)) / "run-20200101T000000-dead00-x"
+    (leftover / "spill").mkdir(parents=True)
+    (leftover / "spill" / "s0.spill").write_bytes(b"x" * 1000)
+    dead = RunInfo("20200101T000000-dead00-x", socket.gethostname(), 2**22 + 17, None, time.time())
+    (leftover / MARKER).write_text(json.dumps(dead.to_json()))
+    result = run_job(job, BEAM)
+    assert result.skipped == idempotence.SKIPPED
+    assert not leftover.exists() and tree(out) == before

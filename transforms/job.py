@@ -208,16 +208,20 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     ident = idempotence.identity(job, schema.sha256(), inputs)
     attempt.run_key = ident.run_key
     run_id = attempt.run_id = idempotence.new_run_id(ident.run_key)
-    if not force:
-        published = idempotence.published_manifest(job.output)
-        if idempotence.stale_reason(published, ident, inputs) is None:
-            assert published is not None
-            return JobResult(job.output, _split_counts(published), published["rejected"],
-                             time.time() - started, published, skipped=idempotence.SKIPPED,
-                             run_key=ident.run_key, run_id=run_id)
+    published = None if force else idempotence.published_manifest(job.output)
+    skip = published is not None and idempotence.stale_reason(published, ident, inputs) is None
+
+    def skipped() -> JobResult:
+        assert published is not None
+        return JobResult(job.output, _split_counts(published), published["rejected"],
+                         time.time() - started, published, skipped=idempotence.SKIPPED,
+                         run_key=ident.run_key, run_id=run_id)
+
+    local = not fs.is_remote(job.output)
+    if skip and not (local and _has_leftovers(job.output)):
+        return skipped()  # no lock, no pipeline
     options = pipeline_options(args)
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
-    local = not fs.is_remote(job.output)
     preflight(job, inputs, temp_root)
     attempt.accepted = True
     via = strategy_for(job.shuffle_via, runner).NAME
@@ -230,6 +234,9 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
                 lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
                                                    output=job.output))
             output_guard.recover_leftovers(workdir, job.output, lock_stale_after)
+            if skip and idempotence.stale_reason(idempotence.published_manifest(job.output),
+                                                 ident, inputs) is None:
+                return skipped()  # current: only a dead run's leftovers were to be cleared
             output_guard.check_output(job.output, _protected(job, inputs))  # again, locked
             tmp = output_guard.create_run_dir(workdir, info)
             log_file = output_guard.log_path(workdir, run_id)
@@ -433,6 +440,16 @@ def user_error(exc: BaseException, log_file: str | None = None) -> EtlError:
         return type(err)(f"{err} (full log: {log_file})")
     except TypeError:
         return EtlError(f"{err} (full log: {log_file})")
+
+
+def _has_leftovers(output: str) -> bool:
+    """A local output's work dir holds run directories (of a dead run, or one running now):
+    a current output is then skipped only after taking the lock and clearing dead ones."""
+    try:
+        return any(n.startswith(output_guard.RUN_PREFIX)
+                   for n in os.listdir(output_guard.work_dir(output)))
+    except OSError:
+        return False
 
 
 def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
