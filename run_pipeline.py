@@ -198,10 +198,10 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
     if args.dry_run:
         _imports_done()
         return backfill.dry_run(jobs, args.only, args.force, args.allow_missing)
-    from transforms.summary import run_and_report  # noqa: PLC0415 - imports Beam
-
-    _imports_done()
     if args.first is None:
+        from transforms.summary import run_and_report  # noqa: PLC0415 - imports Beam
+
+        _imports_done()
         return run_and_report(args.job, args.output, beam_args, sample=args.sample,
                               break_lock=args.break_lock, lock_stale_after=stale, debug=debug,
                               span=spans[0] if spans else None, force=args.force,
@@ -210,6 +210,10 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
                                  force=args.force, allow_missing=args.allow_missing,
                                  break_lock=args.break_lock, lock_stale_after=stale,
                                  capture_stderr=not debug) for job in jobs]
+    if args.parallel == 1:  # spans run here; with workers, only they need Beam
+        import transforms.job  # noqa: F401, PLC0415
+
+    _imports_done()
     return backfill.run_range(jobs, requests, args.only, args.parallel, debug=debug)
 
 
