@@ -54,9 +54,12 @@ class GcsEmulator:
         self.port = port or free_port()
         self.endpoint = f"http://{host}:{self.port}"
         self._log = open(os.devnull, "wb")  # noqa: SIM115 - lives as long as the process
+        # no preexec_fn: running Python between fork and exec in a process that already has
+        # threads (Beam's, from earlier tests) can abort the child (seen: exit -6 in CI)
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [_executable(), "start", "--host", host, "--port", str(self.port), "--in-memory"],
-            stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            [sys.executable, "-c", _DIE_WITH_PARENT, _executable(), "start", "--host", host,
+             "--port", str(self.port), "--in-memory"],
+            stdout=self._log, stderr=subprocess.STDOUT)
         try:
             self._wait(start_timeout)
         except BaseException:
@@ -138,16 +141,18 @@ class GcsEmulator:
         self.stop()
 
 
-def _die_with_parent() -> None:
-    """Linux: the emulator gets SIGTERM when the test process dies (a killed pytest leaves
-    no emulator behind); elsewhere nothing."""
-    try:
-        import ctypes  # noqa: PLC0415
-        import signal  # noqa: PLC0415
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+# Linux: the emulator gets SIGTERM when the test process dies (a killed pytest leaves no
+# emulator behind): set in the new process itself, then exec the emulator (the setting
+# survives exec); elsewhere it just execs.
+_DIE_WITH_PARENT = """
+import os, signal, sys
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    pass
+os.execv(sys.argv[1], sys.argv[1:])
+"""
 
 
 def split_url(url: str) -> tuple[str, str]:
