@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Airflow lives in its own venv (tests/test_airflow_dag.py runs the example DAG with it): it must not enter .venv.
+AIRFLOW_VENV ?= .venv-airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 
 .PHONY: run test bench lint clean
 
@@ -12,10 +15,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+$(AIRFLOW_STAMP): examples/airflow/requirements.txt
+	test -x $(AIRFLOW_VENV)/bin/python || $(PYTHON) -m venv $(AIRFLOW_VENV)
+	echo '*' > $(AIRFLOW_VENV)/.gitignore
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet -r examples/airflow/requirements.txt
+	touch $(AIRFLOW_STAMP)
+
 run: $(STAMP)
 	$(PY) run_pipeline.py $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(AIRFLOW_STAMP)
 	$(PY) -m pytest -q $(ARGS)
 
 bench: $(STAMP)
@@ -25,4 +35,4 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 clean:
-	rm -rf $(VENV) out build *.egg-info
+	rm -rf $(VENV) $(AIRFLOW_VENV) out build *.egg-info
