@@ -26,7 +26,7 @@ run: $(STAMP)
 	$(PY) run_pipeline.py $(ARGS)
 
 test: $(STAMP) $(AIRFLOW_STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	ETL_AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV))/bin/python $(PY) -m pytest -q $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
