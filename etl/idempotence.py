@@ -27,7 +27,7 @@ from typing import Any
 
 from etl import fs
 from etl.fingerprint import NONE, with_fingerprints
-from etl.manifest import SUCCESS, dataset_dir, load_manifest
+from etl.manifest import MANIFEST, SUCCESS, dataset_dir, load_manifest
 
 SKIPPED = "already published and current (inputs, schema and job unchanged)"
 OLD_MANIFEST = "published without input fingerprints (by an older version): rebuilt once"
@@ -106,12 +106,39 @@ def same_run(run_id: str, run_key: str) -> bool:
 
 def published_manifest(output: str) -> dict[str, Any] | None:
     """The manifest of the output's current data when its `_SUCCESS` is there, else None."""
+    if output.startswith("gs://"):
+        return _published_gcs(output)
     try:
         where = dataset_dir(output)
         if not fs.exists(fs.join(where, SUCCESS)):
             return None
         return load_manifest(where)
     except (OSError, ValueError):  # mid-swap, unreadable, not ours: the run will tell
+        return None
+
+
+def _published_gcs(output: str) -> dict[str, Any] | None:
+    """The same through etl.object_store: bounded retries, a dead store is a StorageError
+    (exit 5) within ETL_STORAGE_RETRY_SECONDS, not a client library's own long retry."""
+    from etl.object_store import Store  # noqa: PLC0415
+
+    store = Store()
+    base = output.rstrip("/")
+    found = store.read(f"{base}/{SUCCESS}")
+    if found is None:
+        return None
+    try:
+        version = json.loads(found[0])["version"]
+    except (ValueError, KeyError, TypeError):
+        return None  # not our pointer: the run refuses the output
+    if not isinstance(version, str) or not version or "/" in version or version in (".", ".."):
+        return None
+    if store.stat(f"{base}/{version}/{SUCCESS}") is None:
+        return None
+    manifest = store.read(f"{base}/{version}/{MANIFEST}")
+    try:
+        return None if manifest is None else json.loads(manifest[0])
+    except ValueError:
         return None
 
 

@@ -152,8 +152,9 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
 def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = None,
                    failure: BaseException | None = None) -> None:
     """One history entry for this run (etl.history). A failure is recorded when the output
-    passed preflight or a history is there already: a misconfigured or refused first run
-    creates nothing beside a folder the project does not own. Never fails the run."""
+    passed preflight, or before that when a local history is there already: a misconfigured
+    or refused first run creates nothing beside a folder the project does not own, and a
+    config error never waits for a store. Never fails the run."""
     root = history.history_root(job.output)
     status, reason, code, error, counts = "ok", "", 0, "", attempt.counts
     if result is not None and result.skipped:
@@ -172,8 +173,9 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
             code = 1
         error = fs.first_line(failure) if str(failure) else type(failure).__name__
     try:
-        if failure is not None and not attempt.accepted and not history.exists(root):
-            return
+        if failure is not None and not attempt.accepted and (
+                fs.is_remote(root) or not history.exists(root)):
+            return  # nothing known about the output yet: no storage call, nothing created
         history.append(root, history.entry(
             run_id=attempt.run_id or None, run_key=attempt.run_key or None,
             span=attempt.span or None, start=history.iso(attempt.started),
