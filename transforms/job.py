@@ -183,7 +183,9 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
             exit_code=code, error=error or None, counts=counts, output=job.output,
             runner=attempt.runner or None, dataflow_job_id=attempt.dataflow_job_id or None))
     except Exception as e:  # noqa: BLE001 - the run's own outcome matters more
-        log.warning("could not add the run to the history in %s: %s", root, e)
+        # a failed run (a full disk, a dead store) reports its own error in one line
+        log.log(logging.INFO if failure is not None else logging.WARNING,
+                "could not add the run to the history in %s: %s", root, e)
 
 
 def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
