@@ -148,13 +148,14 @@ def test_sibling_dirs_with_our_old_names_survive_runs(tmp_path) -> None:
         (tmp_path / name / "inner" / "thesis.tex").write_text(f"{name}: do not delete\n")
     keep = {n: listing(str(tmp_path / n)) for n in ("OUT.old-keep",
                                                    "OUT.tmp-20200101T000000-abcdef01")}
-    for _ in range(2):  # a first run, then a rerun that replaces the output
-        proc = cli("run", job)
+    for args in ([], ["--force"]):  # a first run, then a rebuild that replaces the output
+        proc = cli("run", job, *args)
         assert proc.returncode == 0, proc.stderr
     assert {n: listing(str(tmp_path / n)) for n in keep} == keep
     assert verify(str(tmp_path / "OUT"))["records"] == 200
-    # beside the output: only our work dir, holding nothing but the two runs' logs
-    assert sorted(os.listdir(tmp_path)) == [".OUT.etl", "OUT", *sorted(keep), "proj"]
+    # beside the output: our work dir, holding nothing but the two runs' logs, and the history
+    assert sorted(os.listdir(tmp_path)) == [".OUT.etl", "OUT", *sorted(keep), "_runs.jsonl",
+                                            "proj"]
     assert os.listdir(tmp_path / ".OUT.etl") == ["logs"]
     assert len(os.listdir(tmp_path / ".OUT.etl" / "logs")) == 2
 
@@ -171,13 +172,17 @@ def test_rerun_replaces_our_output_but_a_user_file_inside_is_refused(tmp_path) -
     assert verify(str(out))["records"] == 300
     (out / "my-notes.txt").write_text("results of experiment 4\n")
     before = listing(str(tmp_path))
-    proc = cli("run", job)
+    proc = cli("run", job)  # current: skipped, nothing touched but the run history
+    assert proc.returncode == 0, proc.stderr
+    assert _without_history(listing(str(tmp_path))) == _without_history(before)
+    assert json.loads((tmp_path / "_runs.jsonl").read_text().splitlines()[-1])["status"] == "skipped"
+    proc = cli("run", job, "--force")
     assert proc.returncode == 2
     assert error_lines(proc.stderr) == [
         f"error: refusing output {out}: it holds my-notes.txt, which its manifest.json does not "
         "list; it is replaced as a whole, so choose a new or empty directory (or remove it "
         "yourself)"]
-    assert listing(str(tmp_path)) == before
+    assert _without_history(listing(str(tmp_path))) == _without_history(before)
 
 
 def test_what_counts_as_ours(tmp_path) -> None:
@@ -427,8 +432,9 @@ def test_disk_full_exits_5_naming_the_path_and_keeps_the_old_output(tmp_path, ho
             r"(writing|reading or writing) failed: no space left on the device; free some space "
             r"or choose another location \[errno ENOSPC\] \(full log: \S+\.log\)", lines[0]), lines[0]
         after = listing(parent)
-        assert {k: v for k, v in after.items() if not k.startswith(".out.etl/")} == {
-            k: v for k, v in before.items() if not k.startswith(".out.etl/")}
+        # the work dir and the run history (which records the failure) may change
+        assert {k: v for k, v in after.items() if not _ours_beside(k)} == {
+            k: v for k, v in before.items() if not _ours_beside(k)}
         assert sorted(os.listdir(output_guard.work_dir(out))) == ["logs"]  # run dir removed
         check = cli("verify", out)
         assert check.returncode == 0 and check.stdout.startswith(f"OK {out}: 500 records")
@@ -470,3 +476,12 @@ def test_prune_logs_keeps_the_newest_runs_with_their_dead_letter_files(tmp_path)
     prune_logs(str(tmp_path), keep=2)
     assert sorted(os.listdir(logs)) == [f"{runs[2]}.log", f"{runs[3]}.log",
                                         f"{runs[3]}.rejected.jsonl"]
+
+
+def _ours_beside(name: str) -> bool:
+    """What a failed run may change beside its output: its work dir and the run history."""
+    return name.startswith(".out.etl/") or name == "_runs.jsonl"
+
+
+def _without_history(entries: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in entries.items() if k != "_runs.jsonl"}
