@@ -7,8 +7,8 @@ input file gets a checksum of its bytes:
 - gs:// objects: the crc32c GCS keeps in each object's metadata (composite objects too): one
   metadata request per object, nothing downloaded.
 - local files: crc32c (Castagnoli, hardware accelerated in google-crc32c) of the whole file,
-  read in 8 MiB chunks when the inputs are listed. Measured here: ~0.7 s per GB from the page
-  cache (the 1M-row benchmark CSV, 91 MB: ~60 ms); from a cold disk the disk's read rate.
+  read in 8 MiB chunks when the inputs are listed (cost: benchmarks/README.md, "Input
+  fingerprints").
 - any other file system (s3://, ...), or a gs:// object without a crc32c: crc32c of its bytes
   read through etl.fs (a full read of that object).
 

@@ -16,10 +16,10 @@ last entry in the run history failed, `--only all` (default) every span; run_job
 skips a span whose published output is current (unless `--force`). `--dry-run` prints what
 each span would do and why, running nothing. `--parallel N` runs up to N spans at once, each
 in its own worker process (Beam's local runner is not made to run several pipelines in one
-process at once); lines are still printed in span order. Measured on 2 cores: no gain (4 spans
-of 50 rows: 3.4-3.8 s one at a time, 5.0-5.6 s two at a time; 4 spans of 2.5M rows: 9.3-12.8 s
-vs 10.1-11.4 s), because one local pipeline already keeps both cores busy; it is for machines
-with more cores than a span's pipeline uses, or spans that wait on remote storage.
+process at once); lines are still printed in span order. On two cores it gains nothing (one
+local pipeline already keeps both busy; figures in benchmarks/README.md, "Parallel spans"):
+it is for machines with more cores than a span's pipeline uses, or spans that wait on remote
+storage.
 
 Beam is imported only where a span really runs (run_span), so planning and dry runs are fast.
 """
@@ -362,7 +362,7 @@ def worker_context() -> Any:
     """Workers forked from a fork server that imported Beam once, before any thread or
     pipeline existed: no import per worker (~2 s each), and no thread state inherited from
     this process. A forked worker also ends without the interpreter's slow teardown of Beam
-    and TensorFlow (measured, 3 spans on 2 workers: pool shutdown 0.1 s vs 2.3 s spawned).
+    and TensorFlow (pool shutdown: benchmarks/README.md, "Parallel spans").
     Where there is no fork server (Windows), fresh interpreters (spawn)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
