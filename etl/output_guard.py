@@ -50,6 +50,15 @@ def run_dir(workdir: str, run_id: str) -> str:
     return os.path.join(workdir, RUN_PREFIX + run_id)
 
 
+def has_run_dirs(output: str) -> bool:
+    """A local output's work dir holds run directories (of a dead run, or one running now):
+    a current output is then skipped only after taking the lock and clearing dead ones."""
+    try:
+        return any(n.startswith(RUN_PREFIX) for n in os.listdir(work_dir(output)))
+    except OSError:
+        return False
+
+
 def log_path(workdir: str, run_id: str) -> str:
     return os.path.join(workdir, LOGS, f"{run_id}.log")
 

@@ -11,11 +11,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from typing import Any
 
 from etl.errors import EXIT_BAD_INPUT, EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_OTHER, EXIT_STORAGE
-from tests.helpers import IDS_SCHEMA, cli
+from tests.helpers import IDS_SCHEMA, ROOT, cli
 from transforms.backfill import worst
 
 DAYS = ["2026-11-19", "2026-11-20", "2026-11-21", "2026-11-22"]
@@ -250,3 +252,23 @@ def test_parallel_gives_the_same_shards(tmp_path: Any) -> None:
         one, two = (shard_sha256(os.path.join(base, f"p{n}", day)) for n in (1, 2))
         assert one == two and len(one) == 4
     print(f"4 spans: --parallel 1 {seconds[1]:.1f}s, --parallel 2 {seconds[2]:.1f}s")
+
+
+def test_a_current_span_is_skipped_without_importing_beam(tmp_path: Any) -> None:
+    """A daily rerun that has nothing to do decides so before importing Beam (~1 s of
+    start-up): the CLI's one-span path, checked in a fresh interpreter."""
+    job = make_job(str(tmp_path), ["2026-11-20"])
+    assert cli("run", job, "--date", "2026-11-20").returncode == 0
+    code = ("import sys; from transforms.summary import run_and_report; "
+            f"rc = run_and_report({job!r}, None, ['--runner=FnApiRunner'], sample=False, "
+            "span=__import__('etl.spans', fromlist=['x']).parse_date('2026-11-20')); "
+            "print(rc, 'apache_beam' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"Skipped 2026-11-20 ({tmp_path}/out/2026-11-20): already published and current "
+        "(inputs, schema and job unchanged)", "0 False"]
+    history = [json.loads(x) for x in (tmp_path / "out" / "_runs.jsonl").read_text().splitlines()]
+    assert [h["status"] for h in history] == ["ok", "skipped"]
+    assert history[1]["run_key"] == history[0]["run_key"] and history[1]["exit_code"] == 0

@@ -187,3 +187,26 @@ def test_remote_gs_access_in_a_fresh_process_takes_seconds(gcs_emulator, gcs_buc
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert (done.returncode, done.stdout) == (0, "12345\n"), done.stderr
     assert time.monotonic() - started < 15  # ~25 s more with Beam's credential lookup
+
+
+def test_local_glob_matches_beams_matcher(tmp_path) -> None:
+    """fs.expand lists local files without importing Beam; it must list exactly what Beam's
+    own matcher lists, for every kind of pattern a job may hold."""
+    from apache_beam.io.filesystems import FileSystems
+
+    names = ["a.csv", "b.csv", ".hidden.csv", "c.txt", "sub/d.csv", "sub/deep/e.csv",
+             "sub/.h/f.csv", "x[1].csv", "weird name.csv", "q1.csv", "q22.csv", "2026-11-21/g.csv"]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("id\n1\n")
+    root = str(tmp_path)
+    patterns = ["*.csv", "**.csv", "**/*.csv", "sub/*", "sub/**", "sub/", "q?.csv", "q*.csv",
+                "[ab].csv", "[!ab].csv", "x[1].csv", "a.csv", "sub", "missing/*.csv",
+                "nope.csv", "*/g.csv", "2026-11-*/*.csv", "weird*"]
+    for pattern in patterns:
+        full = os.path.join(root, pattern)
+        beam = sorted(m.path for m in FileSystems.match([full])[0].metadata_list)
+        assert fs.expand(full) == beam, pattern
+    assert fs.expand(os.path.join(root, "*.csv")) == [
+        os.path.join(root, n) for n in (".hidden.csv", "a.csv", "b.csv", "q1.csv", "q22.csv",
+                                        "weird name.csv", "x[1].csv")]

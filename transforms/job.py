@@ -222,7 +222,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
                          run_key=ident.run_key, run_id=run_id)
 
     local = not fs.is_remote(job.output)
-    if skip and not (local and _has_leftovers(job.output)):
+    if skip and not (local and output_guard.has_run_dirs(job.output)):
         return skipped()  # no lock, no pipeline
     options = pipeline_options(args)
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
@@ -444,16 +444,6 @@ def user_error(exc: BaseException, log_file: str | None = None) -> EtlError:
         return type(err)(f"{err} (full log: {log_file})")
     except TypeError:
         return EtlError(f"{err} (full log: {log_file})")
-
-
-def _has_leftovers(output: str) -> bool:
-    """A local output's work dir holds run directories (of a dead run, or one running now):
-    a current output is then skipped only after taking the lock and clearing dead ones."""
-    try:
-        return any(n.startswith(output_guard.RUN_PREFIX)
-                   for n in os.listdir(output_guard.work_dir(output)))
-    except OSError:
-        return False
 
 
 def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -6,8 +6,7 @@ from etl import fs
 from etl.config import load_job
 from etl.manifest import dataset_dir
 from etl.spans import Span
-from transforms.backfill import check_inputs, not_selected
-from transforms.job import run_job
+from transforms.backfill import check_inputs, not_selected, skip_if_current
 
 
 def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
@@ -22,10 +21,12 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
     if left_out:
         print(f"Skipped {label}: {left_out}")
         return 0
-    skipped = check_inputs(job, allow_missing)
+    skipped = check_inputs(job, allow_missing) or skip_if_current(job, beam_args, force)
     if skipped:
         print(f"Skipped {label}: {skipped}")
         return 0
+    from transforms.job import run_job  # noqa: PLC0415 - Beam: only when something runs
+
     stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
     result = run_job(job, beam_args, force=force, break_lock=break_lock,
                      capture_stderr=not debug, **stale)
