@@ -82,26 +82,29 @@ def _options(**extra: Any) -> dict[str, Any]:
     return options
 
 
-with _daily("etl_daily", 1, "yesterday's span -> TFRecords on this machine (Beam local runner)") as etl_daily:
-    # one run at a time: the local runner holds a span's data in memory
-    BeamRunPythonPipelineOperator(
+def _convert(runner: str, hours: int, **kwargs: Any) -> BeamRunPythonPipelineOperator:
+    """The one task of a DAG: `run_pipeline.py run JOB --date=SPAN ...` on `runner` (our
+    positional `run JOB` can only go through py_options + py_file: the operator puts every
+    pipeline option after py_file as --key=value)."""
+    return BeamRunPythonPipelineOperator(
         task_id="convert",
         py_interpreter=PYTHON,
         py_options=[RUN_PIPELINE, "run"],
         py_file=JOB,
-        runner="FnApiRunner",
-        pipeline_options=_options(),
-        execution_timeout=dt.timedelta(hours=4),
+        runner=runner,
+        execution_timeout=dt.timedelta(hours=hours),
+        **kwargs,
     )
+
+
+with _daily("etl_daily", 1, "yesterday's span -> TFRecords on this machine (Beam local runner)") as etl_daily:
+    # one run at a time: the local runner holds a span's data in memory
+    _convert("FnApiRunner", 4, pipeline_options=_options())
 
 if os.environ.get("ETL_DATAFLOW_PROJECT"):
     with _daily("etl_daily_dataflow", 3, "yesterday's span -> TFRecords on Dataflow") as etl_daily_dataflow:
-        BeamRunPythonPipelineOperator(
-            task_id="convert",
-            py_interpreter=PYTHON,
-            py_options=[RUN_PIPELINE, "run"],
-            py_file=JOB,
-            runner="DataflowRunner",
+        _convert(
+            "DataflowRunner", 12,
             pipeline_options=_options(temp_location=os.environ.get("ETL_DATAFLOW_TEMP")),
             # The job name is the span's, without the provider's random suffix: while a job of
             # that name is active, Dataflow refuses to create another, so a retry (or a second
@@ -114,5 +117,4 @@ if os.environ.get("ETL_DATAFLOW_PROJECT"):
                 project_id=os.environ["ETL_DATAFLOW_PROJECT"],
                 location=os.environ.get("ETL_DATAFLOW_REGION", "us-central1"),
             ),
-            execution_timeout=dt.timedelta(hours=12),
         )
