@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true",
                         help="on failure print the full traceback (always in the run's log file), "
                              "and show every library's warnings")
+    common.add_argument("--verbose", action="store_true",
+                        help="also show TensorFlow's start-up lines (absl, oneDNN, CUDA), which "
+                             "are hidden by default")
     writes = argparse.ArgumentParser(add_help=False)
     writes.add_argument("--break-lock", action="store_true",
                         help="take the output's lock even if its holder looks alive (only when "
@@ -127,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_ours_only)
     from etl.errors import EtlError  # noqa: PLC0415
+    from etl.quiet import native_stderr_quiet  # noqa: PLC0415
+
+    verbose = bool(getattr(args, "verbose", False))
+    if verbose and os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "2":
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"  # our default, not the user's: all of it
 
     try:
         if args.command == "spec":
@@ -138,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             from etl.inspect_data import inspect  # noqa: PLC0415
 
             _imports_done()
-            for block in inspect(args.paths, limit=args.limit, schema=args.schema):
+            with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
+                blocks = list(inspect(args.paths, limit=args.limit, schema=args.schema))
+            for block in blocks:
                 print(block)
         elif args.command == "history":
             from etl import history  # noqa: PLC0415
@@ -172,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             _imports_done()
             return run_and_report(DEMO_JOB, args.output, beam_args, sample=True,
                                   break_lock=args.break_lock, lock_stale_after=stale,
-                                  debug=debug)
+                                  debug=debug, verbose=verbose)
     except EtlError as e:
         _report(f"error: {e}", e, debug)
         return e.exit_code
@@ -207,7 +217,8 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
         return run_and_report(args.job, args.output, beam_args, sample=args.sample,
                               break_lock=args.break_lock, lock_stale_after=stale, debug=debug,
                               span=spans[0] if spans else None, force=args.force,
-                              allow_missing=args.allow_missing, only=args.only)
+                              allow_missing=args.allow_missing, only=args.only,
+                              verbose=bool(getattr(args, "verbose", False)))
     requests = [backfill.Request(args.job, args.output, job.span, tuple(beam_args),
                                  force=args.force, allow_missing=args.allow_missing,
                                  break_lock=args.break_lock, lock_stale_after=stale,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from etl import fs
 from etl.config import load_job
 from etl.manifest import dataset_dir
+from etl.quiet import native_stderr_quiet
 from etl.spans import Span
 from transforms.backfill import check_inputs, not_selected, skip_if_current
 
@@ -12,7 +13,7 @@ from transforms.backfill import check_inputs, not_selected, skip_if_current
 def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
                    break_lock: bool = False, lock_stale_after: float | None = None,
                    debug: bool = False, span: Span | None = None, force: bool = False,
-                   allow_missing: bool = False, only: str = "all") -> int:
+                   allow_missing: bool = False, only: str = "all", verbose: bool = False) -> int:
     """One span (or a job without placeholders). Without `debug`, worker tracebacks go to the
     run's log file only (see run_job). A skipped span prints one line saying why: exit 0."""
     job = load_job(job_path, output=output, span=span)
@@ -49,7 +50,9 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
 
         print(f"Sample record ({first}):")
         shard = result.manifest["splits"][first]["shards"][0]["path"]
-        for text in inspect([fs.join(dataset_dir(result.output), shard)], limit=1):
+        with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
+            texts = list(inspect([fs.join(dataset_dir(result.output), shard)], limit=1))
+        for text in texts:
             print(text)
     print(f"Read it back: etl.make_dataset({result.output!r}, split={first!r})")
     return 0
