@@ -23,20 +23,32 @@ def native_stderr_quiet(enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        with stderr_fd_to(devnull):
+            yield
+    finally:
+        os.close(devnull)
+
+
+@contextmanager
+def stderr_fd_to(fd: int) -> Iterator[None]:
+    """File descriptor 2 is a copy of `fd` for the block, then the original again (threads,
+    C++ code and child processes write there, not through sys.stderr). Python's own buffer is
+    flushed on both sides, so nothing written before lands after, or the other way round."""
+    _flush_stderr()
+    saved = os.dup(2)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        _flush_stderr()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _flush_stderr() -> None:
     try:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        try:
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)

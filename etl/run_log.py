@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import sys
 import threading
 import traceback
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from etl import fs
+from etl.quiet import stderr_fd_to
 
 
 class RunLog(logging.Handler):
@@ -60,23 +60,15 @@ class RunLog(logging.Handler):
         if not enabled or self._fh is None:
             yield
             return
-        sys.stderr.flush()
-        saved = os.dup(2)
         read_end, write_end = os.pipe()
         drain = threading.Thread(target=self._drain, args=(read_end,), daemon=True,
                                  name="etl-stderr-to-log")
         drain.start()
         try:
-            os.dup2(write_end, 2)
-            os.close(write_end)
-            yield
+            with stderr_fd_to(write_end):
+                os.close(write_end)  # fd 2 holds the last copy: restoring it ends the drain
+                yield
         finally:
-            try:
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                pass
-            os.dup2(saved, 2)  # closes our last copy of the pipe's write end
-            os.close(saved)
             drain.join(timeout=2)  # worker processes still holding it: do not wait for them
 
     def _drain(self, fd: int) -> None:
