@@ -15,7 +15,6 @@ message reaches the user even from inside a Beam worker (etl.error_wire)."""
 from __future__ import annotations
 
 import errno
-import glob as globlib
 import io
 import mmap
 import os
@@ -455,11 +454,11 @@ def _translate_pattern(pattern: str) -> str:
 
 
 def match(pattern: str) -> list[tuple[str, int]]:
-    """(path, size) of files matching a glob, sorted."""
+    """(path, size) of files matching a glob, sorted; the same glob rules as `expand`."""
     if is_remote(pattern):
         found = _fs().match([pattern])[0].metadata_list
         return sorted((m.path, m.size_in_bytes) for m in found)
-    return sorted((p, os.path.getsize(p)) for p in globlib.glob(pattern) if os.path.isfile(p))
+    return sorted((p, os.path.getsize(p)) for p in _local_match(pattern) if os.path.isfile(p))
 
 
 def list_dir(prefix: str) -> list[tuple[str, int]]:
