@@ -9,7 +9,10 @@
     python run_pipeline.py history OUT_ROOT        # the run history beside dated outputs
     python run_pipeline.py verify OUT
     python run_pipeline.py spec SCHEMA.yaml
-    python run_pipeline.py inspect PATH... [--limit N] [--schema SCHEMA.yaml]
+    python run_pipeline.py inspect PATH... [--limit N] [--schema SCHEMA.yaml] [--images DIR]
+    python run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output SCHEMA.yaml]
+                                       [--job JOB.yaml] [--name NAME]
+    python run_pipeline.py report OUT [--against OUT2] [--out DIR]
 
 Arguments after our own go to Beam's PipelineOptions untouched (--runner, --direct_num_workers,
 Dataflow options...). Without --runner the local FnApiRunner is used (no Prism download).
@@ -114,6 +117,32 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("paths", nargs="+")
     inspect.add_argument("--limit", type=int, default=5)
     inspect.add_argument("--schema")
+    inspect.add_argument("--images", metavar="DIR",
+                         help="also write the image features of the records shown as PNG files "
+                              "into DIR")
+    infer = sub.add_parser("infer-schema", parents=[common],
+                           help="write a schema (YAML) guessed from a sample of the source files")
+    infer.add_argument("sources", nargs="+", metavar="SOURCE",
+                       help="files, globs or an image folder (IDX: NAME=FILE per feature)")
+    infer.add_argument("--format", dest="format", default=None,
+                       help="csv, jsonl, parquet, npy, npz, idx, images, text, tfrecord "
+                            "(default: from the file names)")
+    infer.add_argument("--sample", type=int, default=10_000, metavar="N",
+                       help="records read per source to infer from (default 10000)")
+    infer.add_argument("--output", "-o", default=None, metavar="SCHEMA.yaml",
+                       help="write the schema here (default: standard output); never "
+                            "overwrites an existing file")
+    infer.add_argument("--job", default=None, metavar="JOB.yaml",
+                       help="also write a job file that converts SOURCE with this schema")
+    infer.add_argument("--name", default=None, help="the schema's name (default: from the files)")
+    report = sub.add_parser("report", parents=[common],
+                            help="statistics, plots and sample images of an output: report.json "
+                                 "and a self-contained report.html beside the data")
+    report.add_argument("path", metavar="OUT")
+    report.add_argument("--against", metavar="OUT2", default=None,
+                        help="compare with another output (e.g. yesterday's span) and flag drift")
+    report.add_argument("--out", default=None, metavar="DIR",
+                        help="write the report files here instead of beside the data")
     return p
 
 
@@ -147,9 +176,21 @@ def main(argv: list[str] | None = None) -> int:
 
             _imports_done()
             with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
-                blocks = list(inspect(args.paths, limit=args.limit, schema=args.schema))
+                blocks = list(inspect(args.paths, limit=args.limit, schema=args.schema,
+                                      images=args.images))
             for block in blocks:
                 print(block)
+        elif args.command == "infer-schema":
+            from etl.infer_schema import command as infer_command  # noqa: PLC0415
+
+            _imports_done()
+            return infer_command(args)
+        elif args.command == "report":
+            from etl.report import command as report_command  # noqa: PLC0415
+
+            _imports_done()
+            with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
+                return report_command(args)
         elif args.command == "history":
             from etl import history  # noqa: PLC0415
 
