@@ -1,0 +1,11 @@
+"""Schema inference (`run_pipeline.py infer-schema`): sample a source, guess each feature,
+write a schema YAML whose guesses carry `# review:` comments.
+
+- `etl.infer.sample`: the first records of each input, through the project's own readers
+  (byte ranges for text formats, one block for binary ones), so what is guessed from is exactly
+  what a run would read;
+- `etl.infer.guess`: one column of the sample -> a feature spec and its review notes;
+- `etl.infer.render`: the schema (and job) YAML with comments, checked by `etl.schema` before
+  anything is written;
+- `etl.infer_schema.command`: the CLI entry.
+"""
