@@ -69,10 +69,17 @@ def _parser() -> argparse.ArgumentParser:
     writes.add_argument("--lock-stale-after", default=None, metavar="DURATION",
                         help="a lock or leftover run older than this is recovered even if its "
                              "holder cannot be checked (other host); default 24h")
+    shows = argparse.ArgumentParser(add_help=False)
+    shows.add_argument("--progress", choices=["auto", "bar", "lines", "none"], default="auto",
+                       help="while the pipeline runs: a live bar (records, rate, percent, ETA, "
+                            "stage), plain lines, or nothing; auto (default): a bar on a "
+                            "terminal, lines otherwise (a range: one line per span)")
+    shows.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                       help="seconds between plain progress lines (default 10)")
     sub = p.add_subparsers(dest="command")
     exit_codes = __doc__[__doc__.index("Exit codes"):]
     run = sub.add_parser("run", help="convert a job file (extra args go to Beam)",
-                         parents=[common, writes], epilog=exit_codes,
+                         parents=[common, writes, shows], epilog=exit_codes,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("job")
     run.add_argument("--output", help="override the job file's output")
@@ -101,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     dates.add_argument("--force", action="store_true",
                        help="rebuild even a span whose published output is current")
     demo = sub.add_parser("demo", help="convert the bundled sample data (the default)",
-                          parents=[common, writes])
+                          parents=[common, writes, shows])
     demo.add_argument("--output", default=os.path.join("out", "demo"))
     history = sub.add_parser("history", help="print the run history (_runs.jsonl) as a table",
                              parents=[common])
@@ -211,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             stale = (None if args.lock_stale_after is None
                      else parse_duration(args.lock_stale_after, "--lock-stale-after"))
             if args.command == "run":
-                return _run(args, beam_args, stale, debug)
+                return _run(args, beam_args, stale, debug, console)
             if not os.path.exists(DEMO_JOB):
                 from etl.errors import ConfigError  # noqa: PLC0415
 
@@ -223,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             _imports_done()
             return run_and_report(DEMO_JOB, args.output, beam_args, sample=True,
                                   break_lock=args.break_lock, lock_stale_after=stale,
-                                  debug=debug, verbose=verbose)
+                                  debug=debug, verbose=verbose, progress=args.progress,
+                                  progress_every=args.progress_every, progress_stream=console)
     except EtlError as e:
         _report(f"error: {e}", e, debug)
         return e.exit_code
@@ -238,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
-         debug: bool) -> int:
+         debug: bool, console: object = None) -> int:
     """`run`: one span (today's summary), a range (one line per span), or a dry run. Arguments
     and the job are checked before Beam is imported: a mistake is reported in well under 1 s."""
     from etl.errors import ConfigError  # noqa: PLC0415
@@ -259,7 +267,9 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
                               break_lock=args.break_lock, lock_stale_after=stale, debug=debug,
                               span=spans[0] if spans else None, force=args.force,
                               allow_missing=args.allow_missing, only=args.only,
-                              verbose=bool(getattr(args, "verbose", False)))
+                              verbose=bool(getattr(args, "verbose", False)),
+                              progress=args.progress, progress_every=args.progress_every,
+                              progress_stream=console)  # type: ignore[arg-type]
     requests = [backfill.Request(args.job, args.output, job.span, tuple(beam_args),
                                  force=args.force, allow_missing=args.allow_missing,
                                  break_lock=args.break_lock, lock_stale_after=stale,

@@ -39,13 +39,16 @@ class ReadUnit:
 
 @dataclass(frozen=True)
 class ReadTask:
-    """One piece of one read unit: the unit's fields and the byte/record range to read."""
+    """One piece of one read unit: the unit's fields and the byte/record range to read.
+    `byte_range`: the bytes of the unit's file this task stands for in progress figures (the
+    tasks of a unit tile [0, num_bytes) exactly); never used to read."""
 
     source: str
     path: str
     identity: str
     ordinal: int
     split: Split
+    byte_range: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,22 @@ def plan_units(sources: dict[str, dict[str, Any]], base_dir: str, where: str = "
 
 def tasks_of(unit: ReadUnit, reader: Source, split_bytes: int) -> Iterator[ReadTask]:
     """The unit cut into read tasks of about `split_bytes` where its format can be split."""
-    for split in reader.splits(unit.path, split_bytes or WHOLE_FILE):
-        yield ReadTask(unit.source, unit.path, unit.identity, unit.ordinal, split)
+    splits = reader.splits(unit.path, split_bytes or WHOLE_FILE)
+    bounds = byte_bounds(splits, unit.num_bytes)
+    for split, lo, hi in zip(splits, bounds, bounds[1:], strict=False):
+        yield ReadTask(unit.source, unit.path, unit.identity, unit.ordinal, split, (lo, hi))
+
+
+def byte_bounds(splits: list[Split], num_bytes: int) -> list[int]:
+    """Where each split's bytes start in its file, and the file's end: 0, then each later
+    split's `offset` (record-indexed formats) or `start` (byte ranges), kept in order and
+    within the file, then `num_bytes`. So the tasks' byte ranges add up to the file."""
+    bounds = [0]
+    for split in splits[1:]:
+        at = split.offset if split.offset is not None else split.start
+        bounds.append(min(max(int(at), bounds[-1]), num_bytes))
+    bounds.append(max(num_bytes, bounds[-1]))
+    return bounds
 
 
 def all_tasks(plan: ReadPlan, sources: dict[str, dict[str, Any]], base_dir: str,

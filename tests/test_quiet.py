@@ -20,9 +20,12 @@ def test_demo_and_inspect_show_no_tensorflow_start_up_lines(tmp_path) -> None:
     assert not START_UP.search(proc.stdout)
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"Wrote {out} in ")
-    assert lines[1:4] == ["  train             1,500 records in 4 shard(s)",
-                          "  test                297 records in 4 shard(s)",
-                          "Sample record (train):"]
+    assert lines[1:4] == ["  train             1,500 records in 4 shard(s),  169.5 KB",
+                          "  test                297 records in 4 shard(s),   33.6 KB",
+                          "  total             1,797 records in 8 shard(s),  203.1 KB"]
+    assert lines[4].startswith("  read 1,797 records (44.7 KB of input), written 1,797, "
+                               "rejected 0 in ")
+    assert lines[5] == "Sample record (train):"
     assert lines[-1] == f"Read it back: etl.make_dataset({out!r}, split='train')"
     proc = cli("inspect", f"{out}/train-00000-of-00004.tfrecord", "--limit", "1")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr

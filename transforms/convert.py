@@ -34,6 +34,7 @@ from etl.codec import Encoder
 from etl.error_wire import wire_errors
 from etl.finalize import finalize_run
 from etl.prefetch import ordered_map, prefetch
+from etl.progress import Tally, TaskBytes
 from etl.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
 from etl.shuffle import engine, files, keys
 from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
@@ -102,9 +103,10 @@ class _ReadEncodeFn(beam.DoFn):
     `files` strategy writes each run to a spill (or holds it) and emits its SpillRef, the
     `engine` strategy emits the run itself."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None):
+    def __init__(self, spec: ConvertSpec, held: Shared | None, tally: Shared | None = None):
         self.spec = spec
         self.held_handle = held
+        self.tally_handle = tally
 
     def setup(self) -> None:
         import yaml  # noqa: PLC0415
@@ -124,20 +126,35 @@ class _ReadEncodeFn(beam.DoFn):
         self.read_counter = Metrics.counter("etl", "records_read")
         self.bad_counter = Metrics.counter("etl", "records_rejected")
         self.encoded_counter = Metrics.counter("etl", "records_encoded")
+        self.bytes_counter = Metrics.counter("etl", "bytes_read")  # progress: percent, ETA
+        self.tally = _tally(self.tally_handle)
 
     @wire_errors
     def process(self, task: ReadTask):  # type: ignore[override]
         read = 0
         rejected: list[dict[str, Any]] = []
+        tally = self.tally
+        if tally is not None:
+            tally.stage("reading+encoding")
+        span = TaskBytes(*task.byte_range)  # this task's input bytes, credited per block
         blocks = prefetch(self.readers[task.source].read_split(task.split))
         for done in ordered_map(lambda block: self._stage1(task, block), blocks):
             # counters are updated here, in the bundle's thread, where Beam tracks metrics
+            bad = sum(b.get("count", 1) for b in done.rejected)
+            got = span.advance(done.end_offset)
             self.read_counter.inc(done.read)
-            self.bad_counter.inc(sum(b.get("count", 1) for b in done.rejected))
+            self.bad_counter.inc(bad)
             self.encoded_counter.inc(done.encoded)
+            self.bytes_counter.inc(got)
+            if tally is not None:
+                tally.add(read=done.read, rejected=bad, encoded=done.encoded, bytes=got)
             read += done.read
             rejected += done.rejected
             yield from done.outputs
+        rest = span.finish()  # the task's exact byte count, whatever its blocks said
+        self.bytes_counter.inc(rest)
+        if tally is not None:
+            tally.add(bytes=rest)
         # one empty run per input file: the planning combine always has an input, so even an
         # empty dataset gets its (empty) shards planned, without a default-value branch
         yield self._emit(SortedRun(next(iter(self.spec.splits)), _NO_KEYS, _NO_KEYS,
@@ -151,6 +168,7 @@ class _ReadEncodeFn(beam.DoFn):
     def _stage1(self, task: ReadTask, block: Block) -> EncodedBlock:
         done = encode_block(self.encoder, self.spec, task, block)
         done.outputs = [self._emit(run) for run in done.outputs]
+        done.end_offset = block.end_offset
         return done
 
     def _emit(self, run: SortedRun) -> SortedRun | files.SpillRef:
@@ -174,12 +192,19 @@ def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | 
     return handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory))
 
 
+def _tally(handle: Shared | None) -> Tally | None:
+    """This run's live progress tally (the launcher's object: every stage in its process),
+    None when the run shows no progress or runs elsewhere (transforms/progress.py)."""
+    return None if handle is None else handle.acquire(Tally)
+
+
 @dataclass
 class EncodedBlock:
     read: int
     encoded: int
     outputs: list[Any]  # SortedRun, one per split the block feeds (or their SpillRefs)
     rejected: list[dict[str, Any]]
+    end_offset: int | None = None  # the block's Block.end_offset (progress)
 
 
 def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block) -> EncodedBlock:
@@ -249,9 +274,12 @@ class MergeStatsFn(beam.CombineFn):
 
 
 @wire_errors
-def plan_shards(stats: ShuffleStats, spec: ConvertSpec) -> Plan:
+def plan_shards(stats: ShuffleStats, spec: ConvertSpec, tally: Shared | None = None) -> Plan:
     """Every split's shard count and every shard's key and rank range (with notes, such as a
     raised shard count, that the finalize step puts in the manifest)."""
+    live = _tally(tally)
+    if live is not None:
+        live.stage("planning")
     return make_plan(stats, spec.splits, spec.shards, spec.shard_size, spec.max_shard_bytes)
 
 
@@ -263,16 +291,21 @@ class _WriteShardFn(beam.DoFn):
     """Stage 2: write one shard; `files`: (plan, spill paths), `engine`: ((split, index),
     [its plan and its chunks])."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None = None):
+    def __init__(self, spec: ConvertSpec, held: Shared | None = None,
+                 tally: Shared | None = None):
         self.spec = spec
         self.held_handle = held
+        self.tally_handle = tally
 
     def setup(self) -> None:
         self.held = _held_store(self.held_handle, self.spec)
+        self.tally = _tally(self.tally_handle)
 
     @wire_errors
     def process(self, element: Any):  # type: ignore[override]
         spec = self.spec
+        if self.tally is not None:
+            self.tally.stage("writing shards")
         if spec.via == files.NAME:
             plan, spills = element
             result = files.write_files_shard(plan, spills, spec.staging_dir, spec.compression,
@@ -285,6 +318,8 @@ class _WriteShardFn(beam.DoFn):
                                                spec.compression)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
+        if self.tally is not None:
+            self.tally.add(written=result.num_records, shards=1)
         yield result
 
 
@@ -314,9 +349,13 @@ def _slim(ref: files.SpillRef) -> files.SpillRef:
 
 @wire_errors
 def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
-              spec: ConvertSpec) -> dict[str, Any]:
+              spec: ConvertSpec, tally: Shared | None = None) -> dict[str, Any]:
     """Every shard result, read report and the plan's notes -> the manifest (etl.finalize)."""
     import yaml  # noqa: PLC0415
+
+    live = _tally(tally)
+    if live is not None:
+        live.stage("finalizing")
 
     from etl.schema import schema_from_dict  # noqa: PLC0415
 
@@ -332,15 +371,20 @@ class ConvertToShards(beam.PTransform):
     (the one result the launcher reads back before it publishes). Its output: the manifest.
 
     `held`: a Shared handle of this run's held-spill store (files strategy, local runner in
-    one process); None writes every spill to disk."""
+    one process); None writes every spill to disk. `tally`: a Shared handle of this run's live
+    progress tally (etl.progress.Tally; local runner in one process), None counts Beam metrics
+    only."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None = None):
+    def __init__(self, spec: ConvertSpec, held: Shared | None = None,
+                 tally: Shared | None = None):
         super().__init__()
         self.spec = spec
         self.held = held
+        self.tally = tally
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         spec = self.spec
+        tally = self.tally
         units = (pbegin
                  | "Start" >> beam.Impulse()
                  | "ListInputFiles" >> beam.FlatMap(lambda _, path: ReadPlan.load(path).units,
@@ -350,7 +394,7 @@ class ConvertToShards(beam.PTransform):
         tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec))
         if spec.spread_reads:
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
-        blocks = tasks | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held)).with_outputs(
+        blocks = tasks | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held, self.tally)).with_outputs(
             REPORTS, main="runs")
         reports = blocks[REPORTS]
         blocks = blocks.runs
@@ -360,7 +404,7 @@ class ConvertToShards(beam.PTransform):
                 | "BlockStats" >> beam.Map(lambda b, shuffled: (None, _stats_of(b, shuffled)),
                                            spec.shuffled)
                 | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(spec.shuffled))
-                | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, spec)))
+                | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, spec, tally)))
         if spec.via == files.NAME:
             # each shard's list of spills, from the plan and every spill's slim ref (a side
             # input: no Flatten, which the local runner would run as a stage of its own)
@@ -375,10 +419,10 @@ class ConvertToShards(beam.PTransform):
                 lambda plan: [((p.split, p.index), p) for p in _all_plans(plan)])
             shards = ((chunks, plans) | "Flatten" >> beam.Flatten()
                       | "GroupByShard" >> beam.GroupByKey())
-        results = shards | "WriteShards" >> beam.ParDo(_WriteShardFn(spec, self.held))
+        results = shards | "WriteShards" >> beam.ParDo(_WriteShardFn(spec, self.held, self.tally))
         # one finalize step, once every shard and read report is in (side inputs)
         return plan | "Finalize" >> beam.Map(_finalize, beam.pvalue.AsList(results),
-                                             beam.pvalue.AsList(reports), spec)
+                                             beam.pvalue.AsList(reports), spec, self.tally)
 
 
 __all__ = ["ConvertSpec", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult"]

@@ -45,6 +45,7 @@ from etl.errors import BadInputError, ConfigError, EtlError, LockedError
 from etl.finalize import first_rejected
 from etl.fingerprint import with_fingerprints
 from etl.manifest import MANIFEST, REJECTED_FILE, record_run
+from etl.progress import ProgressConfig, Tally
 from etl.publish import publish
 from etl.read_plan import ReadPlan, needs_scan, plan_units
 from etl.remote_output import RemoteRun, work_prefix
@@ -52,6 +53,7 @@ from etl.run_lock import DEFAULT_STALE_AFTER, LOCK, RunInfo, RunLock
 from etl.run_log import RunLog
 from etl.schema import load_schema
 from etl.shuffle import files, is_local, strategy_for
+from transforms import progress as live
 from transforms.convert import ConvertSpec, ConvertToShards
 from transforms.staging import pipeline_options  # Beam options + our package for workers
 
@@ -130,18 +132,22 @@ def plan_reads(job: JobConfig) -> ReadPlan:
 
 def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool = False,
             break_lock: bool = False, lock_stale_after: float = DEFAULT_STALE_AFTER,
-            capture_stderr: bool = False) -> JobResult:
+            capture_stderr: bool = False, progress: ProgressConfig | None = None) -> JobResult:
     """Convert `job`; raises only EtlError (exit code in `.exit_code`) for failures.
 
     An output published and current is left as it is (JobResult.skipped says why, and its
     splits and manifest are the published ones); `force` rebuilds it anyway.
     `capture_stderr` (the command line without --debug): while the pipeline runs, file
     descriptor 2 goes to the run's log file, because Beam's workers print each failing
-    bundle's traceback straight to stderr (threads and worker processes alike)."""
+    bundle's traceback straight to stderr (threads and worker processes alike).
+    `progress` (default: none): a live bar or periodic lines while the pipeline runs, on the
+    config's stream (a duplicate of the real stderr: fd 2 may go to the log meanwhile); it
+    stops before run_job returns (transforms/progress.py)."""
     attempt = Attempt(time.time(), idempotence.span_label(job))
     try:
         result = _run(job, beam_args or [], attempt, force=force, break_lock=break_lock,
-                      lock_stale_after=lock_stale_after, capture_stderr=capture_stderr)
+                      lock_stale_after=lock_stale_after, capture_stderr=capture_stderr,
+                      progress=progress)
     except BaseException as e:
         record_history(job, attempt, failure=e)
         raise
@@ -189,7 +195,8 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
 
 
 def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
-         break_lock: bool, lock_stale_after: float, capture_stderr: bool) -> JobResult:
+         break_lock: bool, lock_stale_after: float, capture_stderr: bool,
+         progress: ProgressConfig | None = None) -> JobResult:
     """run_job's work; `attempt` collects what the history entry needs as it goes."""
     started = attempt.started
     args = default_beam_args(beam_args)
@@ -275,14 +282,25 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
         held_handle = Shared() if held else None
         store = held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
             if held_handle else None
+        # this run's live progress tally: shared like the held spills, when every stage runs
+        # here (elsewhere the runner's metrics are polled: transforms/progress.py)
+        tally_handle = Shared() if progress is not None and shares_process(options) else None
+        tally = tally_handle.acquire(Tally) if tally_handle else None
+        bytes_total = sum(u.num_bytes for u in read_plan.units)
+        reporter: live.Reporter | None = None
         failure: BaseException | None = None
         try:
+            reporter = live.start(progress, tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
                 p = beam.Pipeline(options=options)
-                _ = p | "Convert" >> ConvertToShards(spec, held_handle)
+                _ = p | "Convert" >> ConvertToShards(spec, held_handle, tally_handle)
                 submitted = p.run()
+                if reporter is not None and tally is None:  # poll the runner's metrics
+                    reporter.attach(live.MetricsFeed(submitted, bytes_total))
                 attempt.dataflow_job_id = announce_job(submitted, options, run_log) or ""
                 submitted.wait_until_finish()
+            if reporter is not None:
+                reporter.stage("checking")
             if lock is not None:
                 lock.verify()
             launched = launch_only(options)
@@ -293,13 +311,17 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
                 rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
                 fields = {**ident.manifest_fields(), "run_id": run_id}
                 result = _check_and_publish(job, spec, run_id, started, rejected_at, remote,
-                                            fields)
+                                            fields, reporter)
                 attempt.counts = {"read": sum(i["read"] for i in result.manifest["inputs"]),
                                   "written": sum(v["num_records"] for v in result.splits.values()),
                                   "rejected": int(result.rejected["num_records"])}
+            if reporter is not None:
+                reporter.stage("done")
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
             failure = e
         finally:
+            if reporter is not None:  # before anything else is printed: the summary, an error
+                reporter.stop(final=failure is None)
             if store is not None:
                 store.release()
             _clean_up(tmp, run_log)  # first: frees the space a full disk needs for the log
@@ -453,7 +475,8 @@ def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: float,
                        rejected_at: str, remote: RemoteRun | None = None,
-                       fields: dict[str, Any] | None = None) -> JobResult:
+                       fields: dict[str, Any] | None = None,
+                       reporter: live.Reporter | None = None) -> JobResult:
     """The finalize step left the manifest in staging (the run's one result): check the bad-
     record threshold, then publish. A run that rejected more than allowed keeps its
     dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
@@ -471,6 +494,8 @@ def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: 
         log.warning(note)
     if fields:  # what the run was made from: the next run compares it (etl.idempotence)
         manifest = record_run(staging, fields)
+    if reporter is not None:
+        reporter.stage("publishing")
     if remote is not None:  # object store: a new version, then the pointer
         remote.publish(staging)
     else:  # local: the old output goes aside inside this run's directory (its marker covers it)

@@ -1,10 +1,14 @@
-"""Run a job and print what users want to see: records per split, shards, time, a sample."""
+"""Run a job and print what users want to see: progress while it runs (etl.progress), then a
+table of records, shards and bytes per split, what was read and rejected, time, rate, a sample."""
 
 from __future__ import annotations
+
+from typing import Any, TextIO
 
 from etl import fs
 from etl.config import load_job
 from etl.manifest import dataset_dir
+from etl.progress import DEFAULT_EVERY, resolve, size
 from etl.quiet import native_stderr_quiet
 from etl.spans import Span
 from transforms.backfill import check_inputs, not_selected, skip_if_current
@@ -13,9 +17,13 @@ from transforms.backfill import check_inputs, not_selected, skip_if_current
 def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
                    break_lock: bool = False, lock_stale_after: float | None = None,
                    debug: bool = False, span: Span | None = None, force: bool = False,
-                   allow_missing: bool = False, only: str = "all", verbose: bool = False) -> int:
+                   allow_missing: bool = False, only: str = "all", verbose: bool = False,
+                   progress: str = "none", progress_every: float = DEFAULT_EVERY,
+                   progress_stream: TextIO | None = None) -> int:
     """One span (or a job without placeholders). Without `debug`, worker tracebacks go to the
-    run's log file only (see run_job). A skipped span prints one line saying why: exit 0."""
+    run's log file only (see run_job). A skipped span prints one line saying why: exit 0.
+    `progress` (auto, bar, lines, none) is drawn on `progress_stream`: the real stderr, a
+    duplicate taken before a run sends fd 2 to its log file."""
     job = load_job(job_path, output=output, span=span)
     label = f"{job.span} ({job.output})" if job.span else job.output
     left_out = not_selected(job, only) if only != "all" else ""
@@ -29,8 +37,9 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
     from transforms.job import run_job  # noqa: PLC0415 - Beam: only when something runs
 
     stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
+    shown = resolve(progress, progress_stream, progress_every)
     result = run_job(job, beam_args, force=force, break_lock=break_lock,
-                     capture_stderr=not debug, **stale)
+                     capture_stderr=not debug, progress=shown, **stale)
     if getattr(result, "skipped", ""):
         print(f"Skipped {label}: {result.skipped}")
         return 0
@@ -39,8 +48,8 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
         return 0
     print(f"Wrote {result.output}{f' (span {job.span})' if job.span else ''} "
           f"in {result.seconds:.1f}s")
-    for split, info in result.splits.items():
-        print(f"  {split:<12} {info['num_records']:>10,} records in {info['shards']} shard(s)")
+    for line in summary_table(result.manifest, result.seconds):
+        print(line)
     if result.rejected["num_records"]:
         print(f"  rejected     {result.rejected['num_records']:>10,} records "
               f"(see {result.output}/rejected/): {result.rejected['by_reason']}")
@@ -56,3 +65,28 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
             print(text)
     print(f"Read it back: etl.make_dataset({result.output!r}, split={first!r})")
     return 0
+
+
+def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:
+    """Per split: records, shards, bytes written; then the totals: records read, written and
+    rejected, the input's bytes, time and rate (records read per second)."""
+    lines = []
+    splits = manifest["splits"]
+    for split, info in splits.items():
+        lines.append(f"  {split:<12} {info['num_records']:>10,} records in "
+                     f"{len(info['shards'])} shard(s), {size(_bytes(info)):>9}")
+    read = sum(int(i.get("read", 0)) for i in manifest.get("inputs", []))
+    written = sum(int(v["num_records"]) for v in splits.values())
+    rejected = int(manifest.get("rejected", {}).get("num_records", 0))
+    shards = sum(len(v["shards"]) for v in splits.values())
+    input_bytes = sum(int(f.get("num_bytes", 0)) for f in manifest.get("input_files", []))
+    rate = f", {read / seconds:,.0f} records/s" if seconds > 0 else ""
+    lines.append(f"  {'total':<12} {written:>10,} records in {shards} shard(s), "
+                 f"{size(sum(_bytes(v) for v in splits.values())):>9}")
+    lines.append(f"  read {read:,} records ({size(input_bytes)} of input), written {written:,}, "
+                 f"rejected {rejected:,} in {seconds:.1f}s{rate}")
+    return lines
+
+
+def _bytes(split: dict[str, Any]) -> int:
+    return int(split.get("num_bytes") or sum(int(s.get("num_bytes", 0)) for s in split["shards"]))

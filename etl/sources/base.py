@@ -33,6 +33,10 @@ class Block:
     error reports, so a user can open the file at the right place.
     `bad` are the rows rejected while reading; `num_read` counts them with the good rows
     (an `unreadable_rest` entry counts as the records it stands for).
+    `end_offset`: how far into its file (bytes, as etl.fs reads it: compressed files count
+    compressed bytes) the reader had got when it made the block, at or past its last record;
+    None where the format cannot say cheaply. Progress figures only (percent, ETA): it never
+    names a record.
     """
 
     columns: dict[str, Any]
@@ -41,6 +45,7 @@ class Block:
     bad: list[BadRecord] = field(default_factory=list)
     lines: np.ndarray | None = None
     offsets: np.ndarray | None = None
+    end_offset: int | None = None
 
     @property
     def num_rows(self) -> int:
@@ -62,6 +67,8 @@ class Split:
     npz: records); `stop=None` is the end of the unit. `first_line`: text formats, the number
     of physical lines before `start` (so line numbers and positions stay the file's).
     `whole` splits (the default, one per unit) read the unit as `read(path)` always did.
+    `offset`: for record-indexed splits, the byte offset in the unit's file where the split's
+    first record starts (progress figures only; None: `start` is already a byte offset).
     """
 
     path: str
@@ -70,6 +77,7 @@ class Split:
     start: int = 0
     stop: int | None = None
     first_line: int = 0
+    offset: int | None = None
 
     @property
     def whole(self) -> bool:
@@ -130,12 +138,17 @@ def target_starts(size: int, target_bytes: int, begin: int = 0) -> list[int]:
     return list(range(begin + target_bytes, size, target_bytes))
 
 
-def record_splits(path: str, count: int, record_bytes: float, target_bytes: int) -> list[Split]:
-    """Splits of `count` fixed-size records, about `target_bytes` each (IDX, npy)."""
+def record_splits(path: str, count: int, record_bytes: float, target_bytes: int,
+                  header_bytes: int = 0, unit_record_bytes: int = 0) -> list[Split]:
+    """Splits of `count` fixed-size records, about `target_bytes` each (IDX, npy);
+    `header_bytes` + record index x `unit_record_bytes` is where a record starts in the unit's
+    own file (Split.offset, for progress)."""
     per = max(1, int(target_bytes // max(record_bytes, 1)))
     cuts = list(range(0, count, per)) or [0]
     n = len(cuts)
-    return [Split(path, i, n, a, (cuts[i + 1] if i + 1 < n else None)) for i, a in enumerate(cuts)]
+    return [Split(path, i, n, a, (cuts[i + 1] if i + 1 < n else None),
+                  offset=header_bytes + a * unit_record_bytes if unit_record_bytes else None)
+            for i, a in enumerate(cuts)]
 
 
 def open_file(path: str) -> Any:

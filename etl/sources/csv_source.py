@@ -382,7 +382,11 @@ class CsvReader(FileSource):
                                      parse_options=self._parse_options(None),
                                      convert_options=convert)
             last: pa.RecordBatch | None = None  # the last non-empty batch
+            # progress: the reader reads far ahead of the batches it hands out, but each batch
+            # is one block of `block_size` input bytes (the last one less)
+            begin, parsed = (0 if split.whole else split.start), 0
             for batch in reader:
+                parsed += read_options.block_size
                 m = batch.num_rows
                 extra = _newlines(batch)
                 lines = first_line + np.arange(cursor, cursor + m, dtype=np.int64) + newlines \
@@ -402,13 +406,15 @@ class CsvReader(FileSource):
                 buffer.add(batch, positions, lines)
                 last = batch if batch.num_rows else last
                 while buffer.rows > self.block_rows:  # the last row may be the sentinel: keep it
-                    yield buffer.take(self.block_rows, path, [])
+                    yield _ending(buffer.take(self.block_rows, path, []),
+                                  _upto(begin + parsed, _tell(fh, path)))
+            end = _tell(fh, path)
         if sentinel:  # the file's last row is followed by the sentinel row, unless it runs off
             if last is None or not _is_sentinel(last, last.num_rows - 1):
                 raise _RunsOff("a quoted field is still open at the end of the file")
             buffer.drop_last()
         while buffer.rows:
-            yield buffer.take(self.block_rows, path, [])
+            yield _ending(buffer.take(self.block_rows, path, []), end)
 
     def _read_careful(self, split: Split, skip: int = 0) -> Iterator[Block]:
         """Single-threaded, every column as text, bad rows reported with their line;
@@ -434,7 +440,9 @@ class CsvReader(FileSource):
         buffer = _Rows(names)
         skip = self._header_lines if split.first else 0
         carry, carry_line = b"", 0  # lines of a row that was still open at the end of a region
+        end: int | None = None  # how far the line scan got (Block.end_offset)
         for run in split_lines(split, limit):
+            end = None if path.endswith(".gz") else run.end_byte
             start = min(skip, run.count)
             skip -= start
             cuts = sorted(i for i in run.oversized if i >= start)
@@ -457,13 +465,32 @@ class CsvReader(FileSource):
             for item in parser.take():
                 buffer.add(*item)
             while buffer.rows >= self.block_rows:
-                yield buffer.take(self.block_rows, path, parser.take_bad())
+                yield _ending(buffer.take(self.block_rows, path, parser.take_bad()), end)
         if carry:
             parser.region(carry, carry_line, final=True)
         for item in parser.take():
             buffer.add(*item)
         while buffer.rows or parser.bad:
-            yield buffer.take(self.block_rows, path, parser.take_bad())
+            yield _ending(buffer.take(self.block_rows, path, parser.take_bad()), end)
+
+
+def _tell(fh: Any, path: str) -> int | None:
+    """How far the parser has read the file (its read-ahead included); None for gzip."""
+    if path.endswith(".gz"):
+        return None
+    try:
+        return int(fh.tell())
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _upto(estimate: int, told: int | None) -> int | None:
+    return None if told is None else min(estimate, told)
+
+
+def _ending(block: Block, end_offset: int | None) -> Block:
+    block.end_offset = end_offset
+    return block
 
 
 class _RunsOff(pa.ArrowInvalid):

@@ -80,14 +80,17 @@ class IdxReader(Source):
                 if f.endswith(".gz") or _gzipped(f) or _size(f) != \
                         header.header_bytes + header.count * header.record_bytes:
                     return [Split(path)]
+            own = next((h for f, h, _ in opened.values() if f == path), headers[0])
         return record_splits(path, headers[0].count, sum(h.record_bytes for h in headers),
-                             target_bytes)
+                             target_bytes, own.header_bytes, own.record_bytes)
 
     def read_split(self, split: Split) -> Iterator[Block]:
         path = split.path
         with ExitStack() as stack:
             opened = self._open(path, stack)
             total = next(iter(opened.values()))[1].count
+            own = next((h for f, h, _ in opened.values() if f == path), None)
+            plain = own is not None and not path.endswith(".gz") and not _gzipped(path)
             start = split.start
             if split.stop is not None:
                 total = min(total, split.stop)
@@ -101,7 +104,9 @@ class IdxReader(Source):
                 n = min(len(block) for block, _ in parts.values())
                 columns = {name: block[:n] for name, (block, _) in parts.items()}
                 if n == want:
-                    yield Block(columns, np.arange(start, start + n, dtype=np.int64), source=path)
+                    yield Block(columns, np.arange(start, start + n, dtype=np.int64), source=path,
+                                end_offset=own.header_bytes + (start + n) * own.record_bytes
+                                if plain and own is not None else None)
                     start += n
                     continue
                 # some file ended early: its complete records go, the rest is counted as lost

@@ -24,7 +24,7 @@ import pyarrow.json as pa_json
 from etl.errors import BadRecord
 from etl.sources.base import Block, Split
 from etl.sources.csv_source import excerpt, utf8_bad_rows
-from etl.sources.text_source import LineBlock, LineSource, line_blocks
+from etl.sources.text_source import LineBlock, LineSource, line_blocks, line_end
 
 
 class JsonlReader(LineSource):
@@ -43,10 +43,11 @@ class JsonlReader(LineSource):
             if table is not None:
                 columns = {n: table.column(n).combine_chunks() for n in table.schema.names}
                 yield Block(columns=columns, positions=positions, source=path, bad=oversized,
-                            lines=positions + 1)
+                            lines=positions + 1, end_offset=line_end(block, path))
             else:
                 out = _line_by_line(block, rows, path)
                 out.bad = sorted(out.bad + oversized, key=lambda b: b.line or 0)
+                out.end_offset = line_end(block, path)
                 yield out
 
 

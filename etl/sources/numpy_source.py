@@ -105,13 +105,17 @@ class NumpyReader(Source):
                 return [Split(path)]
             total = next(iter(arrays.values()))[1][0]
             row_bytes = sum(rows.row_bytes for _, _, rows in arrays.values())
-        return record_splits(path, total, row_bytes, target_bytes)
+            own = next((rows for label, _, rows in arrays.values() if label == path), None)
+        return record_splits(path, total, row_bytes, target_bytes,
+                             own.header_bytes if own else 0, own.row_bytes if own else 0)
 
     def read_split(self, split: Split) -> Iterator[Block]:
         path = split.path
         with ExitStack() as stack:
             arrays = self._open(path, stack)
             total = next(iter(arrays.values()))[1][0]
+            own = None if self.npz else next(
+                (rows for label, _, rows in arrays.values() if label == path), None)
             start = split.start
             if split.stop is not None:
                 total = min(total, split.stop)
@@ -125,7 +129,8 @@ class NumpyReader(Source):
                 columns = {column: block[:n] for column, (block, _) in parts.items()}
                 positions = np.arange(start, start + n, dtype=np.int64)
                 if n == want:
-                    yield Block(columns, positions, source=path)
+                    yield Block(columns, positions, source=path,
+                                end_offset=None if own is None else own.byte(start + n))
                     start += n
                     continue
                 short = min(parts, key=lambda column: len(parts[column][0]))

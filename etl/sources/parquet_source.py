@@ -80,7 +80,10 @@ class ParquetReader(FileSource):
             size += sizes[g]
             row += rows[g]
         n = len(cuts)
-        return [Split(path, i, n, a, cuts[i + 1] if i + 1 < n else None) for i, a in enumerate(cuts)]
+        first_group = dict(zip(_accumulate(rows), range(groups), strict=False))  # row -> group
+        return [Split(path, i, n, a, cuts[i + 1] if i + 1 < n else None,
+                      offset=_group_offset(meta, first_group[a]) if i else None)
+                for i, a in enumerate(cuts)]
 
     def read_split(self, split: Split) -> Iterator[Block]:
         path = split.path
@@ -113,7 +116,7 @@ class ParquetReader(FileSource):
                     n = batch.num_rows
                     columns = {name: batch.column(name) for name in batch.schema.names}
                     yield Block(columns, np.arange(start + done, start + done + n, dtype=np.int64),
-                                source=path)
+                                source=path, end_offset=_batch_end(meta, group, done + n, rows))
                     done += n
                 start += rows
 
@@ -121,6 +124,24 @@ class ParquetReader(FileSource):
 def _group_bytes(group: pq.RowGroupMetaData) -> int:
     """Bytes of a row group in the file (its column chunks, compressed)."""
     return sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+
+
+def _accumulate(rows: list[int]) -> list[int]:
+    """The first row of every row group."""
+    out, at = [], 0
+    for n in rows:
+        out.append(at)
+        at += n
+    return out
+
+
+def _batch_end(meta: pq.FileMetaData, group: int, done: int, rows: int) -> int | None:
+    """Progress: how far into the file a batch ending `done` rows into its row group is (the
+    group's bytes pro rata; None where the footer does not say)."""
+    at = _group_offset(meta, group)
+    if at is None:
+        return None
+    return at + _group_bytes(meta.row_group(group)) * done // max(rows, 1)
 
 
 def _group_offset(meta: pq.FileMetaData, group: int) -> int | None:

@@ -277,10 +277,12 @@ def _take_lines(runs: list[LineRun], n: int) -> tuple[LineBlock, list[LineRun]]:
     """The first `n` lines of `runs` as one block, and the runs left."""
     parts, bounds, oversized = [], [np.zeros(1, np.int64)], {}
     first, taken, rest = runs[0].first, 0, list(runs)
+    end = 0  # (uncompressed) byte offset just after the block's last line
     while rest and taken < n:
         run = rest.pop(0)
         k = min(run.count, n - taken)
         stop = int(run.bounds[k])
+        end = run.end_byte - (len(run.data) - stop)
         parts.append(run.data[:stop])
         bounds.append(run.bounds[1 : k + 1] + bounds[-1][-1])
         oversized.update({taken + i: s for i, s in run.oversized.items() if i < k})
@@ -290,7 +292,13 @@ def _take_lines(runs: list[LineRun], n: int) -> tuple[LineBlock, list[LineRun]]:
             rest.insert(0, tail)
         taken += k
     data = parts[0] if len(parts) == 1 else b"".join(parts)
-    return LineBlock(first, data, np.concatenate(bounds).astype(np.int64), oversized), rest
+    return LineBlock(first, data, np.concatenate(bounds).astype(np.int64), oversized, end), rest
+
+
+def line_end(block: LineRun, path: str) -> int | None:
+    """Block.end_offset of a block of whole lines (a gzip file's offsets are uncompressed:
+    unknown in its own bytes)."""
+    return None if path.endswith(".gz") else int(block.end_byte)
 
 
 def decode_lines(block: LineBlock, path: str) -> tuple[pa.Array, np.ndarray, list[BadRecord]]:
@@ -357,7 +365,8 @@ class TextReader(LineSource):
                 "tokens": tokens,
                 "length": np.asarray(pc.list_value_length(tokens), np.int64),
             }
-            yield Block(columns=columns, positions=ids, source=path, bad=bad, lines=ids + 1)
+            yield Block(columns=columns, positions=ids, source=path, bad=bad, lines=ids + 1,
+                        end_offset=line_end(block, path))
 
     def _tokens(self, text: pa.Array, empty: np.ndarray) -> pa.Array:
         if self.lowercase:

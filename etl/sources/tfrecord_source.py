@@ -83,7 +83,7 @@ class TFRecordReader(FileSource):
                         offsets.append(frame.offset)
                         size += len(frame.data)
                     if len(records) >= self.block_rows or size >= _BLOCK_BYTES:
-                        yield self._block(records, indexes, offsets, bad, path)
+                        yield self._block(records, indexes, offsets, bad, path, _tell(fh))
                         records, indexes, offsets, bad, size = [], [], [], [], 0
             except BrokenStreamError as e:
                 where = f"uncompressed byte {e.offset}"
@@ -95,7 +95,7 @@ class TFRecordReader(FileSource):
             yield self._block(records, indexes, offsets, bad, path)
 
     def _block(self, records: list[bytes], indexes: list[int], offsets: list[int],
-               bad: list[BadRecord], path: str) -> Block:
+               bad: list[BadRecord], path: str, end_offset: int | None = None) -> Block:
         column = pa.array(records, pa.large_binary())
         positions = np.array(indexes, np.int64)
         where = np.array(offsets, np.int64)
@@ -108,4 +108,12 @@ class TFRecordReader(FileSource):
                 column, positions, where = column.take(take), positions[keep], where[keep]
         bad.sort(key=lambda b: (b.record if b.record is not None else -1))
         return Block(columns={SERIALIZED: column}, positions=positions, source=path, bad=bad,
-                     offsets=where)
+                     offsets=where, end_offset=end_offset)
+
+
+def _tell(fh: Any) -> int | None:
+    """How far the scan has read the file (progress; its read-ahead included)."""
+    try:
+        return int(fh.tell())
+    except (OSError, ValueError, AttributeError):
+        return None
