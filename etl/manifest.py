@@ -4,10 +4,13 @@ Output contract:
     OUT/{split}-{i:05d}-of-{n:05d}.tfrecord[.gz|.zz]
     OUT/schema.yaml  OUT/schema.pbtxt  OUT/manifest.json  OUT/_SUCCESS (written last)
     OUT/rejected/rejected.jsonl (when bad records were allowed through)
+    OUT/report.json  OUT/report.html (optional, written later by `report`: not in the manifest)
 
 Every file but the manifest itself and the empty `_SUCCESS` marker is listed in the manifest
 with its size and sha256 (shards under `splits`, the others under `files`), so `verify` can
-prove the directory is whole and exactly ours.
+prove the directory is whole and exactly ours. The only files allowed beside them unlisted are
+the two REPORT_FILES that `report` writes after the run, and only when they carry its marker
+(report_is_ours): a report describes the data, it is not part of it.
 
 What the run was made from (etl.idempotence compares it before a rerun): `schema_sha256`,
 `input_files` (every file read: path, num_bytes, fingerprint and fingerprint_kind, e.g.
@@ -35,6 +38,12 @@ REJECTED_DIR = "rejected"
 REJECTED_FILE = f"{REJECTED_DIR}/rejected.jsonl"
 PRODUCER = "tfrecord-etl"
 FORMAT_VERSION = 2
+REPORT_FILES = ("report.json", "report.html")
+REPORT_GENERATOR = f"{PRODUCER} report"
+# what each report file carries in its first bytes (etl.report writes them there)
+_REPORT_MARKS = {"report.json": f'"generator": "{REPORT_GENERATOR}"'.encode(),
+                 "report.html": f'<meta name="generator" content="{REPORT_GENERATOR}">'.encode()}
+REPORT_HEAD = 512
 
 
 def build_manifest(
@@ -106,6 +115,19 @@ def is_listed(manifest: dict[str, Any], relative: str) -> bool:
     return manifest.get("format_version") == 1 and relative.startswith(REJECTED_DIR + "/")
 
 
+def report_is_ours(path: str) -> bool:
+    """`path` is a report.json / report.html written by `report` (its marker in the first
+    REPORT_HEAD bytes); False for another name, another file, or an unreadable one."""
+    mark = _REPORT_MARKS.get(fs.basename(path))
+    if mark is None:
+        return False
+    try:
+        with fs.open_read(path) as fh:
+            return mark in fh.read(REPORT_HEAD)
+    except OSError:
+        return False
+
+
 def dataset_dir(out: str) -> str:
     """The directory whose manifest.json describes `out`'s current data.
 
@@ -156,7 +178,8 @@ def verify(path: str, check_records: bool = True) -> dict[str, Any]:
     base = path.rstrip("/") + "/"
     present = {p[len(base):] for p, _ in fs.list_dir(path)}
     missing = sorted(listed - present)
-    extra = sorted(p for p in present if not is_listed(manifest, p))
+    extra = sorted(p for p in present if not is_listed(manifest, p)
+                   and not (p in REPORT_FILES and report_is_ours(fs.join(path, p))))
     if missing:
         raise VerifyError(f"{path}: missing file(s) listed in the manifest: {missing}")
     if extra:

@@ -29,7 +29,7 @@ from typing import Any
 
 from etl import fs
 from etl.errors import ConfigError, StorageError
-from etl.manifest import MANIFEST, PRODUCER, SUCCESS, is_listed
+from etl.manifest import MANIFEST, PRODUCER, REPORT_FILES, SUCCESS, is_listed, report_is_ours
 from etl.run_lock import RunInfo, why_dead
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> 
 
 def foreign_content(path: str) -> str | None:
     """Why the existing directory `path` is not provably a previous output of ours, or None
-    (ours, or empty)."""
+    (ours, or empty). The report files `report` writes beside the data are ours when they
+    carry its marker (etl.manifest.report_is_ours)."""
     found = _listing(path)
     if not found:
         return None
@@ -112,7 +113,8 @@ def foreign_content(path: str) -> str | None:
     if not _ours(manifest, SUCCESS in found):
         return f"its {MANIFEST} is not one written by {PRODUCER}"
     try:
-        extra = [f for f in found if not is_listed(manifest, f)]
+        extra = [f for f in found if not is_listed(manifest, f) and not (
+            f in REPORT_FILES and report_is_ours(os.path.join(path, f)))]
     except (KeyError, TypeError, AttributeError):
         return f"its {MANIFEST} does not list its shards"
     if extra:

@@ -1,0 +1,223 @@
+"""`report OUT [--against OUT2] [--out DIR]`: statistics, plots and sample images of an output.
+
+One streaming pass over the output's shards (etl.tfrecord through etl.fs: local and gs://
+alike), decoded with the dataset's own schema.yaml in batches of BATCH records; memory is
+bounded by the accumulators of etl.report.stats, whatever the size of the data. Writes
+`report.json` (the numbers) and `report.html` (one self-contained page) beside the data —
+the output's current dataset dir (etl.manifest.dataset_dir) — or into `--out DIR`.
+
+Beside the data the two files are allowed unlisted by `verify` and by the next run's output
+check when they carry our marker (etl.manifest.report_is_ours). A report file that is not ours
+is never overwritten. On an object store the files are first claimed in the run marker of the
+version they go into (as a run claims its objects before writing them), so the next run
+accepts the prefix as ours and removes them with their version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from typing import Any
+
+import numpy as np
+
+from etl import fs
+from etl.errors import BadInputError, ConfigError, EtlError, StorageError
+from etl.manifest import (
+    MANIFEST,
+    PRODUCER,
+    REPORT_FILES,
+    REPORT_GENERATOR,
+    SUCCESS,
+    dataset_dir,
+    load_manifest,
+    report_is_ours,
+)
+
+BATCH = 1024
+REPORT_FORMAT = 1
+JSON_NAME, HTML_NAME = REPORT_FILES
+
+
+def command(args: argparse.Namespace) -> int:
+    """The CLI entry: build, compare, write, and print where the files went."""
+    report, samples = build(args.path)
+    if getattr(args, "against", None):
+        from etl.report.drift import compare  # noqa: PLC0415
+
+        other, _ = build(args.against, keep_samples=False)
+        report["drift"] = compare(report, other, args.against)
+    target = args.out or report["dataset_dir"]
+    written = write(report, samples, target, beside_data=not args.out, output=args.path)
+    total = sum(s["num_records"] for s in report["splits"].values())
+    print(f"report of {args.path}: {total} records in {len(report['splits'])} split(s), "
+          f"{len(report['features'])} feature(s)")
+    for path in written:
+        print(f"  wrote {path}")
+    drift = report.get("drift")
+    if drift:
+        if drift["flagged"]:
+            print(f"drift against {drift['against']}: {len(drift['findings'])} finding(s)")
+            for finding in drift["findings"]:
+                print(f"  - {finding}")
+        else:
+            print(f"no drift against {drift['against']} over the thresholds")
+    return 0
+
+
+def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
+                                                         dict[tuple[str, str], list[np.ndarray]]]:
+    """Read every shard of `out` once; the report's JSON document and the sample images."""
+    from etl.report.drift import is_categorical  # noqa: PLC0415
+    from etl.report.stats import SplitStats, is_image  # noqa: PLC0415
+    from etl.schema import load_schema  # noqa: PLC0415
+    from etl.tfrecord import compression_of, read_file  # noqa: PLC0415
+
+    ddir = dataset_dir(out)
+    manifest = _manifest(out, ddir)
+    schema = load_schema(fs.join(ddir, "schema.yaml"))
+    splits: dict[str, Any] = {}
+    per_split: dict[str, SplitStats] = {}
+    for split, info in manifest["splits"].items():
+        acc = SplitStats(schema)
+        batch: list[bytes] = []
+        for shard in info["shards"]:
+            path = fs.join(ddir, shard["path"])
+            try:
+                with fs.guarded(path, "reading"):
+                    for _, data in read_file(path, compression_of(path)):
+                        batch.append(data)
+                        if len(batch) >= BATCH:
+                            _add(acc, batch, path)
+                            batch = []
+            except FileNotFoundError as e:
+                raise StorageError(f"{path}: shard listed in the manifest is missing") from e
+        if batch:
+            _add(acc, batch, fs.join(ddir, info["shards"][-1]["path"]))
+        if acc.records != info["num_records"]:
+            raise BadInputError(f"{ddir}: split {split!r} holds {acc.records} records, its "
+                                f"manifest says {info['num_records']} (run verify)")
+        splits[split] = {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
+                         "num_shards": len(info["shards"])}
+        per_split[split] = acc
+    features: dict[str, Any] = {}
+    samples: dict[tuple[str, str], list[np.ndarray]] = {}
+    for f in schema.features:
+        by_split = {split: acc.features[f.name].to_json() for split, acc in per_split.items()}
+        entry: dict[str, Any] = {"dtype": f.dtype, "shape": list(f.shape),
+                                 "encoding": f.encoding, "sequence": f.is_sequence,
+                                 "image": is_image(f)}
+        if f.vocabulary:
+            entry["vocabulary"] = list(f.vocabulary)
+        entry["categorical"] = is_categorical(entry, by_split)
+        if entry["image"]:
+            maxima = [s["max"] for s in by_split.values() if s.get("max") is not None]
+            entry["pixel_max"] = max(maxima) if maxima else None
+            if keep_samples:
+                for split, acc in per_split.items():
+                    samples[(f.name, split)] = acc.features[f.name].samples
+        entry["splits"] = by_split
+        features[f.name] = entry
+    report = {
+        "generator": REPORT_GENERATOR,  # first: the marker etl.manifest.report_is_ours reads
+        "report_format": REPORT_FORMAT,
+        "output": out,
+        "dataset_dir": ddir,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "run_id": manifest.get("run_id"),
+        "schema": {"name": schema.name, "kind": schema.kind,
+                   "sha256": manifest.get("schema_sha256")},
+        "notes": ["value counts, top values and histograms are exact where "
+                  "value_counts_exact is true; otherwise from bounded sketches (Misra-Gries "
+                  "top values, KMV distinct count, quantiles)",
+                  "missing: records without the feature (variable-length: no values; optional "
+                  "fixed features: absent in the record, before the default fills it in)"],
+        "splits": splits,
+        "features": features,
+    }
+    return report, samples
+
+
+def _add(acc: Any, batch: list[bytes], path: str) -> None:
+    try:
+        acc.add_batch(batch)
+    except EtlError:
+        raise
+    except Exception as e:  # TensorFlow's InvalidArgumentError on a record the schema rejects
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise BadInputError(f"{path}: records do not decode with the dataset's schema.yaml: "
+                            f"{first}") from e
+
+
+def _manifest(out: str, ddir: str) -> dict[str, Any]:
+    if not fs.exists(fs.join(ddir, SUCCESS)) or not fs.exists(fs.join(ddir, MANIFEST)):
+        raise ConfigError(f"{out}: not a published output (no {SUCCESS} and {MANIFEST} in "
+                          f"{ddir}); give the output directory of a run")
+    try:
+        manifest = load_manifest(ddir)
+    except (ValueError, OSError) as e:
+        raise ConfigError(f"{ddir}: cannot read its {MANIFEST}: {fs.first_line(e)}") from e
+    if manifest.get("producer") != PRODUCER or not isinstance(manifest.get("splits"), dict):
+        raise ConfigError(f"{ddir}: its {MANIFEST} was not written by {PRODUCER}")
+    return manifest
+
+
+# ---- writing ---------------------------------------------------------------------------------
+def write(report: dict[str, Any], samples: dict[tuple[str, str], list[np.ndarray]],
+          target: str, beside_data: bool, output: str) -> list[str]:
+    """Write report.json and report.html into `target`; never over a file that is not ours."""
+    from etl.report.html import render  # noqa: PLC0415
+
+    paths = [fs.join(target, name) for name in REPORT_FILES]
+    for path in paths:
+        if fs.exists(path) and not report_is_ours(path):
+            raise ConfigError(f"refusing to overwrite {path}: it is not a report written by "
+                              f"{PRODUCER}; move it away or pass --out DIR")
+        if not fs.is_remote(path) and fs.isdir(path):
+            raise ConfigError(f"refusing to write {path}: it is a directory")
+    if beside_data and fs.is_remote(target):
+        _claim(output, target)
+    body = json.dumps(report, indent=1, default=_json_default, allow_nan=False).encode()
+    page = render(report, samples).encode()
+    for path, data in zip(paths, (body, page), strict=True):
+        try:
+            with fs.guarded(path):
+                fs.write_bytes(path, data)
+        except OSError as e:
+            raise StorageError(f"cannot write {path}: {fs.first_line(e)}") from e
+    return paths
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON: {type(o).__name__}")
+
+
+def _claim(output: str, target: str) -> None:
+    """Add the report files to the run marker of the version they go into (gs://), so the
+    next run's output check accepts them and removes them with their version."""
+    from etl.object_store import Conflict, Store  # noqa: PLC0415 - remote only
+    from etl.remote_output import markers, read_pointer  # noqa: PLC0415
+
+    store = Store()
+    pointer = read_pointer(store, output)
+    version = target.rstrip("/").rsplit("/", 1)[-1]
+    if pointer is None or pointer.version != version:
+        raise ConfigError(f"{output}: no current version to write the report beside; pass "
+                          "--out DIR")
+    for marker in markers(store, output):
+        if marker.version != version:
+            continue
+        wanted = sorted(set(marker.objects) | set(REPORT_FILES))
+        if wanted != marker.objects:
+            marker.objects = wanted
+            try:
+                marker.save(store, output)
+            except Conflict as e:
+                raise StorageError(f"{marker.url} changed while the report claimed its files "
+                                   "(a run at work?); try again") from e
+        return
+    raise ConfigError(f"{output}: version {version} has no run marker of {PRODUCER} to claim "
+                      "the report files in; pass --out DIR to write them elsewhere")

@@ -1,0 +1,286 @@
+"""`report OUT [--against OUT2] [--out DIR]`: the numbers are exact against the source data,
+the page is self-contained and shows its plots and sample images in a real headless browser,
+drift is flagged on a drifted copy and not on an identical one, and the report files beside
+the data keep the output ours (verify, the next run) without ever replacing a file that is
+not ours."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import os
+import re
+import shutil
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+from etl.errors import ConfigError, VerifyError
+from etl.manifest import dataset_dir, load_manifest, verify
+from etl.output_guard import foreign_content
+from etl.report import command
+from etl.report.html import BAR, GRID_BG
+from tests import chromium
+from tests.helpers import ROOT, cli
+
+EXAMPLES = os.path.join(ROOT, "examples")
+DATA = os.path.join(EXAMPLES, "data")
+IRIS_COLUMNS = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
+
+
+def ok(proc: Any) -> Any:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def convert(job: str, out: str, *extra: str) -> str:
+    ok(cli("run", job, "--output", out, *extra, "--runner=FnApiRunner"))
+    return out
+
+
+def report(path: str, against: str | None = None, out: str | None = None) -> dict[str, Any]:
+    """`report` in this process (TensorFlow loaded once); the JSON it wrote."""
+    assert command(argparse.Namespace(path=path, against=against, out=out)) == 0
+    with open(os.path.join(out or dataset_dir(path), "report.json")) as fh:
+        return json.load(fh)
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The demo and iris converted once for the module, plus a drifted iris: virginica
+    rows dropped and sepal_length shifted by +2 (a job over a changed source)."""
+    tmp = tmp_path_factory.mktemp("report")
+    demo = convert(os.path.join(EXAMPLES, "demo.yaml"), str(tmp / "demo"))
+    iris = convert(os.path.join(EXAMPLES, "iris.yaml"), str(tmp / "iris"))
+    src = tmp / "drifted-src"
+    src.mkdir()
+    with open(os.path.join(DATA, "iris.csv")) as fh, open(src / "iris.csv", "w", newline="") as out:
+        rows = list(csv.DictReader(fh))
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            if row["species"] != "Iris-virginica":
+                row["sepal_length"] = f"{float(row['sepal_length']) + 2:.1f}"
+                writer.writerow(row)
+    (src / "job.yaml").write_text(json.dumps({
+        "schema": os.path.join(ROOT, "schemas", "iris.yaml"),
+        "source": {"format": "csv", "paths": ["iris.csv"]},
+        "split": {"train": 0.8, "test": 0.2}, "shuffle": {"seed": 7}, "shards": 2}))
+    drifted = convert(str(src / "job.yaml"), str(tmp / "iris-drifted"))
+    return {"demo": demo, "iris": iris, "drifted": drifted, "tmp": str(tmp)}
+
+
+def idx(name: str) -> np.ndarray:
+    """An IDX file of the demo, parsed with NumPy alone (magic, dims, then uint8 data)."""
+    with gzip.open(os.path.join(DATA, name)) as fh:
+        raw = fh.read()
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+# ---------------------------------------------------------------------- exact numbers
+
+
+def test_demo_report_numbers_are_exact_and_page_shows_plots_and_digits(outputs, tmp_path):
+    out = outputs["demo"]
+    proc = ok(cli("report", out))  # as a user runs it
+    assert f"wrote {os.path.join(out, 'report.json')}" in proc.stdout
+    assert f"wrote {os.path.join(out, 'report.html')}" in proc.stdout
+    assert proc.stderr == ""
+    with open(os.path.join(out, "report.json")) as fh:
+        rep = json.load(fh)
+    manifest = load_manifest(out)
+    for split, source in (("train", "digits-train"), ("test", "digits-test")):
+        labels = idx(f"{source}-labels-idx1-ubyte.gz")
+        images = idx(f"{source}-images-idx3-ubyte.gz")
+        info = rep["splits"][split]
+        assert info == {"num_records": len(labels),
+                        "num_bytes": manifest["splits"][split]["num_bytes"],
+                        "num_shards": 4}
+        label = rep["features"]["label"]["splits"][split]
+        want = sorted(Counter(labels.tolist()).items())
+        assert label["value_counts"] == [list(p) for p in want]
+        assert label["value_counts_exact"] is True
+        assert label["histogram"] == {"kind": "values", "values": [v for v, _ in want],
+                                      "counts": [c for _, c in want], "exact": True}
+        assert label["missing"] == 0 and label["records"] == len(labels)
+        assert label["mean"] == pytest.approx(labels.mean(), rel=1e-12)
+        pixels = rep["features"]["image"]["splits"][split]
+        assert (pixels["min"], pixels["max"], pixels["values"]) == (
+            int(images.min()), int(images.max()), images.size)
+        assert pixels["sum"] == int(images.astype(np.int64).sum())
+        assert pixels["zeros"] == int((images == 0).sum())
+        assert pixels["histogram"]["counts"] == np.bincount(images.ravel(), minlength=17).tolist()
+        assert pixels["stddev"] == pytest.approx(images.astype(np.float64).std(), rel=1e-9)
+    assert rep["features"]["label"]["categorical"] is True
+    assert rep["features"]["image"]["image"] is True
+
+    # self-contained: nothing to load, every image inline
+    with open(os.path.join(out, "report.html")) as fh:
+        page = fh.read()
+    assert not re.search(r"https?://", page), "the page names a URL"
+    assert "<script" not in page and "<link" not in page and "@import" not in page
+    srcs = re.findall(r"<img[^>]*\ssrc='([^']*)'", page)
+    assert len(srcs) == 32  # 16 sample digits per split
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert page.count("<svg") >= 4  # records per split, pixel and label plots per split
+
+    # what a user sees: the plots' bars and the grid of digits, in real headless Chromium
+    from PIL import Image  # noqa: PLC0415
+
+    shot = chromium.screenshot(os.path.join(out, "report.html"), str(tmp_path / "shot.png"),
+                               width=1200, height=2000)
+    img = np.asarray(Image.open(shot).convert("RGB")).astype(np.int32)
+    bar = np.array([int(BAR[i:i + 2], 16) for i in (1, 3, 5)])
+    bars = np.all(img == bar, axis=-1)
+    assert bars.sum() > 20_000, f"only {bars.sum()} pixels of the bar colour"
+    assert bars[:400].sum() > 5_000  # the records-per-split plot near the top
+    grid_bg = np.array([int(GRID_BG[i:i + 2], 16) for i in (1, 3, 5)])
+    ys, xs = np.nonzero(np.all(img == grid_bg, axis=-1))
+    assert ys.size > 5_000, "no image grid on screen"
+    # the first grid (train): its background's bounding box above the second grid
+    first = ys < ys.min() + 200
+    box = img[ys[first].min():ys[first].max() + 1, xs[first].min():xs[first].max() + 1]
+    grey = (box[..., 0] == box[..., 1]) & (box[..., 1] == box[..., 2])
+    levels = Counter(box[grey & (box[..., 0] > 20) & (box[..., 0] < 235)][:, 0].tolist())
+    assert sum(levels.values()) > 3_000, "no grey digit pixels in the grid"
+    assert len([v for v, n in levels.items() if n >= 32]) >= 8, levels  # many grey levels
+    assert (box[grey][:, 0] <= 20).sum() > 10_000  # the digits' dark background
+
+
+def test_iris_report_matches_the_csv(outputs):
+    rep = report(outputs["iris"])
+    with open(os.path.join(DATA, "iris.csv")) as fh:
+        rows = list(csv.DictReader(fh))
+    assert sum(s["num_records"] for s in rep["splits"].values()) == len(rows) == 150
+    feature = rep["features"]["features"]
+    assert list(feature["splits"]["train"]["components"]) == IRIS_COLUMNS
+    for column in IRIS_COLUMNS:
+        values = np.array([float(r[column]) for r in rows], np.float32)  # float32 is stored
+        per_split = [s["components"][column] for s in feature["splits"].values()]
+        assert min(c["min"] for c in per_split) == float(values.min())
+        assert max(c["max"] for c in per_split) == float(values.max())
+        total = sum(c["sum"] for c in per_split)
+        assert total == float(values.astype(np.float64).sum())  # exact: float32s add exactly
+        assert total / 150 == float(values.astype(np.float64).mean())
+        for c, s in zip(per_split, feature["splits"].values(), strict=True):
+            assert c["values"] == s["records"] and c["mean"] == pytest.approx(
+                c["sum"] / c["values"], rel=1e-15)
+            assert c["value_counts_exact"] is True
+            assert sum(n for _, n in c["value_counts"]) == s["records"]
+    labels: Counter[str] = Counter()
+    label = rep["features"]["label"]
+    assert label["vocabulary"] == ["Iris-setosa", "Iris-versicolor", "Iris-virginica"]
+    assert label["categorical"] is True
+    for s in label["splits"].values():
+        labels.update({t["label"]: t["count"] for t in s["top_values"]})
+    assert labels == Counter(r["species"] for r in rows)
+
+
+# ---------------------------------------------------------------------------- drift
+
+
+def test_against_an_identical_copy_flags_nothing_and_a_drifted_one_flags_drift(outputs):
+    tmp = outputs["tmp"]
+    same = report(outputs["iris"], against=outputs["iris"], out=os.path.join(tmp, "same"))
+    drift = same["drift"]
+    assert drift["flagged"] is False and drift["findings"] == []
+    assert all(s["relative_change"] == 0 for s in drift["splits"].values())
+    for f in drift["features"].values():
+        for r in f["splits"].values():
+            assert r["value"] == 0 and not r["flagged"]
+
+    moved = report(outputs["drifted"], against=outputs["iris"], out=os.path.join(tmp, "moved"))
+    drift = moved["drift"]
+    assert drift["flagged"] is True
+    assert drift["thresholds"] == {"count_relative_change": 0.1, "categorical_linf": 0.1,
+                                   "numeric_jensen_shannon": 0.1}
+    train = drift["splits"]["train"]
+    assert train["flagged"] and train["num_records"] < train["against"]
+    label = drift["features"]["label"]["splits"]["train"]
+    assert label["metric"] == "linf" and label["flagged"]
+    assert label["value"] == pytest.approx(1 / 3, abs=0.1)  # virginica's share went to 0
+    sepal = drift["features"]["features"]["splits"]["train"]["components"]["sepal_length"]
+    assert sepal["metric"] == "jensen_shannon" and sepal["flagged"]
+    assert any("sepal_length" in f for f in drift["findings"])
+    with open(os.path.join(tmp, "moved", "report.html")) as fh:
+        page = fh.read()
+    assert "drift flagged" in page and "sepal_length" in page
+    assert not os.path.exists(os.path.join(outputs["drifted"], "report.json"))  # --out honoured
+
+
+# --------------------------------------------------- beside the data: still our output
+
+
+def test_report_files_keep_the_output_ours_and_foreign_ones_are_never_replaced(outputs, tmp_path):
+    out = str(tmp_path / "iris")
+    shutil.copytree(outputs["iris"], out)
+    for name in ("report.json", "report.html"):
+        if os.path.exists(os.path.join(out, name)):
+            os.remove(os.path.join(out, name))
+    report(out)
+    assert verify(out)["records"] == 150
+    assert foreign_content(out) is None
+    # the next run replacing the output accepts it as ours (and the new output has no report)
+    convert(os.path.join(EXAMPLES, "iris.yaml"), out, "--force")
+    assert not os.path.exists(os.path.join(out, "report.json"))
+    assert verify(out)["records"] == 150
+
+    # a report.html that is not ours: verify and the next run refuse, report never replaces it
+    with open(os.path.join(out, "report.html"), "w") as fh:
+        fh.write("<html>my notes</html>")
+    with pytest.raises(VerifyError, match="not in the manifest: \\['report.html'\\]"):
+        verify(out)
+    assert "report.html" in foreign_content(out)
+    with pytest.raises(ConfigError, match=f"refusing to overwrite {re.escape(out)}/report.html"):
+        report(out)
+    proc = cli("report", out)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"error: refusing to overwrite {out}/report.html: it is not "
+                                   "a report written by tfrecord-etl; move it away or pass "
+                                   "--out DIR")
+    with open(os.path.join(out, "report.html")) as fh:
+        assert fh.read() == "<html>my notes</html>"
+    assert not os.path.exists(os.path.join(out, "report.json"))  # nothing half written
+    proc = cli("run", os.path.join(EXAMPLES, "iris.yaml"), "--output", out, "--force",
+               "--runner=FnApiRunner")
+    assert proc.returncode == 2 and "report.html" in proc.stderr
+    # --out writes elsewhere (read-only data, or a bucket one may not write to)
+    report(out, out=str(tmp_path / "elsewhere"))
+    assert sorted(os.listdir(tmp_path / "elsewhere")) == ["report.html", "report.json"]
+
+
+def test_report_of_something_that_is_not_an_output_names_it(tmp_path):
+    proc = cli("report", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"error: {tmp_path}: not a published output (no _SUCCESS "
+                                   f"and manifest.json in {tmp_path}); give the output "
+                                   "directory of a run")
+
+
+# ---------------------------------------------------------------------------- gs://
+
+
+def test_gcs_output_report_beside_the_current_version(tmp_path, gcs_emulator, gcs_bucket):
+    """The report goes into the current version, claimed by its run's marker: verify passes,
+    and a later run removes it with its version instead of refusing the prefix."""
+    out = f"{gcs_bucket}/iris"
+    env = gcs_emulator.env()
+    job = os.path.join(EXAMPLES, "iris.yaml")
+    ok(cli("run", job, "--output", out, "--runner=FnApiRunner", env=env))
+    first = dataset_dir(out)
+    assert command(argparse.Namespace(path=out, against=None, out=None)) == 0
+    rep = json.loads(gcs_emulator.download(f"{first}/report.json"))
+    assert rep["dataset_dir"] == first
+    assert sum(s["num_records"] for s in rep["splits"].values()) == 150
+    assert gcs_emulator.download(f"{first}/report.html").startswith(b"<!DOCTYPE html>")
+    assert verify(out)["records"] == 150
+    ok(cli("run", job, "--output", out, "--force", "--runner=FnApiRunner", env=env))
+    ok(cli("run", job, "--output", out, "--force", "--runner=FnApiRunner", env=env))
+    assert not [u for u in gcs_emulator.list(first + "/")], "the old version was not removed"
+    assert verify(out)["records"] == 150
