@@ -1,0 +1,244 @@
+"""`infer-schema` through the real CLI: the schema it writes runs unchanged (`run` of the job
+file --job writes) and round-trips every record exactly; the YAML carries the review comments
+a person needs. One pipeline run per format."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers import ROOT, cli
+
+DATA = os.path.join(ROOT, "examples", "data")
+
+
+def infer_and_run(tmp_path, *sources: str, extra: tuple[str, ...] = ()) -> tuple[str, dict]:
+    """infer-schema SOURCES -o schema --job job; run the job; every record of both splits."""
+    from etl.reader import load_records  # noqa: PLC0415 - TensorFlow only where needed
+
+    schema, job, out = (str(tmp_path / n) for n in ("schema.yaml", "job.yaml", "out"))
+    r = cli("infer-schema", *sources, "--output", schema, "--job", job, *extra)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"wrote {schema}\nwrote {job}\n"
+    r = cli("run", job, "--output", out)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "rejected 0" in r.stdout
+    parts = [load_records(out, split) for split in ("train", "test")]
+    records = {k: _cat(parts[0][k], parts[1][k]) for k in parts[0]}
+    with open(schema, encoding="utf-8") as fh:
+        return joined(fh.read()), records
+
+
+def joined(text: str) -> str:
+    """The schema text with each wrapped review comment on one line (easier to assert)."""
+    return re.sub(r"\n *# {2,}", " ", text)
+
+
+def _cat(a, b):
+    return a + b if isinstance(a, list) else np.concatenate([a, b])
+
+
+def test_iris_csv(tmp_path) -> None:
+    text, rec = infer_and_run(tmp_path, os.path.join(DATA, "iris.csv"))
+    assert "      - Iris-setosa      # 50 seen\n      - Iris-versicolor  # 50 seen\n" \
+           "      - Iris-virginica   # 50 seen\n" in text
+    assert "# review: vocabulary of the 3 distinct values in 150 sampled values (ids 0..2 in" in text
+    assert text.count("# review: float32 chosen for decimal text") == 4
+    assert text.startswith("# Inferred by `run_pipeline.py infer-schema` (csv) from all 150 "
+                           "records of iris.csv.\n")
+    with open(os.path.join(DATA, "iris.csv"), encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    vocab = sorted({r["species"] for r in rows})
+    cols = ("sepal_length", "sepal_width", "petal_length", "petal_width")
+    want = sorted(tuple(float(np.float32(r[c])) for c in cols) + (vocab.index(r["species"]),)
+                  for r in rows)
+    got = sorted(tuple(float(rec[c][i]) for c in cols) + (int(rec["species"][i]),)
+                 for i in range(len(rec["species"])))
+    assert got == want and len(got) == 150
+
+
+def _idx(path: str) -> np.ndarray:
+    with gzip.open(path, "rb") as fh:
+        data = fh.read()
+    ndim = data[3]
+    dims = np.frombuffer(data[4 : 4 + 4 * ndim], ">u4")
+    return np.frombuffer(data[4 + 4 * ndim :], np.uint8).reshape(dims)
+
+
+def test_digits_idx(tmp_path) -> None:
+    files = sorted(os.path.join(DATA, f) for f in os.listdir(DATA) if "idx" in f)
+    text, rec = infer_and_run(tmp_path, *files)
+    assert "name: digits\n" in text
+    assert "  image:\n    # review: shape [8, 8, 1]: every sampled record is a 8x8 uint8 array" in text
+    assert "    dtype: uint8\n    shape: [8, 8, 1]\n    encoding: raw\n" in text
+    assert "# review: int column with 10 distinct values (0, 1, 2, 3, 4, 5, 6, 7, 8, 9): a " \
+           "class label?" in text
+    images = np.concatenate([_idx(f) for f in files if "images" in f])
+    labels = np.concatenate([_idx(f) for f in files if "labels" in f])
+    want = sorted((img.tobytes(), int(lab)) for img, lab in zip(images, labels, strict=True))
+    got = sorted((img.reshape(8, 8).tobytes(), int(lab))
+                 for img, lab in zip(rec["image"], rec["label"], strict=True))
+    assert got == want and len(got) == 1797
+
+
+def test_sentences_jsonl(tmp_path) -> None:
+    path = os.path.join(DATA, "sentences.jsonl")
+    text, rec = infer_and_run(tmp_path, path)
+    assert "  tokens:\n    # review: shape [-1] variable: " in text
+    assert "    dtype: int64\n    shape: [-1]\n" in text
+    assert "# review: all 500 sampled values distinct: an id?" in text
+    with open(path, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    got = {int(i): (int(n), [int(t) for t in toks])
+           for i, n, toks in zip(rec["id"], rec["length"], rec["tokens"], strict=True)}
+    assert got == {r["id"]: (r["length"], r["tokens"]) for r in rows}
+
+
+def test_parquet_missing_values_lists_and_vocabulary(tmp_path) -> None:
+    rng = np.random.default_rng(13)
+    n = 40
+    cats = ["red", "green", "blue"]
+    cat = [None if i % 13 == 5 else cats[i % 3] for i in range(n)]
+    seq = [None if i % 10 == 3 else list(range(i % 4)) for i in range(n)]
+    table = pa.table({
+        "id": pa.array(np.arange(n, dtype=np.int64)),
+        "x": pa.array(rng.standard_normal(n)),
+        "Colour Name": pa.array(cat, pa.string()),
+        "vec": pa.array([rng.standard_normal(3).astype(np.float32).tolist() for _ in range(n)],
+                        pa.list_(pa.float32())),
+        "seq": pa.array(seq, pa.list_(pa.int64())),
+        "note": pa.array([f"row {i}" for i in range(n)]),
+        "count": pa.array([None if i == 7 else i * 3 for i in range(n)], pa.int64()),
+    })
+    path = str(tmp_path / "data.parquet")
+    pq.write_table(table, path, row_group_size=16)
+    text, rec = infer_and_run(tmp_path, path)
+    assert "  colour_name:\n" in text and "    source: Colour Name\n" in text
+    assert "# review: 3 of 40 sampled rows have no value: default -1 is no label for them" in text
+    assert "      - blue   # 12 seen\n      - green  # 12 seen\n      - red    # 13 seen\n" in text
+    assert "# review: shape [3] fixed: all 40 sampled rows had 3 values; a row with another " \
+           "count would be rejected as wrong_shape" in text
+    assert "# review: 4 of 40 sampled rows have no value: required: false reads them as an " \
+           "empty list" in text
+    assert "# review: 1 of 40 sampled rows have no value: default 0 is its value for them" in text
+    assert "# review: float32 chosen for float64 data" in text
+    assert "# review: text with 40 distinct values in 40 sampled values: kept as strings" in text
+    src = table.to_pylist()
+    by_id = {int(i): k for k, i in enumerate(rec["id"])}
+    assert sorted(by_id) == list(range(n))
+    for row in src:
+        k = by_id[row["id"]]
+        assert float(rec["x"][k]) == float(np.float32(row["x"]))
+        assert int(rec["colour_name"][k]) == (-1 if row["Colour Name"] is None
+                                              else sorted(cats).index(row["Colour Name"]))
+        assert rec["vec"][k].tolist() == row["vec"]
+        assert rec["seq"][k] == (row["seq"] or [])
+        assert rec["note"][k] == row["note"].encode()
+        assert int(rec["count"][k]) == (0 if row["count"] is None else row["count"])
+
+
+def test_npy_pairs_and_npz(tmp_path) -> None:
+    rng = np.random.default_rng(7)
+    n = 30
+    x = rng.standard_normal((n, 3, 2))  # float64: raw keeps it exact
+    y = rng.permutation(n).astype(np.int32)
+    img = rng.integers(0, 256, (n, 5, 5), dtype=np.uint8)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    np.save(tmp_path / "img.npy", img)
+    npy = tmp_path / "npy"
+    npy.mkdir()
+    text, rec = infer_and_run(npy, f"y={tmp_path / 'y.npy'}", f"x={tmp_path / 'x.npy'}",
+                              f"img={tmp_path / 'img.npy'}")
+    assert "  x:\n    # review: encoding raw: each record's 6 float64 values" in text
+    assert "    dtype: float64\n    shape: [3, 2]\n    encoding: raw\n" in text
+    assert "    dtype: uint8\n    shape: [5, 5, 1]\n    encoding: raw\n" in text
+    assert "  y:\n    # review: all 30 sampled values distinct: an id?" in text
+    by_y = {int(v): k for k, v in enumerate(rec["y"])}
+    assert sorted(by_y) == list(range(n))
+    for i in range(n):
+        k = by_y[int(y[i])]
+        assert rec["x"][k].tobytes() == x[i].tobytes()
+        assert rec["img"][k].reshape(5, 5).tobytes() == img[i].tobytes()
+
+    a = rng.standard_normal((n, 4)).astype(np.float32)
+    b = np.arange(n) % 3 == 0
+    np.savez(tmp_path / "arch.npz", a=a, b=b)
+    npz = tmp_path / "npz"
+    npz.mkdir()
+    text, rec = infer_and_run(npz, str(tmp_path / "arch.npz"))
+    assert "  a:\n    # review: shape [4] fixed: every sampled record holds this array shape\n" \
+           "    dtype: float32\n    shape: [4]\n" in text
+    assert "  b:\n    dtype: bool\n    shape: []\n" in text
+    want = sorted((r.tobytes(), bool(v)) for r, v in zip(a, b, strict=True))
+    got = sorted((r.tobytes(), bool(v)) for r, v in zip(rec["a"], rec["b"], strict=True))
+    assert got == want
+
+
+def test_image_folder(tmp_path) -> None:
+    from PIL import Image  # noqa: PLC0415
+
+    rng = np.random.default_rng(3)
+    root = tmp_path / "pics"
+    pixels = {}
+    for cls, mode in (("cat", "RGB"), ("dog", "RGB"), ("owl", "L")):
+        (root / cls).mkdir(parents=True)
+        for i in range(3 if cls != "owl" else 2):
+            shape = (6, 8, 3) if mode == "RGB" else (6, 8)
+            arr = rng.integers(0, 256, shape, dtype=np.uint8)
+            name = f"{cls}/{i}.png"
+            Image.fromarray(arr, mode).save(root / name)
+            pixels[name] = np.asarray(Image.fromarray(arr, mode).convert("RGB"))
+    text, rec = infer_and_run(tmp_path, str(root))
+    assert "    dtype: uint8\n    shape: [6, 8, 3]\n    encoding: png\n" in text
+    assert "# review: 8 sampled images, all 6x8, PNG, mode L (2), RGB (6): shape [6, 8, 3]" in text
+    assert "      - cat  # 3 images\n      - dog  # 3 images\n      - owl  # 2 images\n" in text
+    got = {f.decode(): (img, int(lab)) for f, img, lab
+           in zip(rec["filename"], rec["image"], rec["label"], strict=True)}
+    assert sorted(got) == sorted(pixels)
+    for name, (img, lab) in got.items():
+        assert lab == ["cat", "dog", "owl"].index(name.split("/")[0])
+        assert np.array_equal(img, pixels[name]), name
+
+
+def test_sample_limit_stdout_and_refusals(tmp_path) -> None:
+    path = tmp_path / "big.csv"
+    path.write_text("a,b\n" + "".join(f"{i},{i % 2}\n" for i in range(5000)))
+    r = cli("infer-schema", str(path), "--sample", "100")
+    assert r.returncode == 0, r.stderr
+    r.stdout = joined(r.stdout)
+    assert r.stdout.startswith("# Inferred by `run_pipeline.py infer-schema` (csv) from the "
+                               "first 100 records of big.csv.\n")
+    assert "  b:\n    # review: int column with 2 distinct values (0, 1): a class label?" in r.stdout
+    existing = tmp_path / "s.yaml"
+    existing.write_text("mine\n")
+    r = cli("infer-schema", str(path), "-o", str(existing))
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"error: {existing} exists; infer-schema never overwrites a "
+                                "file: choose another name or remove it")
+    assert existing.read_text() == "mine\n"
+    r = cli("infer-schema", str(path), "--job", str(tmp_path / "j.yaml"))
+    assert r.returncode == 2
+    assert "--job needs --output" in r.stderr
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n3,4,5\n6,7\n")
+    r = cli("infer-schema", str(bad))
+    assert r.returncode == 3
+    assert r.stderr.startswith(f"error: {bad}:3: ")
+    assert "[wrong_field_count]" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["x.dat"])
+def test_unknown_format_asks_for_format(tmp_path, name) -> None:
+    (tmp_path / name).write_text("1\n")
+    r = cli("infer-schema", str(tmp_path / name))
+    assert r.returncode == 2
+    assert "cannot tell the format from the file names (unknown): pass --format" in r.stderr
