@@ -9,7 +9,8 @@ generated once under WORKDIR/data (benchmarks/data.py) and reused. Each variant 
 its own process, one after the other:
 
 - ours:       <python> run_pipeline.py run JOB.yaml --output OUT --runner=FnApiRunner [ours-args]
-              (JOB.yaml is written to WORKDIR/jobs/)
+              (JOB.yaml is written to WORKDIR/jobs/); piped, so progress shows as plain lines
+- ours_no_progress: the same with --progress none (no live tally): progress's overhead
 - beam_naive: <python> -m benchmarks.baselines beam_naive ...  (ReadFromText/Reshuffle/Write)
 - tf_loop:    <python> -m benchmarks.baselines tf_loop ...     (one process, shuffle in memory)
 
@@ -41,7 +42,7 @@ from benchmarks import data
 from benchmarks.rss import measure
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = ("ours", "beam_naive", "tf_loop")
+VARIANTS = ("ours", "ours_no_progress", "beam_naive", "tf_loop")
 BASELINES = ("beam_naive", "tf_loop")
 SHARDS = 16
 SEED = 42
@@ -71,13 +72,14 @@ def job_document(dataset: str, inputs: dict[str, str], output: str) -> dict[str,
 def command(variant: str, dataset: str, inputs: dict[str, str], output: str, workdir: str,
             ours_args: list[str]) -> list[str]:
     py = sys.executable
-    if variant == "ours":
+    if variant in ("ours", "ours_no_progress"):  # the second: the live tally's cost
+        extra = ["--progress", "none"] if variant == "ours_no_progress" else []
         job_path = os.path.join(workdir, "jobs", f"{dataset}.yaml")
         os.makedirs(os.path.dirname(job_path), exist_ok=True)
         with open(job_path, "w", encoding="utf-8") as fh:
             yaml.safe_dump(job_document(dataset, inputs, output), fh, sort_keys=False)
         return [py, os.path.join(REPO, "run_pipeline.py"), "run", job_path, "--output", output,
-                "--runner=FnApiRunner", *ours_args]
+                "--runner=FnApiRunner", *extra, *ours_args]
     if dataset == "csv":
         io = ["--input", inputs["csv"]]
     else:
