@@ -94,7 +94,8 @@ def _drift(drift: dict[str, Any]) -> str:
                  "</tr>")
     for name, f in drift["features"].items():
         for split, r in (f.get("splits") or {}).items():
-            cls = " class='flag'" if r["flagged"] else ""
+            own = r["value"] > r["threshold"]  # a flagged component is marked on its own row
+            cls = " class='flag'" if own else ""
             parts.append(f"<tr{cls}><td>{e(name)}</td><td>{e(split)}</td><td>{r['metric']}</td>"
                          f"<td>{r['value']:.4f}</td></tr>")
             for comp, c in (r.get("components") or {}).items():
@@ -259,7 +260,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
         return f"{int(v):,}"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     return html.escape(str(v))
 
 

@@ -24,6 +24,7 @@ from etl.schema import Feature, Schema
 CAPACITY = 1024  # counters per sketch: exact value counts below this many distinct values
 TOP_K = 20  # top values kept in the report
 QUANTILES = 100  # quantile intervals kept (101 boundaries)
+FINE_QUANTILES = 2000  # quantile intervals an estimated histogram is drawn from
 HIST_BINS = 20  # equal-width bins of numeric histograms
 BARS_MAX = 40  # at most this many distinct integers are drawn one bar per value
 SAMPLE_IMAGES = 16  # first images kept per split and image feature
@@ -143,10 +144,10 @@ class Numeric:
         exact = distinct < CAPACITY and len(pairs) == distinct
         return pairs, exact, distinct
 
-    def quantile_points(self) -> list[float]:
+    def quantile_points(self, intervals: int = QUANTILES) -> list[float]:
         if not self.count:
             return []
-        q = self.quantiles.GetQuantiles(QUANTILES).to_pylist()[0]
+        q = self.quantiles.GetQuantiles(intervals).to_pylist()[0]
         return [float(x) for x in q]
 
     def to_json(self, vocabulary: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -165,12 +166,24 @@ class Numeric:
         }
         if self.is_float:
             out["nan_or_inf"] = self.nan
-        out["top_values"] = [_top(v, c, vocabulary) for v, c in pairs[:TOP_K]]
+        out["top_values"] = [_top(v, c, vocabulary) for v, c in _clear(pairs, exact, self.count)]
         if exact:
             out["value_counts"] = [[v, c] for v, c in sorted(pairs)]
         out["quantiles"] = self.quantile_points()
-        out["histogram"] = histogram(out, integer=not self.is_float)
+        # finer quantiles for the picture than the JSON keeps: the tails stay thin
+        fine = {**out, "quantiles": self.quantile_points(FINE_QUANTILES)} if not exact else out
+        out["histogram"] = histogram(fine, integer=not self.is_float)
         return out
+
+
+def _clear(pairs: list[Any], exact: bool, total: int) -> list[Any]:
+    """The top values worth showing: all of the TOP_K when the counts are exact; else only
+    values whose estimated count is well above the sketch's error bound (total / (CAPACITY
+    + 1)), so high-cardinality noise is not presented as frequent values."""
+    if exact:
+        return pairs[:TOP_K]
+    bound = total / (CAPACITY + 1)
+    return [p for p in pairs if p[1] > 2 * bound][:TOP_K]
 
 
 def _num(x: float) -> float | int:
@@ -268,7 +281,7 @@ class Categorical:
         out: dict[str, Any] = {"values": self.count, "distinct": distinct,
                                "value_counts_exact": exact,
                                "top_values": [{"value": _text(v), "count": c}
-                                              for v, c in pairs[:TOP_K]]}
+                                              for v, c in _clear(pairs, exact, self.count)]}
         if exact:
             out["value_counts"] = [[_text(v), c] for v, c in sorted(pairs)]
         lengths = self.lengths.to_json()
