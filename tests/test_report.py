@@ -284,3 +284,47 @@ def test_gcs_output_report_beside_the_current_version(tmp_path, gcs_emulator, gc
     ok(cli("run", job, "--output", out, "--force", "--runner=FnApiRunner", env=env))
     assert not [u for u in gcs_emulator.list(first + "/")], "the old version was not removed"
     assert verify(out)["records"] == 150
+
+
+# --------------------------------------------- sequences, variable lengths and strings
+
+
+def test_sequence_steps_and_variable_length_strings(tmp_path):
+    """Sentences (SequenceExample): tokens per record as exact length counts against the
+    JSONL; a ragged string feature: top values and values per record, empty rows missing."""
+    out = convert(os.path.join(EXAMPLES, "sentences.yaml"), str(tmp_path / "sentences"))
+    rep = report(out)
+    with open(os.path.join(DATA, "sentences.jsonl")) as fh:
+        rows = [json.loads(line) for line in fh]
+    tokens = rep["features"]["tokens"]
+    assert tokens["sequence"] is True
+    steps: Counter[int] = Counter()
+    for s in tokens["splits"].values():
+        steps.update({k: n for k, n in s["lengths"]["value_counts"]})
+        assert s["missing"] == s["lengths"]["value_counts"][0][1]  # no steps: missing
+    assert steps == Counter(len(r["tokens"]) for r in rows)
+    flat = [t for r in rows for t in r["tokens"]]
+    per_split = tokens["splits"].values()
+    assert sum(s["values"] for s in per_split) == len(flat)
+    assert min(s["min"] for s in per_split) == min(flat)
+    assert max(s["max"] for s in per_split) == max(flat)
+    assert sum(s["sum"] for s in per_split) == sum(flat)
+
+    src = tmp_path / "tags"
+    src.mkdir()
+    (src / "schema.yaml").write_text("name: tags\nkind: example\nfeatures:\n"
+                                     "  id: {dtype: int64, shape: []}\n"
+                                     "  tags: {dtype: bytes, shape: [-1]}\n")
+    words = ["red", "green", "blue"]
+    with open(src / "d.jsonl", "w") as fh:
+        for i in range(40):
+            fh.write(json.dumps({"id": i, "tags": words[: i % 4]}) + "\n")
+    (src / "job.yaml").write_text("schema: schema.yaml\nsource: {format: jsonl, paths: [d.jsonl]}\n"
+                                  "shards: 1\n")
+    tags = report(convert(str(src / "job.yaml"), str(tmp_path / "tags-out")))
+    s = tags["features"]["tags"]["splits"]["train"]
+    assert s["missing"] == 10 and s["records"] == 40
+    assert s["top_values"] == [{"value": "red", "count": 30}, {"value": "green", "count": 20},
+                               {"value": "blue", "count": 10}]
+    assert s["lengths"]["value_counts"] == [[0, 10], [1, 10], [2, 10], [3, 10]]
+    assert tags["features"]["tags"]["categorical"] is True
