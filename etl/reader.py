@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.data.ops import dataset_ops
+from tensorflow.python.data.ops import dataset_ops, iterator_ops
 
 from etl import fs
 from etl.errors import EtlError, VerifyError
@@ -65,6 +65,7 @@ def make_dataset(
     compression: str | None = None,
     deterministic: bool | None = None,
     prefetch: int | None = AUTOTUNE,
+    as_supervised: tuple[str | Sequence[str], str] | None = None,
 ) -> tf.data.Dataset:
     """A `tf.data.Dataset` of batches: dicts feature name -> decoded tensor.
 
@@ -77,10 +78,15 @@ def make_dataset(
     (shard 0 first), which keeps the order the pipeline wrote. `repeat`: True for ever, or
     a number of epochs. `compression` ('none', 'gzip', 'zlib') overrides the per-file
     inference from the extension (.gz, .zz).
+
+    `as_supervised=(x, y)` gives `(x, y)` batches, what Keras `fit` and `evaluate` take:
+    `y` a feature name (the label), `x` a feature name (one tensor) or a list of names (a
+    dict of those, for a model with named inputs), e.g. `as_supervised=("image", "label")`.
     """
     if batch_size < 1:
         raise DatasetError(f"batch_size must be >= 1, got {batch_size}")
-    files, schema_obj = resolve(path, split, schema)
+    files, schema_obj, records = _resolve(path, split, schema)
+    decode = _decoder(schema_obj, as_supervised)
     shuffling = bool(shuffle_buffer) and shuffle_buffer > 1
     comps = [_tf_compression(compression if compression is not None else compression_of(f))
              for f in files]
@@ -113,12 +119,42 @@ def make_dataset(
     elif repeat:
         ds = ds.repeat(int(repeat))
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    ds = ds.map(schema_obj.parse_and_decode, num_parallel_calls=AUTOTUNE,
-                deterministic=deterministic)
+    if records is not None and repeat is not True:
+        # the manifest's count gives the batches per epoch, which the interleave hides from
+        # tf.data: Keras then shows "12/47" and does not warn that the input "ran out of data"
+        total = records * (int(repeat) if repeat else 1)
+        batches = total // batch_size if drop_remainder else -(-total // batch_size)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+    ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     if prefetch:
         ds = ds.prefetch(prefetch)
     return _ShardErrors(ds, files, [compression if compression is not None else compression_of(f)
                                     for f in files], schema_obj)
+
+
+def _decoder(schema: Schema, as_supervised: tuple[str | Sequence[str], str] | None) -> Any:
+    """The batch map: the schema's parse and decode, then the (x, y) pick `as_supervised`
+    asks for (feature names checked here, before TensorFlow would fail with a KeyError)."""
+    if as_supervised is None:
+        return schema.parse_and_decode
+    if (not isinstance(as_supervised, (tuple, list)) or len(as_supervised) != 2
+            or not isinstance(as_supervised[1], str)):
+        raise DatasetError(f"as_supervised must be (features, label), e.g. ('image', 'label'), "
+                           f"got {as_supervised!r}")
+    x, y = as_supervised
+    names = [x] if isinstance(x, str) else list(x)
+    known = [f.name for f in schema.features]
+    unknown = [n for n in [*names, y] if n not in known]
+    if unknown or not names:
+        raise DatasetError(f"as_supervised={as_supervised!r}: "
+                           + (f"no feature {unknown[0]!r} in schema {schema.name!r}; features: "
+                              f"{known}" if unknown else "no features named for x"))
+
+    def pick(serialized: tf.Tensor) -> tuple[Any, Any]:
+        batch = schema.parse_and_decode(serialized)
+        return (batch[x] if isinstance(x, str) else {n: batch[n] for n in names}), batch[y]
+
+    return pick
 
 
 class _ShardErrors(dataset_ops.UnaryUnchangedStructureDataset):
@@ -134,32 +170,35 @@ class _ShardErrors(dataset_ops.UnaryUnchangedStructureDataset):
         super().__init__(inner, inner._variant_tensor)
 
     def __iter__(self) -> Any:
-        it = super().__iter__()
         if not tf.executing_eagerly():
-            return it
-        return _NamingIterator(it, self)
+            return super().__iter__()
+        return _NamingIterator(self)
 
 
-class _NamingIterator:
-    def __init__(self, inner: Any, ds: _ShardErrors):
-        self._inner = inner
-        self._ds = ds
+class _NamingIterator(iterator_ops.OwnedIterator):
+    """TensorFlow's own iterator (so Keras `fit`, which runs only a `tf.data.Iterator` inside
+    its compiled step, takes it as one; in the graph it is the plain iterator again), whose
+    Python `next()` names the shard of a read or parse error."""
 
-    def __iter__(self) -> _NamingIterator:
-        return self
+    def __init__(self, ds: _ShardErrors):
+        self._shards = ds
+        super().__init__(dataset=ds)
 
     def __next__(self) -> Any:
         try:
-            return next(self._inner)
+            return super().__next__()
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            raise DatasetError(find_bad_shard(self._ds._files, self._ds._compressions,
-                                              self._ds._schema, e.message)) from e
+            raise self._named(e) from e
 
     def get_next(self) -> Any:
-        return self.__next__()
+        try:
+            return super().get_next()
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            raise self._named(e) from e
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def _named(self, e: tf.errors.OpError) -> DatasetError:
+        ds = self._shards
+        return DatasetError(find_bad_shard(ds._files, ds._compressions, ds._schema, e.message))
 
 
 def find_bad_shard(files: list[str], compressions: list[str], schema: Schema, error: str,
@@ -212,18 +251,26 @@ def resolve(
     schema: Schema | PathLike | None = None,
 ) -> tuple[list[str], Schema]:
     """(files, schema) for a dataset directory or for explicit files plus a schema."""
+    files, schema_obj, _ = _resolve(path, split, schema)
+    return files, schema_obj
+
+
+def _resolve(
+    path: PathLike | Sequence[PathLike], split: str, schema: Schema | PathLike | None,
+) -> tuple[list[str], Schema, int | None]:
+    """`resolve`, plus the split's record count when a manifest lists it."""
     if not isinstance(path, (str, os.PathLike)) and len(path) == 1:
         path = path[0]  # a one-item list (e.g. from a CLI) may name a dataset directory
     if isinstance(path, (str, os.PathLike)) and tf.io.gfile.isdir(os.fspath(path)):
         root = _dataset_root(os.fspath(path))
-        files = split_files(root, split)
+        files, records = _split_shards(root, split)
         if schema is None:
             schema_path = _join(root, SCHEMA_FILE)
             if not tf.io.gfile.exists(schema_path):
                 raise DatasetError(f"{root}: no {SCHEMA_FILE} in the dataset directory; pass "
                                    "schema=... (a Schema or a schema YAML path)")
             schema = schema_path
-        return files, _as_schema(schema)
+        return files, _as_schema(schema), records
     patterns = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [
         os.fspath(p) for p in path
     ]
@@ -234,11 +281,16 @@ def resolve(
         raise DatasetError(f"reading files {patterns[:3]} needs schema=... (a Schema or a "
                            f"schema YAML path); only a dataset directory carries its own "
                            f"{SCHEMA_FILE}")
-    return files, _as_schema(schema)
+    return files, _as_schema(schema), None
 
 
 def split_files(root: str, split: str) -> list[str]:
     """Shards of one split: from manifest.json when present, else by the shard names."""
+    return _split_shards(root, split)[0]
+
+
+def _split_shards(root: str, split: str) -> tuple[list[str], int | None]:
+    """`split_files` and the split's record count (None without a manifest saying it)."""
     manifest_path = _join(root, MANIFEST_FILE)
     if tf.io.gfile.exists(manifest_path):
         with tf.io.gfile.GFile(manifest_path, "r") as fh:
@@ -272,14 +324,16 @@ def split_files(root: str, split: str) -> list[str]:
                     raise DatasetError(f"{f}: shard is {os.path.getsize(f)} bytes, {MANIFEST_FILE} "
                                        f"lists {want}: truncated or replaced (`verify` checks "
                                        f"every shard)")
-            return files
+            counts = [entry.get("num_records") for entry in shards]
+            known = all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+            return files, (sum(counts) if known else None)
     files = sorted(tf.io.gfile.glob(_join(root, f"{split}-*-of-*.tfrecord*")))
     if not files:
         present = sorted({posixpath.basename(f).split("-", 1)[0]
                           for f in tf.io.gfile.glob(_join(root, "*-of-*.tfrecord*"))})
         raise DatasetError(f"{root}: no shards for split {split!r} (expected "
                            f"{split}-NNNNN-of-NNNNN.tfrecord[.gz|.zz]); splits present: {present}")
-    return files
+    return files, None
 
 
 def load_records(
