@@ -5,6 +5,7 @@ reaching the test accuracy the README states; and what that block relies on in
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -63,6 +64,10 @@ def test_the_quick_start_trains_as_written(checkout: Path) -> None:
         assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path / "digits-png")) == [".tfrecord-etl-inspect.json"] + [
         f"test-00000-of-00004-record{i}-image.png" for i in range(3)]
+    with open(tmp_path / "out" / "demo" / "report.json") as fh:  # the report line
+        assert {k: v["num_records"] for k, v in json.load(fh)["splits"].items()} == {
+            "train": 1500, "test": 297}
+    assert (tmp_path / "out" / "demo" / "report.html").stat().st_size > 10_000
 
     assert len(code.splitlines()) < 20, code
     (tmp_path / "train.py").write_text(code)
