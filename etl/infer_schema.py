@@ -62,8 +62,8 @@ def command(args: Any) -> int:
 # ---- which inputs, which format ----------------------------------------------------------------
 def plan(sources: list[str], fmt: str | None) -> tuple[str, dict[str, Any]]:
     """The format and a job source entry (absolute paths) for the command-line SOURCEs."""
-    named = [s.split("=", 1) for s in sources if "=" in s and not os.path.exists(s)]
-    plain = [s for s in sources if "=" not in s or os.path.exists(s)]
+    named = [s.split("=", 1) for s in sources if "=" in s and not fs.exists(s)]
+    plain = [s for s in sources if "=" not in s or fs.exists(s)]
     found: list[tuple[str | None, str]] = []
     for column, pattern in [(c, p) for c, p in named] + [(None, p) for p in plain]:
         full = fs.abspath(pattern) if not fs.is_remote(pattern) else pattern
