@@ -162,9 +162,8 @@ def _float_spec(g: Guess, f64: np.ndarray, source_dtype: str) -> None:
         err = np.abs(vals.astype(np.float32).astype(np.float64) - vals) / np.abs(vals)
     worst = float(np.nanmax(err)) if len(err) else 0.0
     if worst > 0:
-        g.notes.append(f"float32 chosen for {source_dtype} (tf.train.FloatList holds "
-                       f"float32): largest relative rounding error in the sample {worst:.1e}; "
-                       "for exact float64 use encoding: raw with dtype float64")
+        g.notes.append(f"float32 chosen for {source_dtype} (what FloatList holds), relative "
+                       f"rounding error up to {worst:.1e}; exact: dtype float64, encoding raw")
 
 
 def _int_notes(g: Guess, ints: np.ndarray) -> None:
