@@ -13,7 +13,8 @@ import json
 import os
 import re
 import shutil
-from collections import Counter
+from collections import Counter, defaultdict
+from html.parser import HTMLParser
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from etl.manifest import dataset_dir, load_manifest, verify
 from etl.output_guard import foreign_content
 from etl.report import command
 from etl.report.html import BAR, GRID_BG
+from etl.report.stats import SAMPLE_IMAGES, caption, label_feature
+from etl.schema import Feature
 from tests import chromium
 from tests.helpers import ROOT, cli
 
@@ -72,6 +75,67 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "split": {"train": 0.8, "test": 0.2}, "shuffle": {"seed": 7}, "shards": 2}))
     drifted = convert(str(src / "job.yaml"), str(tmp / "iris-drifted"))
     return {"demo": demo, "iris": iris, "drifted": drifted, "tmp": str(tmp)}
+
+
+class Page(HTMLParser):
+    """What a reader sees in the page: the overview's rows (cell texts by feature) and the
+    captions under the sample images of each split's card (by the card's heading)."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.overview: dict[str, list[str]] = {}
+        self.captions: dict[str, list[str]] = defaultdict(list)
+        self._row: str | None = None
+        self._cell: list[str] | None = None
+        self._h3: list[str] | None = None
+        self._card = ""
+        self._caption: list[str] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "tr" and a.get("data-feature"):
+            self._row = a["data-feature"]
+            self.overview[self._row] = []
+        elif tag == "td" and self._row is not None:
+            self._cell = []
+        elif tag == "h3":
+            self._h3 = []
+        elif tag == "figcaption":
+            self._caption = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._cell is not None and self._row is not None:
+            self.overview[self._row].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "tr":
+            self._row = None
+        elif tag == "h3" and self._h3 is not None:
+            self._card, self._h3 = "".join(self._h3), None
+        elif tag == "figcaption" and self._caption is not None:
+            self.captions[self._card].append("".join(self._caption))
+            self._caption = None
+
+    def handle_data(self, data: str) -> None:
+        for buf in (self._cell, self._h3, self._caption):
+            if buf is not None:
+                buf.append(data)
+
+
+def first_labels(out: str, feature: str, n: int) -> dict[str, list[int]]:
+    """The `feature` of the first n records of each split, read from the shards in the
+    manifest's order with TensorFlow's own reader and tf.train.Example (not our decoder)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    found = {}
+    for split, info in load_manifest(out)["splits"].items():
+        paths = [os.path.join(out, s["path"]) for s in info["shards"]]
+        values = []
+        for raw in tf.data.TFRecordDataset(paths).take(n):
+            ex = tf.train.Example.FromString(raw.numpy())
+            values.extend(ex.features.feature[feature].int64_list.value)
+        found[split] = values
+    return found
 
 
 def idx(name: str) -> np.ndarray:
@@ -130,6 +194,29 @@ def test_demo_report_numbers_are_exact_and_page_shows_plots_and_digits(outputs, 
     assert all(s.startswith("data:image/png;base64,") for s in srcs)
     assert page.count("<svg") >= 4  # records per split, pixel and label plots per split
 
+    # each sample digit over its record's label: the first 16 records of each split, in order
+    seen = Page(page)
+    heads = first_labels(out, "label", SAMPLE_IMAGES)
+    assert {split: len(v) for split, v in heads.items()} == {"train": 16, "test": 16}
+    assert dict(seen.captions) == {split: [str(v) for v in values]
+                                   for split, values in heads.items()}
+    assert rep["sample_labels"] == {"per_split": 16, "feature": "label",
+                                    "splits": {k: [str(v) for v in vs] for k, vs in heads.items()}}
+    # the overview: one row per feature (dtype, shape, missing, summary), linking to its section
+    all_labels = Counter(np.concatenate([idx(f"digits-{p}-labels-idx1-ubyte.gz")
+                                         for p in ("train", "test")]).tolist())
+    top, top_n = max(all_labels.items(), key=lambda p: (p[1], -p[0]))
+    all_pixels = np.concatenate([idx(f"digits-{p}-images-idx3-ubyte.gz").ravel()
+                                 for p in ("train", "test")])
+    assert seen.overview == {
+        "image": ["image", "uint8, raw", "[8, 8, 1]", "0 (0.0%)",
+                  f"pixels 0..16, mean {all_pixels.mean():.4g}"],
+        "label": ["label", "int64", "[]", "0 (0.0%)", f"top {top} ({top_n / 1797:.0%}); 10 distinct"],
+    }
+    for name in ("image", "label"):
+        assert f"<a href='#feature-{name}'>{name}</a>" in page
+        assert f"<h2 id='feature-{name}'>" in page
+
     # what a user sees: the plots' bars and the grid of digits, in real headless Chromium
     from PIL import Image  # noqa: PLC0415
 
@@ -143,14 +230,23 @@ def test_demo_report_numbers_are_exact_and_page_shows_plots_and_digits(outputs, 
     grid_bg = np.array([int(GRID_BG[i:i + 2], 16) for i in (1, 3, 5)])
     ys, xs = np.nonzero(np.all(img == grid_bg, axis=-1))
     assert ys.size > 5_000, "no image grid on screen"
-    # the first grid (train): its background's bounding box above the second grid
-    first = ys < ys.min() + 200
-    box = img[ys[first].min():ys[first].max() + 1, xs[first].min():xs[first].max() + 1]
-    grey = (box[..., 0] == box[..., 1]) & (box[..., 1] == box[..., 2])
-    levels = Counter(box[grey & (box[..., 0] > 20) & (box[..., 0] < 235)][:, 0].tolist())
-    assert sum(levels.values()) > 3_000, "no grey digit pixels in the grid"
-    assert len([v for v, n in levels.items() if n >= 32]) >= 8, levels  # many grey levels
-    assert (box[grey][:, 0] <= 20).sum() > 10_000  # the digits' dark background
+    # the two grids side by side: train in the left half, test in the right, same rows
+    boxes = []
+    for half in (xs < 600, xs >= 600):
+        assert half.sum() > 5_000, "a split's image grid is not beside the other"
+        y0, y1, x0, x1 = ys[half].min(), ys[half].max(), xs[half].min(), xs[half].max()
+        assert y1 - y0 < 250 and x1 - x0 < 560, (y0, y1, x0, x1)  # one compact grid each
+        boxes.append((y0, y1))
+        box = img[y0:y1 + 1, x0:x1 + 1]
+        grey = (box[..., 0] == box[..., 1]) & (box[..., 1] == box[..., 2])
+        levels = Counter(box[grey & (box[..., 0] > 20) & (box[..., 0] < 235)][:, 0].tolist())
+        assert sum(levels.values()) > 3_000, "no grey digit pixels in the grid"
+        assert len([v for v, n in levels.items() if n >= 32]) >= 8, levels  # many grey levels
+        assert (box[grey][:, 0] <= 20).sum() > 10_000  # the digits' dark background
+    assert abs(int(boxes[0][0]) - int(boxes[1][0])) < 5, boxes  # next to each other, not below
+    # the bars of every plot of the bar colour: 2 image and 2 label histograms beside the
+    # records-per-split plot (cards side by side: bars on both halves below the top)
+    assert bars[400:, :600].sum() > 10_000 and bars[400:, 600:].sum() > 10_000
 
 
 def test_iris_report_matches_the_csv(outputs):
@@ -180,6 +276,62 @@ def test_iris_report_matches_the_csv(outputs):
     for s in label["splits"].values():
         labels.update({t["label"]: t["count"] for t in s["top_values"]})
     assert labels == Counter(r["species"] for r in rows)
+
+    # measurements in 0.1 cm steps: bins follow that grid (each value at a bin's centre, the
+    # same number of grid points per bin), not 20 equal-width bins that alias into a comb
+    for s in feature["splits"].values():
+        for column in IRIS_COLUMNS:
+            c = s["components"][column]
+            h = c["histogram"]
+            assert h["kind"] == "bins" and h["aligned"] is True and h["exact"] is True
+            edges = np.array(h["edges"])
+            widths = np.diff(edges)
+            assert len(h["counts"]) <= 20 and np.allclose(widths, widths[0], rtol=1e-9)
+            assert widths[0] == pytest.approx(round(widths[0] / 0.1) * 0.1, rel=1e-4)
+            values = np.array([v for v, _ in c["value_counts"]])
+            gap = np.abs(values[:, None] - edges[None, :]).min(axis=1)
+            assert gap.min() > 0.049, (column, gap.min())  # half a 0.1 step from any edge
+            assert sum(h["counts"]) == s["records"]
+            assert edges[0] < c["min"] < edges[1] and edges[-2] < c["max"] < edges[-1]
+
+    # the overview of the page: one row per feature; the label's top value by its name
+    with open(os.path.join(outputs["iris"], "report.html")) as fh:
+        seen = Page(fh.read())
+    species = Counter(r["species"] for r in rows)
+    top, top_n = max(species.items(), key=lambda p: (p[1], -label["vocabulary"].index(p[0])))
+    measured = np.array([[float(r[c]) for c in IRIS_COLUMNS] for r in rows], np.float32)
+    assert seen.overview == {
+        "features": ["features", "float32", "[4]", "0 (0.0%)",
+                     f"{float(measured.min()):.4g}..{float(measured.max()):.4g}, mean "
+                     f"{measured.astype(np.float64).mean():.4g}"],
+        "label": ["label", "int64", "[]", "0 (0.0%)", f"top {top} ({top_n / 150:.0%}); 3 distinct"],
+    }
+    assert seen.captions == {}  # no image feature: no sample grid
+    assert "sample_labels" not in rep
+
+
+def test_label_feature_is_chosen_from_the_schema():
+    """The caption under a sample image: a scalar with a vocabulary first, then a scalar
+    named like a label (label, class, target...), then the only low-cardinality scalar."""
+    image = Feature("image", "uint8", (28, 28, 1), encoding="raw")
+    kind = Feature("kind", "int64", (), vocabulary=("cat", "dog"))
+    label = Feature("label", "int64", ())
+    class_id = Feature("class_id", "int64", ())
+    target = Feature("targetValue", "int32", ())
+    idf = Feature("id", "int64", ())
+    tags = Feature("tags", "bytes", (-1,))
+    lab2 = Feature("label2d", "int64", (2,))  # not a scalar
+    pick = lambda fs, cat=None: getattr(label_feature(fs, cat or {}), "name", None)  # noqa: E731
+    assert pick([image, label, kind, idf]) == "kind"
+    assert pick([image, idf, target, class_id, label]) == "label"
+    assert pick([image, idf, target, class_id]) == "class_id"
+    assert pick([image, idf, target]) == "targetValue"
+    assert pick([image, idf, lab2, tags]) is None
+    mode = Feature("mode", "bytes", ())
+    assert pick([image, idf, mode], {"id": False, "mode": True}) == "mode"
+    assert pick([image, idf, mode], {"id": True, "mode": True}) is None  # two: no guess
+    assert caption(1, kind) == "dog" and caption(5, kind) == "5 (out of vocabulary)"
+    assert caption(b"tabby", mode) == "tabby" and caption(7, label) == "7"
 
 
 # ---------------------------------------------------------------------------- drift
@@ -211,6 +363,12 @@ def test_against_an_identical_copy_flags_nothing_and_a_drifted_one_flags_drift(o
     with open(os.path.join(tmp, "moved", "report.html")) as fh:
         page = fh.read()
     assert "drift flagged" in page and "sepal_length" in page
+    # the overview marks the drifted features; against an identical copy, all ok
+    assert {k: v[-1] for k, v in Page(page).overview.items()} == {"features": "drift",
+                                                                  "label": "drift"}
+    with open(os.path.join(tmp, "same", "report.html")) as fh:
+        assert {k: v[-1] for k, v in Page(fh.read()).overview.items()} == {"features": "ok",
+                                                                           "label": "ok"}
     assert not os.path.exists(os.path.join(outputs["drifted"], "report.json"))  # --out honoured
 
 

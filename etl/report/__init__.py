@@ -70,7 +70,7 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
                                                          dict[tuple[str, str], list[np.ndarray]]]:
     """Read every shard of `out` once; the report's JSON document and the sample images."""
     from etl.report.drift import is_categorical  # noqa: PLC0415
-    from etl.report.stats import SplitStats, is_image  # noqa: PLC0415
+    from etl.report.stats import SAMPLE_IMAGES, SplitStats, caption, is_image, label_feature  # noqa: PLC0415
     from etl.schema import load_schema  # noqa: PLC0415
     from etl.tfrecord import compression_of, read_file  # noqa: PLC0415
 
@@ -119,6 +119,14 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
                     samples[(f.name, split)] = acc.features[f.name].samples
         entry["splits"] = by_split
         features[f.name] = entry
+    sample_labels = None
+    if samples:
+        label = label_feature(list(schema.features),
+                              {name: f["categorical"] for name, f in features.items()})
+        sample_labels = {"per_split": SAMPLE_IMAGES, "feature": label.name if label else None,
+                         "splits": {split: [caption(v, label) for v in
+                                            acc.features[label.name].head or []]
+                                    for split, acc in per_split.items()} if label else {}}
     report = {
         "generator": REPORT_GENERATOR,  # first: the marker etl.manifest.report_is_ours reads
         "report_format": REPORT_FORMAT,
@@ -136,6 +144,9 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
         "splits": splits,
         "features": features,
     }
+    if sample_labels is not None:
+        # captions of the sample images: the label of each of the first records of a split
+        report["sample_labels"] = sample_labels
     return report, samples
 
 

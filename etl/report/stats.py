@@ -14,6 +14,7 @@ sketch on millions of pixels.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,10 @@ QUANTILES = 100  # quantile intervals kept (101 boundaries)
 FINE_QUANTILES = 2000  # quantile intervals an estimated histogram is drawn from
 HIST_BINS = 20  # equal-width bins of numeric histograms
 BARS_MAX = 40  # at most this many distinct integers are drawn one bar per value
-SAMPLE_IMAGES = 16  # first images kept per split and image feature
+SAMPLE_IMAGES = 16  # first images kept per split and image feature (and their labels)
+GRID_BINS = HIST_BINS  # at most this many bins when values lie on a regular grid (e.g. 0.1 steps)
+LABEL_WORDS = ("label", "labels", "class", "target", "category", "y")  # by preference
+_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 _SMALL_INTS = {"bool": (0, 1), "int8": (-128, 127), "uint8": (0, 255),
                "int16": (-32768, 32767), "uint16": (0, 65535)}
 
@@ -212,11 +216,38 @@ def histogram(stats: dict[str, Any], integer: bool) -> dict[str, Any] | None:
     if counts is not None:
         values = np.array([v for v, _ in counts], np.float64)
         weights = np.array([c for _, c in counts], np.float64)
-        return {"kind": "bins", "edges": edges, "counts": [int(c) for c in bin_mass(
-            values, weights, edges)], "exact": True}
+        aligned = grid_edges(values)
+        out = {"kind": "bins", "edges": aligned or edges, "counts": [int(c) for c in bin_mass(
+            values, weights, aligned or edges)], "exact": True}
+        if aligned:
+            out["aligned"] = True  # every value sits inside its bin, none on an edge
+        return out
     mass = quantile_mass(stats["quantiles"], edges) * stats["values"]
     return {"kind": "bins", "edges": edges, "counts": [round(float(m), 1) for m in mass],
             "exact": False}
+
+
+def grid_edges(values: np.ndarray, most: int = GRID_BINS) -> list[float] | None:
+    """Bins that follow the data's own grid when its distinct values are multiples of one
+    step (measurements to 0.1 cm, integers): each bin holds the same whole number of grid
+    points, centred, so no bin is empty or doubled by aliasing (20 equal-width bins over
+    iris's 0.1 steps draw a comb). None when the values are not on a regular grid."""
+    v = np.unique(values)
+    if v.size < 3:
+        return None
+    diffs = np.diff(v)
+    ratio = diffs / diffs.min()
+    steps = np.rint(ratio)
+    if diffs.min() <= 0 or np.abs(ratio - steps).max() > 0.02:
+        return None
+    points = int(steps.sum()) + 1
+    if points > 1_000_000:
+        return None
+    step = (v[-1] - v[0]) / (points - 1)  # the average: float32 rounding evens out
+    per_bin = math.ceil(points / most)
+    bins = math.ceil(points / per_bin)
+    start = v[0] - step / 2
+    return [float(start + k * per_bin * step) for k in range(bins + 1)]
 
 
 def bin_edges(lo: float, hi: float, bins: int = HIST_BINS) -> list[float]:
@@ -312,6 +343,8 @@ class FeatureStats:
         self.variable = f.is_sequence or not f.fixed
         self.lengths = Numeric("int64") if self.variable else None
         self.samples: list[np.ndarray] = []
+        # the first values of a scalar that may label the sample images (see label_feature)
+        self.head: list[Any] | None = [] if is_scalar_candidate(f) else None
 
     def add(self, value: Any, n: int, present: np.ndarray | None) -> None:
         """`value`: the decoded batch (etl.schema decode); `present`: per-record presence of
@@ -335,6 +368,8 @@ class FeatureStats:
             self.missing += int(n - np.count_nonzero(present))
         if self.image and len(self.samples) < SAMPLE_IMAGES:
             self.samples.extend(arr[: SAMPLE_IMAGES - len(self.samples)])
+        if self.head is not None and len(self.head) < SAMPLE_IMAGES:
+            self.head.extend(arr.reshape(n)[: SAMPLE_IMAGES - len(self.head)].tolist())
         self.values.add(arr)
         if self.components:
             rows = arr.reshape(n, -1)
@@ -394,3 +429,49 @@ class SplitStats:
             out[name] = (np.zeros(len(records), bool) if i < 0
                          else batch.column(i).is_valid().to_numpy(zero_copy_only=False))
         return out
+
+
+# ---- which feature labels the sample images ---------------------------------------------------
+def is_scalar_candidate(f: Feature) -> bool:
+    """One integer or string value per record: what a class label looks like."""
+    return (not f.is_sequence and f.shape == () and f.encoding == "values"
+            and (f.dtype in _INTS or f.dtype == "bytes"))
+
+
+def _label_rank(name: str) -> int | None:
+    """Position in LABEL_WORDS of the first word of `name` that names a label ("label",
+    "class_id", "targetClass"); None when no word does."""
+    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+    ranks = [LABEL_WORDS.index(w) for w in words if w in LABEL_WORDS]
+    return min(ranks) if ranks else None
+
+
+def label_feature(features: list[Feature], categorical: dict[str, bool]) -> Feature | None:
+    """The feature whose value captions each sample image, decided from the schema (and, for
+    the last rule, the statistics): a scalar with a vocabulary (the one named most like a
+    label first); else a scalar integer or string named like a label (LABEL_WORDS order);
+    else the only low-cardinality scalar integer or string feature; else none."""
+    scalars = [f for f in features if is_scalar_candidate(f)]
+
+    def by_name(f: Feature) -> tuple[int, int]:
+        rank = _label_rank(f.name)
+        return (len(LABEL_WORDS) if rank is None else rank, features.index(f))
+
+    with_vocab = [f for f in scalars if f.vocabulary]
+    if with_vocab:
+        return min(with_vocab, key=by_name)
+    named = [f for f in scalars if _label_rank(f.name) is not None]
+    if named:
+        return min(named, key=by_name)
+    few = [f for f in scalars if categorical.get(f.name)]
+    return few[0] if len(few) == 1 else None
+
+
+def caption(value: Any, f: Feature) -> str:
+    """A label value as a person reads it: the vocabulary's text, else the value."""
+    if f.vocabulary:
+        i = int(value)
+        return f.vocabulary[i] if 0 <= i < len(f.vocabulary) else f"{i} (out of vocabulary)"
+    if isinstance(value, bytes):
+        return _text(value)
+    return str(value)
