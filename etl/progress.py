@@ -11,6 +11,8 @@ them to a renderer here. Percent and ETA come from the input bytes counted befor
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -255,6 +257,7 @@ class BarRenderer:
             redirect_stdout=False, redirect_stderr=False)
         self.task: Any = self.progress.add_task("run", total=1000, **self._fields(None))
         self.progress.start()
+        self.handlers = _LogAbove.install(stream, console)
 
     def _fields(self, s: Snapshot | None) -> dict[str, Any]:
         if s is None:
@@ -288,6 +291,62 @@ class BarRenderer:
             self.progress.stop()
         except (OSError, ValueError):
             pass
+        finally:
+            _LogAbove.restore(self.handlers)
+
+
+class _LogAbove:
+    """While the bar is live, the log handlers writing to its terminal write through rich's
+    console instead: a record then prints on its own lines above the bar, which redraws below
+    it (written straight to the stream, it lands in the middle of the bar and the next redraw
+    overwrites it). `install` swaps the streams of the root logger's stream handlers that write
+    to the bar's stream or the same terminal; `restore` puts them back when the bar stops."""
+
+    def __init__(self, console: Any):
+        self.console = console
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        for line in lines:
+            try:
+                self.console.out(line, highlight=False)
+            except (OSError, ValueError):
+                pass  # a closed terminal must not fail the run
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.write("\n")
+
+    @classmethod
+    def install(cls, stream: TextIO, console: Any) -> list[tuple[logging.StreamHandler, Any]]:
+        swapped = []
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and \
+                    _same_terminal(getattr(handler, "stream", None), stream):
+                swapped.append((handler, handler.setStream(cls(console))))  # type: ignore[arg-type]
+        return swapped
+
+    @staticmethod
+    def restore(swapped: list[tuple[logging.StreamHandler, Any]]) -> None:
+        for handler, old in swapped:
+            handler.setStream(old)  # flushes what is pending through the console first
+
+
+def _same_terminal(a: Any, b: Any) -> bool:
+    """The same stream object, or two descriptors of the same open terminal (a handler on
+    sys.stderr while the bar writes to a copy of fd 2)."""
+    if a is None or b is None:
+        return False
+    if a is b:
+        return True
+    try:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (sa.st_dev, sa.st_ino, sa.st_rdev) == (sb.st_dev, sb.st_ino, sb.st_rdev)
 
 
 def renderer(config: ProgressConfig) -> LineRenderer | BarRenderer:

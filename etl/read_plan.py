@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from etl import fs
@@ -79,6 +79,7 @@ def plan_units(sources: dict[str, dict[str, Any]], base_dir: str, where: str = "
     """List every source's files (globs expanded), fail on a source that matches nothing."""
     per_source: dict[str, list[str]] = {}
     every_input: set[str] = set()
+    known: dict[str, int] = {}  # sizes the listings already gave (image folders)
     for name, cfg in sources.items():
         reader = make_reader(cfg, base_dir, f"{where}: sources.{name}")
         found = reader.files()
@@ -87,10 +88,11 @@ def plan_units(sources: dict[str, dict[str, Any]], base_dir: str, where: str = "
                               f"(paths: {cfg.get('paths')!r})")
         per_source[name] = found
         every_input.update(reader.inputs())
+        known.update(reader.sizes())
     all_files = sorted({f for found in per_source.values() for f in found})
     identity = keys.identities(all_files)
     ordinal = {p: i for i, p in enumerate(sorted(all_files, key=lambda p: identity[p]))}
-    sizes = {p: _size(p) for p in every_input | set(all_files)}
+    sizes = {p: known[p] if p in known else _size(p) for p in every_input | set(all_files)}
     units = [ReadUnit(name, f, identity[f], ordinal[f], sizes[f])
              for name, found in per_source.items() for f in found]
     return ReadPlan(units, [{"path": p, "num_bytes": sizes[p]} for p in sorted(every_input)])
@@ -98,7 +100,8 @@ def plan_units(sources: dict[str, dict[str, Any]], base_dir: str, where: str = "
 
 def tasks_of(unit: ReadUnit, reader: Source, split_bytes: int) -> Iterator[ReadTask]:
     """The unit cut into read tasks of about `split_bytes` where its format can be split."""
-    splits = reader.splits(unit.path, split_bytes or WHOLE_FILE)
+    splits = [replace(s, size=unit.num_bytes)
+              for s in reader.splits(unit.path, split_bytes or WHOLE_FILE)]
     bounds = byte_bounds(splits, unit.num_bytes)
     for split, lo, hi in zip(splits, bounds, bounds[1:], strict=False):
         yield ReadTask(unit.source, unit.path, unit.identity, unit.ordinal, split, (lo, hi))

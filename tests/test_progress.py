@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from benchmarks.data import write_csv
@@ -20,7 +21,7 @@ from etl.manifest import load_manifest
 from etl.progress import READ_SHARE, ProgressConfig, Snapshot, Tally, TaskBytes, format_line
 from etl.read_plan import byte_bounds
 from etl.sources.base import Split
-from tests.helpers import ROOT, RUN, cli
+from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
 
 ROWS = 500_000
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
@@ -222,3 +223,125 @@ def test_model_math_on_exact_numbers() -> None:
     tally.add(read=1)
     assert tally.counts() == ("writing shards", {"read": 6, "rejected": 0, "encoded": 0,
                                                  "written": 0, "shards": 0, "bytes": 7})
+
+
+# ---- bytes per block: image folders, gzip inputs; log lines above the bar ------------------
+def _bytes_steps(job_path: str, monkeypatch) -> tuple[list[int], dict[str, int]]:
+    """Run a job in this process (the local runner's in-memory mode: the DoFns add to the
+    run's live tally) and record every `bytes` the read stage credits; (steps, counts)."""
+    from etl.config import load_job  # noqa: PLC0415
+    from transforms.job import run_job  # noqa: PLC0415
+
+    steps: list[int] = []
+    tallies: list[Tally] = []
+    add = Tally.add
+
+    def recording(self: Tally, **counts: int) -> None:
+        if counts.get("bytes"):
+            steps.append(int(counts["bytes"]))
+        if self not in tallies:
+            tallies.append(self)
+        add(self, **counts)
+
+    monkeypatch.setattr(Tally, "add", recording)
+    run_job(load_job(job_path), ["--direct_num_workers=1"],
+            progress=ProgressConfig("lines", io.StringIO(), every=3600))
+    assert len(tallies) == 1
+    return steps, tallies[0].counts()[1]
+
+
+def test_image_folder_bytes_are_its_image_files(tmp_path, monkeypatch) -> None:
+    """A folder is one read unit: its bytes are its image files' (not a directory entry's),
+    credited block by block as the files are read."""
+    from PIL import Image  # noqa: PLC0415
+
+    from etl.read_plan import plan_units  # noqa: PLC0415
+    from etl.sources import make_reader  # noqa: PLC0415
+
+    root = tmp_path / "imgs"
+    for i in range(10):  # PNGs of different sizes (noise compresses less than flat colour)
+        d = root / ("cat" if i % 2 else "dog")
+        d.mkdir(parents=True, exist_ok=True)
+        pixels = np.random.default_rng(i).integers(0, 1 + 25 * i, (6, 5, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(d / f"{i:02d}.png")
+    files = sorted(str(p) for p in root.glob("*/*.png"))
+    sizes = [os.path.getsize(f) for f in files]
+    cfg = {"format": "images", "paths": [str(root)], "block_rows": 3}
+    plan = plan_units({"pics": cfg}, str(tmp_path))
+    assert [(u.path, u.num_bytes) for u in plan.units] == [(str(root), sum(sizes))]
+    assert plan.inputs == [{"path": f, "num_bytes": s} for f, s in zip(files, sizes, strict=True)]
+    reader = make_reader(cfg, str(tmp_path), "t")
+    ends = [b.end_offset for b in reader.read(str(root))]
+    assert ends == [sum(sizes[:3]), sum(sizes[:6]), sum(sizes[:9]), sum(sizes)]
+    # a run: the tally's bytes are the folder's, in one step per block
+    (tmp_path / "s.yaml").write_text("name: t\nkind: example\nfeatures:\n"
+                                     "  image: {dtype: uint8, shape: [6, 5, 3], encoding: png}\n"
+                                     "  label: {dtype: string, shape: []}\n")
+    (tmp_path / "job.yaml").write_text(f"schema: s.yaml\nsource: {{format: images, paths: "
+                                       f"[{root}], block_rows: 3}}\noutput: out\nshards: 1\n")
+    steps, counts = _bytes_steps(str(tmp_path / "job.yaml"), monkeypatch)
+    assert steps == [sizes[0] + sizes[1] + sizes[2], sum(sizes[3:6]), sum(sizes[6:9]), sizes[9]]
+    assert counts["bytes"] == sum(sizes) and counts["read"] == 10
+
+
+def test_gzip_csv_and_idx_bytes_move_within_a_file(tmp_path, monkeypatch) -> None:
+    """gzip inputs: progress follows the compressed bytes (what the total counts), block by
+    block, and ends exactly at the compressed size."""
+    import gzip  # noqa: PLC0415
+
+    rows = "".join(f"{i},{i % 7},{(i * 13) % 101 / 4}\n" for i in range(30_000))
+    data = tmp_path / "d.csv.gz"
+    data.write_bytes(gzip.compress(("id,a,b\n" + rows).encode(), mtime=0))
+    (tmp_path / "s.yaml").write_text("name: t\nkind: example\nfeatures:\n"
+                                     "  id: {dtype: int64, shape: []}\n"
+                                     "  x: {dtype: float32, shape: [2], source: [a, b]}\n")
+    (tmp_path / "job.yaml").write_text("schema: s.yaml\nsource: {format: csv, paths: "
+                                       "[d.csv.gz], block_rows: 4000}\noutput: out\nshards: 2\n")
+    steps, counts = _bytes_steps(str(tmp_path / "job.yaml"), monkeypatch)
+    size = os.path.getsize(data)
+    assert len(steps) >= 5 and all(s > 0 for s in steps), steps  # 8 blocks, not one jump
+    assert sum(steps) == counts["bytes"] == size and counts["read"] == 30_000
+    assert max(steps) < size / 2
+    manifest = load_manifest(str(tmp_path / "out"))
+    assert sum(v["num_records"] for v in manifest["splits"].values()) == 30_000
+    # the bundled demo (gzip IDX) read in blocks of 100 records: the images file moves in
+    # steps, each file ends on its compressed size
+    with open(os.path.join(ROOT, "examples", "demo.yaml")) as fh:
+        text = fh.read()
+    data_dir = os.path.join(ROOT, "examples", "data")
+    text = text.replace("data/", data_dir + "/").replace("../schemas/",
+                                                         os.path.join(ROOT, "schemas") + "/")
+    text = text.replace("format: idx,", "format: idx, block_rows: 100,")
+    text = text.replace("output: ../out/demo", f"output: {tmp_path / 'demo'}")
+    assert text.count("block_rows: 100") == 2 and str(tmp_path) in text
+    (tmp_path / "demo.yaml").write_text(text)
+    steps, counts = _bytes_steps(str(tmp_path / "demo.yaml"), monkeypatch)
+    train = os.path.getsize(os.path.join(data_dir, "digits-train-images-idx3-ubyte.gz"))
+    test = os.path.getsize(os.path.join(data_dir, "digits-test-images-idx3-ubyte.gz"))
+    assert counts["bytes"] == sum(steps) == train + test and counts["read"] == 1797
+    assert len(steps) == 15 + 3, steps  # 1500 and 297 records in blocks of 100
+    assert max(steps) < train / 10
+
+
+def test_a_warning_while_the_bar_is_live_prints_whole_above_it(tmp_path) -> None:
+    """A log record emitted while the bar is on screen (here the manifest's note on a raised
+    shard count, logged while the run is checked) is printed on its own line, intact, and
+    the bar goes on below it."""
+    rows = "".join(f"{i},{i % 7},{i / 4}\n" for i in range(20_000))
+    (tmp_path / "d.csv").write_text("id,a,b\n" + rows)
+    (tmp_path / "s.yaml").write_text(IDS_SCHEMA)
+    (tmp_path / "job.yaml").write_text("schema: s.yaml\nsource: {format: csv, paths: [d.csv]}\n"
+                                       "output: out\nshards: 1\nmax_shard_bytes: 100KB\n")
+    cmd = shlex.join([sys.executable, RUN, "run", str(tmp_path / "job.yaml"),
+                      "--direct_num_workers=1"])
+    proc = subprocess.run(["script", "-qfec", cmd, "/dev/null"], capture_output=True,
+                          text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    notes = load_manifest(str(tmp_path / "out"))["notes"]
+    assert len(notes) == 1 and "max_shard_bytes; using " in notes[0], notes
+    lines = _screen(proc.stdout)
+    warning = f"WARNING {notes[0]}"
+    assert warning in lines, [ln for ln in lines if "max_shard_bytes" in ln]
+    at = lines.index(warning)
+    assert any("━" in ln for ln in lines[:at]) and any("━" in ln for ln in lines[at + 1:])
+    assert sum("max_shard_bytes" in ln for ln in lines) == 1  # printed once, never redrawn

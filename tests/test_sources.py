@@ -21,12 +21,13 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from etl import fs
 from etl.codec import Encoder
 from etl.errors import BadInputError, BadRecord, ConfigError, RecordError
 from etl.idx import read_idx, write_idx
 from etl.schema import load_schema, schema_from_dict
 from etl.sources import make_reader
-from etl.sources.base import Block
+from etl.sources.base import Block, Split
 from etl.tfrecord import frame_all
 from tests.helpers import column
 
@@ -239,6 +240,8 @@ def test_text_gzip(tmp_path: Path) -> None:
     write(tmp_path / "t.txt.gz", gzip.compress(b"a b\nc\n", mtime=0))
     blocks = read(tmp_path, {"format": "text", "paths": "t.txt.gz"})
     assert column(blocks, "tokens") == [["a", "b"], ["c"]]
+    # progress: where the block ends in the file's own (compressed) bytes
+    assert [b.end_offset for b in blocks] == [(tmp_path / "t.txt.gz").stat().st_size]
 
 
 # ---- IDX ---------------------------------------------------------------------------------------
@@ -267,7 +270,7 @@ def test_idx_write_read_round_trip_is_deterministic(tmp_path: Path) -> None:
     assert read_idx(str(tmp_path / "renamed")).shape == (5, 28, 28)
 
 
-def test_idx_reader_blocks(tmp_path: Path) -> None:
+def test_idx_reader_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     images, labels = mnist_like(tmp_path)
     reader = make_reader({**IDX, "block_rows": 2}, str(tmp_path), WHERE)
     assert [Path(f).name for f in reader.files()] == ["images.gz"]
@@ -279,6 +282,21 @@ def test_idx_reader_blocks(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.concatenate([b.columns["image"] for b in blocks]), images)
     np.testing.assert_array_equal(np.concatenate([b.columns["label"] for b in blocks]), labels)
     assert positions(blocks) == [0, 1, 2, 3, 4]
+    # progress (Block.end_offset): gzip files in compressed bytes; with the unit's size from
+    # the plan, the share of it the records read so far stand for; without it, the raw tell()
+    path, size = reader.files()[0], (tmp_path / "images.gz").stat().st_size
+    data = 16 + 5 * 28 * 28
+    assert [b.end_offset for b in blocks] == [size] * 3  # the decompressor read it all ahead
+    sized = list(reader.read_split(Split(path, size=size)))
+    assert [b.end_offset for b in sized] == [size * (16 + k * 784) // data for k in (2, 4, 5)]
+    # whether a file is gzip comes from the stream etl.idx.open_idx gives: the reader opens
+    # the key file no more often than its partner (only open_idx opens them)
+    opened: list[str] = []
+    real = fs.open_read
+    monkeypatch.setattr(fs, "open_read", lambda p: opened.append(Path(p).name) or real(p))
+    list(reader.read_split(Split(path)))
+    assert opened.count("images.gz") == opened.count("labels.gz") >= 1
+    assert set(opened) == {"images.gz", "labels.gz"}
 
 
 def test_idx_wrong_magic_names_the_file(tmp_path: Path) -> None:

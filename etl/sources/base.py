@@ -69,6 +69,9 @@ class Split:
     `whole` splits (the default, one per unit) read the unit as `read(path)` always did.
     `offset`: for record-indexed splits, the byte offset in the unit's file where the split's
     first record starts (progress figures only; None: `start` is already a byte offset).
+    `size`: the unit's file size in bytes as the plan measured it (ReadUnit.num_bytes, set by
+    read_plan.tasks_of; None when read outside a plan): progress figures only, so a reader
+    can place a block in a compressed file without asking the store for its size again.
     """
 
     path: str
@@ -78,6 +81,7 @@ class Split:
     stop: int | None = None
     first_line: int = 0
     offset: int | None = None
+    size: int | None = None
 
     @property
     def whole(self) -> bool:
@@ -106,6 +110,12 @@ class Source:
 
     def inputs(self) -> list[str]:
         return self.files()
+
+    def sizes(self) -> dict[str, int]:
+        """Sizes in bytes (path -> size) of units and inputs that listing them already told
+        (read_plan.plan_units measures the others); a unit that is not one file (an image
+        folder) says here what it stands for. Default: none known."""
+        return {}
 
     # records (lines, frames, image files) above this are rejected as oversized_record
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES

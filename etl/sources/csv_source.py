@@ -44,7 +44,9 @@ in this package; they would sit best in `base.py`.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import gzip
 import io
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -299,7 +301,8 @@ class CsvReader(FileSource):
         parsed on its own: a bad row further on must not stop the names being read)."""
         if self.columns is not None:
             return list(self.columns)
-        with open_file(path) as fh:
+        with open_file(path) as raw, (gzip.GzipFile(fileobj=raw) if path.endswith(".gz")
+                                      else contextlib.nullcontext(raw)) as fh:
             for _ in range(self.skip_rows):
                 fh.readline()
             header = fh.readline().rstrip(b"\r\n")
@@ -338,7 +341,7 @@ class CsvReader(FileSource):
         The first malformed row, unparsable number, invalid UTF-8, over-long line or quote
         left open at the end makes it stop; the careful path then takes over after the
         records already delivered, so the results are exactly the careful path's."""
-        if not self.numeric:
+        if not self.numeric or split.path.endswith(".gz"):  # pyarrow gets the file's raw bytes
             yield from self._read_careful(split)
             return
         delivered = 0  # records before this position are out
@@ -440,9 +443,8 @@ class CsvReader(FileSource):
         buffer = _Rows(names)
         skip = self._header_lines if split.first else 0
         carry, carry_line = b"", 0  # lines of a row that was still open at the end of a region
-        end: int | None = None  # how far the line scan got (Block.end_offset)
+        run = None  # the last run of lines (Block.end_offset: how far the scan got)
         for run in split_lines(split, limit):
-            end = None if path.endswith(".gz") else run.end_byte
             start = min(skip, run.count)
             skip -= start
             cuts = sorted(i for i in run.oversized if i >= start)
@@ -465,13 +467,26 @@ class CsvReader(FileSource):
             for item in parser.take():
                 buffer.add(*item)
             while buffer.rows >= self.block_rows:
-                yield _ending(buffer.take(self.block_rows, path, parser.take_bad()), end)
+                block = buffer.take(self.block_rows, path, parser.take_bad())
+                yield _ending(block, _row_end(run, block, path))
+        end = None if run is None else run.file_offset(run.end_byte, path)
         if carry:
             parser.region(carry, carry_line, final=True)
         for item in parser.take():
             buffer.add(*item)
         while buffer.rows or parser.bad:
             yield _ending(buffer.take(self.block_rows, path, parser.take_bad()), end)
+
+
+def _row_end(run: Any, block: Block, path: str) -> int | None:
+    """Block.end_offset of a careful-path block taken while `run` (a text_source.LineRun) is
+    parsed: the end of the line its last row starts on, in the file's own bytes (gzip:
+    compressed, pro rata within the run's read), so a run of many blocks moves progress
+    block by block."""
+    if block.lines is None or not len(block.lines):
+        return run.file_offset(run.end_byte, path)
+    i = min(max(int(block.lines[-1]) - 1 - run.first, -1), run.count - 1)
+    return run.file_offset(run.end_byte - int(run.bounds[-1] - run.bounds[i + 1]), path)
 
 
 def _tell(fh: Any, path: str) -> int | None:

@@ -18,6 +18,7 @@ records there are, the run fails when it does not):
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -26,7 +27,7 @@ import numpy as np
 
 from etl.errors import BadInputError, BadRecord
 from etl.idx import IdxHeader, check_end, open_idx, read_block
-from etl.sources.base import Block, Source, Split, open_file, options, record_splits
+from etl.sources.base import Block, Source, Split, options, record_splits
 from etl.sources.csv_source import PairedFiles, block_rows
 
 
@@ -76,8 +77,8 @@ class IdxReader(Source):
         with ExitStack() as stack:
             opened = self._open(path, stack)
             headers = [header for _, header, _ in opened.values()]
-            for f, header, _ in opened.values():
-                if f.endswith(".gz") or _gzipped(f) or _size(f) != \
+            for f, header, stream in opened.values():
+                if _gzipped(stream) or _size(f) != \
                         header.header_bytes + header.count * header.record_bytes:
                     return [Split(path)]
             own = next((h for f, h, _ in opened.values() if f == path), headers[0])
@@ -89,8 +90,8 @@ class IdxReader(Source):
         with ExitStack() as stack:
             opened = self._open(path, stack)
             total = next(iter(opened.values()))[1].count
-            own = next((h for f, h, _ in opened.values() if f == path), None)
-            plain = own is not None and not path.endswith(".gz") and not _gzipped(path)
+            own, where = next(((h, _Place(h, s, split.size)) for f, h, s in opened.values()
+                               if f == path), (None, None))
             start = split.start
             if split.stop is not None:
                 total = min(total, split.stop)
@@ -105,8 +106,7 @@ class IdxReader(Source):
                 columns = {name: block[:n] for name, (block, _) in parts.items()}
                 if n == want:
                     yield Block(columns, np.arange(start, start + n, dtype=np.int64), source=path,
-                                end_offset=own.header_bytes + (start + n) * own.record_bytes
-                                if plain and own is not None else None)
+                                end_offset=None if where is None else where.after(start + n))
                     start += n
                     continue
                 # some file ended early: its complete records go, the rest is counted as lost
@@ -128,9 +128,37 @@ class IdxReader(Source):
                     check_end(stream, header, f)
 
 
-def _gzipped(path: str) -> bool:
-    with open_file(path) as fh:
-        return fh.read(2) == b"\x1f\x8b"
+def _gzipped(stream: Any) -> bool:
+    """Whether etl.idx.open_idx decompresses this file (it tells gzip by the name or the magic
+    bytes): known from the stream it gave, so no file is opened again to ask."""
+    return isinstance(stream, gzip.GzipFile)  # isal's IGzipFile is one too
+
+
+class _Place:
+    """Where a read of the unit's own file is, in that file's bytes (Block.end_offset, progress
+    only). Plain: the end of the last record read. gzip: the compressed position, which is the
+    raw file's tell() (the decompressor reads ahead, ISA-L 512 KiB at a time, so a small file is
+    read whole with its header) capped by the share of the file's size the records read so far
+    are of the uncompressed data (the header says how long that is); without the size (read
+    outside a plan) the raw tell() alone."""
+
+    def __init__(self, header: IdxHeader, stream: Any, size: int | None):
+        self.header, self.size = header, size
+        self.raw = stream.fileobj if _gzipped(stream) else None
+
+    def after(self, records: int) -> int | None:
+        h = self.header
+        done = h.header_bytes + records * h.record_bytes
+        if self.raw is None:
+            return done
+        try:
+            told = int(self.raw.tell())
+        except (OSError, ValueError, AttributeError):
+            return None
+        if self.size is None:
+            return told
+        total = h.header_bytes + h.count * h.record_bytes
+        return min(told, self.size * done // max(total, 1), self.size)
 
 
 def _size(path: str) -> int:

@@ -17,6 +17,10 @@ full decode when not decoding, the header is still read). Rejected images are Ba
   count by `tf.io.decode_png/jpeg`, so only decoded pixels must match the channels). Without a
   schema, decoded images must match the root's first good image;
 - `oversized_record`: a file over `max_record_bytes`, rejected without being read.
+
+Progress: one listing (fs.match) gives the image files with their sizes; a root's size is the
+sum of its image files' (`sizes`, what read_plan counts for the unit) and each block's
+`end_offset` the bytes of the files up to its last one, so the bar moves block by block.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from etl import fs
 from etl.errors import BadRecord, ConfigError
-from etl.sources.base import Block, expand, open_file
+from etl.sources.base import Block, open_file
 from etl.sources.csv_source import FileSource, bool_option, join
 
 if TYPE_CHECKING:
@@ -57,6 +62,7 @@ class ImageFolderReader(FileSource):
                               f"are passed on as they are)")
         self.feature = ""  # the schema feature the `image` column feeds, once prepared
         self.shape: tuple[int, int, int] | None = None  # its declared [height, width, channels]
+        self._listed: dict[str, dict[str, int]] | None = None  # _images(), once listed
 
     def prepare(self, schema: Schema, max_record_bytes: int) -> None:
         """Learn the image feature's declared shape, so every image is checked against it."""
@@ -73,16 +79,20 @@ class ImageFolderReader(FileSource):
                               f"('channels' option), but schema feature {self.feature!r} has "
                               f"shape {list(self.shape)}; set 'channels: {self.shape[2]}'")
 
-    def _images(self) -> dict[str, list[str]]:
-        """root -> its image files (sorted), for every root the patterns match."""
-        roots: dict[str, set[str]] = {}
+    def _images(self) -> dict[str, dict[str, int]]:
+        """root -> its image files (sorted) with their sizes, for every root the patterns
+        match; listed once per reader (files, inputs and sizes all ask)."""
+        if self._listed is not None:
+            return self._listed
+        roots: dict[str, dict[str, int]] = {}
         for pattern in self.patterns:  # patterns may overlap
             for root, files in _image_files(join(self.base_dir, pattern)).items():
-                roots.setdefault(root, set()).update(files)
+                roots.setdefault(root, {}).update(files)
         if not roots:
             raise ConfigError(f"{self.where}: no {'/'.join(EXTENSIONS)} images found as "
                               f"<root>/<class>/<file> under {self.patterns}")
-        return {root: sorted(files) for root, files in sorted(roots.items())}
+        self._listed = {root: dict(sorted(files.items())) for root, files in sorted(roots.items())}
+        return self._listed
 
     def files(self) -> list[str]:
         return list(self._images())
@@ -90,9 +100,22 @@ class ImageFolderReader(FileSource):
     def inputs(self) -> list[str]:
         return sorted(f for files in self._images().values() for f in files)
 
+    def sizes(self) -> dict[str, int]:
+        """Every image file's size, from the listing, and each root's: the sum of its image
+        files (what a read of the root reads; progress counts it, not a directory entry)."""
+        out: dict[str, int] = {}
+        for root, files in self._images().items():
+            out.update(files)
+            out[root] = sum(files.values())
+        return out
+
     def read(self, path: str) -> Iterator[Block]:
         root = path.rstrip("/")
-        images = _image_files(root).get(root, [])
+        listed = _image_files(root).get(root, {})
+        images = list(listed)
+        # progress: bytes of the image files up to the end of each block (Block.end_offset;
+        # the root's num_bytes is their sum, see `sizes`)
+        ends = np.cumsum([listed[f] for f in images], dtype=np.int64)
         size: tuple[int, int] | None = None  # (width, height) of the root's first good image
         if self.shape:
             size = (self.shape[1], self.shape[0])
@@ -137,7 +160,8 @@ class ImageFolderReader(FileSource):
                 "label": pa.array([n.split("/")[0] for n in names], pa.string()),
                 "filename": pa.array(names, pa.string()),
             }
-            yield Block(columns, np.array(good, np.int64), source=path, bad=bad)
+            yield Block(columns, np.array(good, np.int64), source=path, bad=bad,
+                        end_offset=int(ends[start + len(chunk) - 1]))
 
     def _load(self, f: str) -> bytes:
         with open_file(f) as fh:
@@ -178,17 +202,18 @@ class ImageFolderReader(FileSource):
         return np.zeros((0, height, width, self.channels), np.uint8)
 
 
-def _image_files(pattern: str) -> dict[str, list[str]]:
-    """root -> sorted image files for roots matching `pattern` (a directory or a glob of them)."""
+def _image_files(pattern: str) -> dict[str, dict[str, int]]:
+    """root -> {image file: size in bytes}, sorted, for roots matching `pattern` (a directory
+    or a glob of them): one listing (fs.match gives the sizes with the names)."""
     base = pattern.rstrip("/")
     depth = base.count("/") + 1
-    roots: dict[str, list[str]] = {}
-    for f in expand(f"{base}/*/*"):
+    roots: dict[str, dict[str, int]] = {}
+    for f, size in fs.match(f"{base}/*/*"):
         parts = f.split("/")
         # gs:// globs let * cross '/': keep exactly root/<class>/<file>
         if len(parts) == depth + 2 and parts[-1].lower().endswith(EXTENSIONS):
-            roots.setdefault("/".join(parts[:depth]), []).append(f)
-    return {root: sorted(files) for root, files in roots.items()}
+            roots.setdefault("/".join(parts[:depth]), {})[f] = int(size)
+    return {root: dict(sorted(files.items())) for root, files in roots.items()}
 
 
 class _TooBig(Exception):

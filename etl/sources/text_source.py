@@ -42,10 +42,27 @@ class LineRun:
     bounds: np.ndarray  # int64, n+1: line i is data[bounds[i]:bounds[i+1]] (with its newline)
     oversized: dict[int, int] = field(default_factory=dict)
     end_byte: int = 0  # uncompressed byte offset in the file just after these lines
+    # gzip: (uncompressed, compressed) offsets before and after the read that completed these
+    # lines, (u0, r0, u1, r1); progress figures only (`file_offset`)
+    raw: tuple[int, int, int, int] | None = None
 
     @property
     def count(self) -> int:
         return len(self.bounds) - 1
+
+    def file_offset(self, u: int, path: str) -> int | None:
+        """Uncompressed offset `u` (within these lines) in the file's own bytes, for progress:
+        `u` for a plain file; for gzip, placed between where the compressed file was before
+        and after the read that completed these lines, pro rata (never past the latter, which
+        is the raw file's tell()); None when the raw position is unknown."""
+        if not path.endswith(".gz"):
+            return int(u)
+        if self.raw is None:
+            return None
+        u0, r0, u1, r1 = self.raw
+        if u1 <= u0 or u >= u1:
+            return r1
+        return r0 + (r1 - r0) * max(int(u) - u0, 0) // (u1 - u0)
 
 
 def line_splits(path: str, target_bytes: int, data_start: int = 0,
@@ -125,8 +142,9 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     BadInputError naming the file and where it breaks: how many records are lost is unknown.
     """
     chunk_bytes = chunk_bytes or _CHUNK_BYTES
+    gz = path.endswith(".gz")
     with open_file(path) as raw:
-        stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+        stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
         if start or stop is not None:  # a split of a plain file: whole lines [start, stop)
             raw.seek(start)
             stream = _Range(raw, None if stop is None else stop - start)
@@ -134,8 +152,16 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         first = first_line  # 0-based index of the line `buf` starts
         consumed = start  # uncompressed bytes before `buf`
         skipping = -1  # length so far of an oversized line being skipped, else -1
+        read_u = read_r = 0  # gzip: uncompressed bytes read so far, the raw file's tell() then
         while True:
             chunk = _read_chunk(stream, path, chunk_bytes, first, consumed + len(buf))
+            span = None  # LineRun.raw of the lines this chunk completes
+            if gz:
+                told = _told(raw)
+                if told is not None:
+                    span = (read_u, read_r, read_u + len(chunk), told)
+                    read_r = told
+                read_u += len(chunk)
             if skipping >= 0:
                 nl = chunk.find(b"\n")
                 if nl < 0 and chunk:
@@ -144,7 +170,7 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                 took = len(chunk) if nl < 0 else nl + 1
                 skipping += took
                 yield LineRun(first, b"", np.zeros(2, np.int64), {0: skipping},
-                              consumed + skipping)
+                              consumed + skipping, span)
                 first, consumed, skipping = first + 1, consumed + skipping, -1
                 chunk = chunk[took:]
                 if not chunk:
@@ -159,7 +185,7 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
             stop = int(ends[-1]) if len(ends) else 0
             if len(ends):
                 bounds = np.concatenate([[0], ends]).astype(np.int64)
-                yield _cut_long(LineRun(first, data[:stop], bounds, {}, consumed + stop),
+                yield _cut_long(LineRun(first, data[:stop], bounds, {}, consumed + stop, span),
                                 max_line_bytes)
                 first += len(ends)
                 consumed += stop
@@ -168,6 +194,14 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                 return
             if len(buf) > max_line_bytes:  # an unfinished line already too long: skip the rest
                 skipping, buf = len(buf), b""
+
+
+def _told(raw: Any) -> int | None:
+    """The raw (compressed) file's position, for progress; None where it cannot say."""
+    try:
+        return int(raw.tell())
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class _Range:
@@ -207,7 +241,7 @@ def _cut_long(run: LineRun, limit: int) -> LineRun:
     parts = [run.data[run.bounds[i] : run.bounds[i + 1]] for i in np.flatnonzero(keep).tolist()]
     bounds = np.concatenate([[0], np.cumsum(keep)]).astype(np.int64)
     oversized = {int(i): int(lengths[i]) for i in long}
-    return LineRun(run.first, b"".join(parts), bounds, oversized, run.end_byte)
+    return LineRun(run.first, b"".join(parts), bounds, oversized, run.end_byte, run.raw)
 
 
 @dataclass
@@ -278,27 +312,30 @@ def _take_lines(runs: list[LineRun], n: int) -> tuple[LineBlock, list[LineRun]]:
     parts, bounds, oversized = [], [np.zeros(1, np.int64)], {}
     first, taken, rest = runs[0].first, 0, list(runs)
     end = 0  # (uncompressed) byte offset just after the block's last line
+    raw = None  # LineRun.raw of the run it ends in
     while rest and taken < n:
         run = rest.pop(0)
         k = min(run.count, n - taken)
         stop = int(run.bounds[k])
-        end = run.end_byte - (len(run.data) - stop)
+        end, raw = run.end_byte - (len(run.data) - stop), run.raw
         parts.append(run.data[:stop])
         bounds.append(run.bounds[1 : k + 1] + bounds[-1][-1])
         oversized.update({taken + i: s for i, s in run.oversized.items() if i < k})
         if k < run.count:
             tail = LineRun(run.first + k, run.data[stop:], run.bounds[k:] - stop,
-                           {i - k: s for i, s in run.oversized.items() if i >= k}, run.end_byte)
+                           {i - k: s for i, s in run.oversized.items() if i >= k}, run.end_byte,
+                           run.raw)
             rest.insert(0, tail)
         taken += k
     data = parts[0] if len(parts) == 1 else b"".join(parts)
-    return LineBlock(first, data, np.concatenate(bounds).astype(np.int64), oversized, end), rest
+    return LineBlock(first, data, np.concatenate(bounds).astype(np.int64), oversized, end,
+                     raw), rest
 
 
 def line_end(block: LineRun, path: str) -> int | None:
-    """Block.end_offset of a block of whole lines (a gzip file's offsets are uncompressed:
-    unknown in its own bytes)."""
-    return None if path.endswith(".gz") else int(block.end_byte)
+    """Block.end_offset of a block of whole lines: where its last line ends, in the file's
+    own bytes (gzip: compressed, see `LineRun.file_offset`)."""
+    return block.file_offset(block.end_byte, path)
 
 
 def decode_lines(block: LineBlock, path: str) -> tuple[pa.Array, np.ndarray, list[BadRecord]]:
