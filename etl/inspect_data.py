@@ -13,7 +13,6 @@ TensorFlow and Pillow are imported only inside the functions.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
@@ -24,6 +23,7 @@ import numpy as np
 
 from etl import fs
 from etl.errors import EXIT_CONFIG, EtlError
+from etl.images import is_image, png_bytes
 from etl.schema import Feature, Schema, load_schema
 from etl.tfrecord import compression_of, read_file
 
@@ -250,41 +250,8 @@ def _truncate_lists(values: Any, limit: int = 10) -> Any:
 
 # ---- --images DIR ----------------------------------------------------------------------------
 def image_features(schema: Schema) -> list[Feature]:
-    """The features `inspect --images` writes as PNG: per-record (not sequence) features that
-    decode to pixels PNG holds exactly: uint8 [H, W] or [H, W, 1|3|4], uint16 [H, W] or
-    [H, W, 1], whatever their encoding (raw bytes, int64 values, png, jpeg)."""
-    return [f for f in schema.features if not f.is_sequence and _png_mode(f.dtype, f.shape)]
-
-
-def _png_mode(dtype: str, shape: Sequence[int]) -> str | None:
-    """Pillow's mode for pixels of this dtype and per-record shape, None if not an image."""
-    if any(d < 1 for d in shape) or len(shape) not in (2, 3):
-        return None
-    if len(shape) == 2 and min(shape) < 2:  # [1, n] / [n, 1]: a vector, not a picture
-        return None
-    channels = shape[2] if len(shape) == 3 else 1
-    if dtype == "uint8":
-        return {1: "L", 3: "RGB", 4: "RGBA"}.get(channels)
-    if dtype == "uint16" and channels == 1:
-        return "I;16"
-    return None
-
-
-def png_bytes(pixels: np.ndarray) -> bytes:
-    """One image ([H, W] or [H, W, 1|3|4], uint8 or one-channel uint16) as PNG, pixels as
-    they are (no scaling: the PNG holds the data)."""
-    from PIL import Image  # noqa: PLC0415
-
-    arr = np.ascontiguousarray(pixels[..., 0] if pixels.ndim == 3 and pixels.shape[2] == 1
-                               else pixels)
-    if arr.dtype == np.uint16:
-        image = Image.frombuffer("I;16", (arr.shape[1], arr.shape[0]),
-                                 arr.astype("<u2").tobytes(), "raw", "I;16", 0, 1)
-    else:
-        image = Image.fromarray(arr)
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
+    """The features `inspect --images` writes as PNG (etl.images: the report's rule too)."""
+    return [f for f in schema.features if is_image(f)]
 
 
 def _describe(pixels: np.ndarray) -> str:

@@ -69,8 +69,9 @@ def command(args: argparse.Namespace) -> int:
 def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
                                                          dict[tuple[str, str], list[np.ndarray]]]:
     """Read every shard of `out` once; the report's JSON document and the sample images."""
+    from etl.images import is_image  # noqa: PLC0415
     from etl.report.drift import is_categorical  # noqa: PLC0415
-    from etl.report.stats import SAMPLE_IMAGES, SplitStats, caption, is_image, label_feature  # noqa: PLC0415
+    from etl.report.stats import SAMPLE_IMAGES, SplitStats, caption, label_feature  # noqa: PLC0415
     from etl.schema import load_schema  # noqa: PLC0415
     from etl.tfrecord import compression_of, read_file  # noqa: PLC0415
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 from typing import Any
 
 import numpy as np
 
+from etl.images import display_png
 from etl.manifest import REPORT_GENERATOR
 
 BAR = "#2a6fdb"  # every plot's bars (the screenshot test looks for this colour)
@@ -366,22 +366,8 @@ def _grid(images: list[np.ndarray], feature: dict[str, Any], labels: list[str],
 
 
 def png_base64(image: np.ndarray, peak: float) -> str:
-    """One decoded image as a PNG (grey levels stretched to 0..255 when the data's range is
-    smaller, e.g. digits' 0..16), upscaled with nearest neighbour to at least 64 pixels."""
-    from PIL import Image  # noqa: PLC0415
-
-    arr = np.asarray(image, np.float64)
-    if arr.ndim == 3 and arr.shape[-1] == 1:
-        arr = arr[..., 0]
-    scale = 255.0 / peak if peak and peak != 255 else 1.0
-    pixels = np.clip(np.rint(arr * scale), 0, 255).astype(np.uint8)
-    img = Image.fromarray(pixels)  # 2-D: grey (L), [H, W, 3|4]: RGB(A)
-    factor = max(1, int(np.ceil(64 / max(img.size))))
-    if factor > 1:
-        img = img.resize((img.size[0] * factor, img.size[1] * factor), Image.NEAREST)
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    """One decoded image for the page (etl.images.display_png), base64 for a data: URI."""
+    return base64.b64encode(display_png(image, peak)).decode("ascii")
 
 
 def _fmt(v: Any) -> str:

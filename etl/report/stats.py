@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from etl.images import is_image
 from etl.schema import Feature, Schema
 
 CAPACITY = 1024  # counters per sketch: exact value counts below this many distinct values
@@ -40,18 +41,6 @@ def _sketches() -> Any:
     from tfx_bsl import sketches  # noqa: PLC0415 - C++ extension, only when a report is made
 
     return sketches
-
-
-def is_image(f: Feature) -> bool:
-    """Shown as pictures: png/jpeg, or raw/values integers shaped [H, W, 1|3|4] or [H, W]."""
-    if f.is_sequence or not f.fixed:
-        return False
-    if f.encoding in ("png", "jpeg"):
-        return True
-    if f.dtype not in ("uint8", "uint16"):
-        return False
-    return ((len(f.shape) == 3 and f.shape[-1] in (1, 3, 4) and min(f.shape[:2]) >= 4)
-            or (len(f.shape) == 2 and min(f.shape) >= 4))
 
 
 def component_names(f: Feature) -> list[str]:
