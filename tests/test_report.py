@@ -372,6 +372,32 @@ def test_against_an_identical_copy_flags_nothing_and_a_drifted_one_flags_drift(o
     assert not os.path.exists(os.path.join(outputs["drifted"], "report.json"))  # --out honoured
 
 
+def test_against_reuses_the_other_outputs_current_report(outputs, capsys):
+    """Yesterday's span has its report.json beside its data: `--against` compares with it
+    instead of reading that output again, and finds what a fresh pass finds; a report.json
+    from an earlier run of that output is stale and not used."""
+    tmp = outputs["tmp"]
+    for name in ("report.json", "report.html"):  # an earlier test's report beside the data
+        if os.path.exists(os.path.join(outputs["iris"], name)):
+            os.remove(os.path.join(outputs["iris"], name))
+    fresh = report(outputs["drifted"], against=outputs["iris"], out=os.path.join(tmp, "fresh"))
+    assert "compared with the report.json" not in capsys.readouterr().out
+    beside = report(outputs["iris"])  # the other output's own report, beside its data
+    reused = report(outputs["drifted"], against=outputs["iris"], out=os.path.join(tmp, "reused"))
+    assert f"compared with the report.json of {outputs['iris']}" in capsys.readouterr().out
+    assert reused["drift"] == fresh["drift"]
+    assert beside["run_id"] == json.load(open(os.path.join(outputs["iris"], "manifest.json")))[
+        "run_id"]
+    stale = dict(beside, run_id="an-earlier-run")
+    with open(os.path.join(outputs["iris"], "report.json"), "w") as fh:
+        json.dump(stale, fh)  # still ours (the marker comes first), but of another run
+    again = report(outputs["drifted"], against=outputs["iris"], out=os.path.join(tmp, "again"))
+    assert "compared with the report.json" not in capsys.readouterr().out
+    assert again["drift"] == fresh["drift"]
+    os.remove(os.path.join(outputs["iris"], "report.json"))
+    os.remove(os.path.join(outputs["iris"], "report.html"))
+
+
 # --------------------------------------------------- beside the data: still our output
 
 
