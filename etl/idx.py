@@ -16,7 +16,7 @@ import gzip
 import struct
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -86,9 +86,15 @@ def read_idx_header(fh: BinaryIO, name: str = "<stream>") -> IdxHeader:
 @contextmanager
 def open_idx(path: str) -> Iterator[tuple[IdxHeader, BinaryIO]]:
     """(header, stream positioned at the first record) of a plain or gzipped IDX file."""
-    with fs.open_read(path) as fh:
-        gzipped = path.endswith(".gz") or fh.read(2) == _GZIP_MAGIC
-    with fs.open_read(path) as fh:
+    with ExitStack() as stack:
+        fh = stack.enter_context(fs.open_read(path))
+        gzipped = path.endswith(".gz")
+        if not gzipped:  # the magic bytes, then back to the start (one open, one request)
+            gzipped = fh.read(2) == _GZIP_MAGIC
+            try:
+                fh.seek(0)
+            except (OSError, AttributeError):  # not seekable: open it again
+                fh = stack.enter_context(fs.open_read(path))
         stream: Any = _GzipFile(fileobj=fh) if gzipped else fh
         try:
             header = read_idx_header(stream, path)
