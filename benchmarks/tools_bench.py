@@ -1,6 +1,7 @@
 """The tools around a conversion, against what users run instead, on the same data in one run.
 
     python -m benchmarks.tools_bench [--rows N] [--repeat R] [--workdir DIR] [--json PATH]
+                                     [--only infer_schema|report]
 
 - infer-schema: `run_pipeline.py infer-schema data.csv` (reads a 10,000-record sample) against
   `pandas.read_csv(data.csv).dtypes`, the usual way to guess a CSV's types (the whole file).
@@ -84,20 +85,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", default="bench_out")
     p.add_argument("--json", default=None, help="default WORKDIR/tools_bench.json")
+    p.add_argument("--only", choices=["infer_schema", "report"], default=None)
     args = p.parse_args(argv)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO}
     csv = ensure_csv(args.workdir, args.rows)
-    out = convert(csv, args.workdir)
-    report_dir = os.path.join(args.workdir, "tools", "report")
-    results = {
-        "rows": args.rows,
-        "infer_schema": pair("infer-schema", [sys.executable, RUN, "infer-schema", csv],
-                             [sys.executable, "-c", PANDAS_INFER, csv], args.repeat, env),
-        "report": pair("report", [sys.executable, RUN, "report", out, "--out", report_dir],
-                       [sys.executable, "-c", PLAIN_READ, out], args.repeat, env),
-    }
+    results: dict[str, Any] = {"rows": args.rows}
+    if args.only in (None, "infer_schema"):
+        results["infer_schema"] = pair(
+            "infer-schema", [sys.executable, RUN, "infer-schema", csv],
+            [sys.executable, "-c", PANDAS_INFER, csv], args.repeat, env)
+    if args.only in (None, "report"):
+        out = convert(csv, args.workdir)
+        report_dir = os.path.join(args.workdir, "tools", "report")
+        results["report"] = pair(
+            "report", [sys.executable, RUN, "report", out, "--out", report_dir],
+            [sys.executable, "-c", PLAIN_READ, out], args.repeat, env)
     for name, label in (("infer_schema", "pandas.read_csv(...).dtypes"),
                         ("report", "plain make_dataset read")):
+        if name not in results:
+            continue
         med = results[name]["median"]
         print(f"{name}: ours {med['ours']['seconds']:.2f} s / {med['ours']['peak_rss_mb']:.0f} MB, "
               f"{label} {med['baseline']['seconds']:.2f} s / {med['baseline']['peak_rss_mb']:.0f} MB"
