@@ -28,6 +28,7 @@ import yaml
 
 from benchmarks.data import ensure_csv
 from benchmarks.rss import measure
+from benchmarks.run import machine_info
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, "run_pipeline.py")
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO}
     csv = ensure_csv(args.workdir, args.rows)
-    results: dict[str, Any] = {"rows": args.rows}
+    results: dict[str, Any] = {"machine": machine_info(), "rows": args.rows}
     if args.only in (None, "infer_schema"):
         results["infer_schema"] = pair(
             "infer-schema", [sys.executable, RUN, "infer-schema", csv],
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{label} {med['baseline']['seconds']:.2f} s / {med['baseline']['peak_rss_mb']:.0f} MB"
               f" (baseline/ours {results[name]['baseline_over_ours_seconds']:.2f}x)")
     path = args.json or os.path.join(args.workdir, "tools_bench.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(results, fh, indent=1)
     print(f"wrote {path}")
