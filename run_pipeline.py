@@ -2,7 +2,7 @@
 """Command line: raw data -> shuffled, sharded TFRecords, and the tools around them.
 
     python run_pipeline.py                         # demo: bundled digits -> out/demo
-    python run_pipeline.py run JOB.yaml [--output PATH] [--sample] [--break-lock]
+    python run_pipeline.py run JOB.yaml [--output PATH] [--sample] [--report] [--break-lock]
                                [--lock-stale-after 24h] [--debug] [Beam options...]
                                [--date D | --from D1 --to D2 [--reverse] [--parallel N]]
                                [--dry-run] [--only missing|failed|all] [--allow-missing] [--force]
@@ -85,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", help="override the job file's output")
     run.add_argument("--sample", action="store_true",
                      help="also print one decoded record (imports TensorFlow: ~4 s, ~600 MB)")
+    run.add_argument("--report", action="store_true",
+                     help="after a span is published (or skipped as current without a current "
+                          "report), write its report beside the data, with drift against the "
+                          "previous day's span when the output is dated; drift never fails a run")
     dates = run.add_argument_group("dates and backfills")
     dates.add_argument("--date", metavar="YYYY-MM-DD",
                        help="the span to convert (default for a job with placeholders: "
@@ -269,11 +273,12 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
                               allow_missing=args.allow_missing, only=args.only,
                               verbose=bool(getattr(args, "verbose", False)),
                               progress=args.progress, progress_every=args.progress_every,
-                              progress_stream=console)  # type: ignore[arg-type]
+                              progress_stream=console,  # type: ignore[arg-type]
+                              report=args.report)
     requests = [backfill.Request(args.job, args.output, job.span, tuple(beam_args),
                                  force=args.force, allow_missing=args.allow_missing,
                                  break_lock=args.break_lock, lock_stale_after=stale,
-                                 capture_stderr=not debug) for job in jobs]
+                                 capture_stderr=not debug, report=args.report) for job in jobs]
     if args.parallel == 1:  # spans run here; with workers, only they need Beam
         import transforms.job  # noqa: F401, PLC0415
 

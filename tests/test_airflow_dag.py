@@ -2,8 +2,9 @@
 
 - examples/airflow/etl_daily.py under Airflow itself (`dag.test()` in the separate venv
   .venv-airflow that `make test` builds: Airflow never enters .venv), on the local runner over
-  the bundled daily sample, twice for one day: the first run publishes the span and logs it in
-  _runs.jsonl, the second is skipped as current. The Dataflow DAG runs through the same
+  the bundled daily sample, twice for one day: the first run publishes the span, writes its
+  report (`--report`; no previous day in the output) and logs it in _runs.jsonl, the second is
+  skipped as current and leaves the current report as it is. The Dataflow DAG runs through the same
   operator with only the cloud cut off (no process started, no Dataflow API call): the command
   it would run and the job name it would wait for are checked.
 - examples/schedule/: the cron line and the systemd units parse, and the commands they hold
@@ -114,14 +115,25 @@ def test_dag_runs_the_day_on_the_local_runner_and_a_rerun_is_skipped(tmp_path: P
     result = run_driver(tmp_path, "local", ETL_OUTPUT=f"{out_root}/{{date}}")
     assert result["dag_ids"] == ["etl_daily"]  # no Dataflow DAG without ETL_DATAFLOW_PROJECT
     assert result["runs"] == [{"state": "success", "span": SPAN, "tasks": {"convert": "success"}}] * 2
-    # the operator's own command line: positional `run JOB`, then the span as --date
-    command = (f"Running command: {sys.executable} {RUN} run {JOB} --runner=FnApiRunner "
+    # the operator's own command line: `run --report JOB` (py_options, then py_file: argparse
+    # takes the flag before the positional job), then the span as --date
+    command = (f"Running command: {sys.executable} {RUN} run --report {JOB} --runner=FnApiRunner "
                f"--date={SPAN} '--output={out_root}/{{date}}' {LABELS}")
     assert result["log"].count(command) == 2
 
     published = out_root / SPAN
     assert (published / "_SUCCESS").exists()
     manifest = json.loads((published / "manifest.json").read_text())
+    # the day's report beside its data; the day before is not in this output: no drift
+    report = json.loads((published / "report.json").read_text())
+    assert (published / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert (report["output"], report["run_id"]) == (str(published), manifest["run_id"])
+    assert {s: v["num_records"] for s, v in report["splits"].items()} == {"train": 42, "test": 8}
+    assert "drift" not in report
+    assert result["log"].count(f"no previous span output to compare with ({out_root}/2026-11-20 "
+                               "is not published): report without drift") == 1
+    # the rerun (skipped as current) kept it
+    assert result["log"].count(f"Report {published}/report.json is current: left as it is") == 1
     assert manifest["span"] == SPAN
     assert {s: v["num_records"] for s, v in manifest["splits"].items()} == {"train": 42, "test": 8}
     assert [f["path"] for f in manifest["input_files"]] == [

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from etl import fs
-from etl.config import JobConfig, load_job
+from etl.config import JobConfig, job_from_dict, load_job
 from etl.errors import (
     EXIT_BAD_INPUT,
     EXIT_CONFIG,
@@ -92,6 +92,7 @@ class Request:
     break_lock: bool = False
     lock_stale_after: float | None = None
     capture_stderr: bool = True
+    report: bool = False  # --report: a report beside each span's published data (report_span)
 
 
 @dataclass
@@ -106,16 +107,62 @@ class Outcome:
     seconds: float = 0.0
     reason: str = ""  # why it was skipped, or the one-line error
     result: Any = field(default=None, repr=False)  # the JobResult of a run that published
+    report: str = ""  # --report: where the span's report is and what its drift check found
 
     def line(self) -> str:
-        """`2026-11-20  ok       1,500 records  out/daily/2026-11-20  12.3s`"""
+        """`2026-11-20  ok       1,500 records  out/daily/2026-11-20  12.3s`, and with
+        --report a second line `            report out/daily/2026-11-20/report.json; ...`"""
         head = f"{self.span or '-':<10}  "
         if self.status == "ok":
-            return (f"{head}ok       {self.records:>9,} records  {self.output}  "
+            text = (f"{head}ok       {self.records:>9,} records  {self.output}  "
                     f"{self.seconds:.1f}s")
-        if self.status == "skipped":
-            return f"{head}skipped  {self.reason}"
-        return f"{head}failed (exit {self.exit_code})  {self.reason}"
+        elif self.status == "skipped":
+            text = f"{head}skipped  {self.reason}"
+        else:
+            text = f"{head}failed (exit {self.exit_code})  {self.reason}"
+        return text + (f"\n{'':<12}{self.report}" if self.report else "")
+
+
+class ReportFailed(EtlError):
+    """`run --report`: the span's data is published, only its report failed; the exit code is
+    the report error's (e.g. 3 for a previous span's output that cannot be read, 5 storage)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def previous_output(job: JobConfig, output: str | None = None) -> str | None:
+    """The output of the span before `job`'s (same job and `--output`, span - 1 day), which
+    `run --report` compares with; None when the output holds no date placeholder (every span
+    writes the same output: there is no previous one to compare with)."""
+    template = output if output is not None else job.raw.get("output")
+    if job.span is None or not isinstance(template, str) or not placeholders(template):
+        return None
+    before = Span(parse_date(job.span).date - dt.timedelta(days=1))
+    return job_from_dict(job.raw, job.path, job.base_dir, output, before).output
+
+
+def report_span(job: JobConfig, output: str | None, keep_current: bool, quiet: bool = True) -> Any:
+    """`run --report` after a span is published (or skipped as current: `keep_current` then
+    leaves a current report alone): etl.report.for_run against the previous span's output,
+    with TensorFlow's start-up lines hidden when `quiet`. Any failure becomes a ReportFailed
+    saying the data IS published, with the error's exit code."""
+    from etl.quiet import native_stderr_quiet  # noqa: PLC0415
+    from etl.report import for_run  # noqa: PLC0415
+
+    try:
+        with native_stderr_quiet(quiet):  # the report decodes records with TensorFlow
+            return for_run(job.output, previous_output(job, output), keep_current=keep_current)
+    except EtlError as e:
+        code = e.exit_code
+        reason = _one_line(e)
+    except Exception as e:  # noqa: BLE001 - a bug or an unmapped I/O error: still this line
+        code = EXIT_OTHER
+        reason = _one_line(f"unexpected {type(e).__name__}: {e}")
+    span = f" of span {job.span}" if job.span else ""
+    raise ReportFailed(f"the data{span} WAS published to {job.output}; only its report failed "
+                       f"(rerun to make just the report): {reason}", code)
 
 
 def missing_inputs(job: JobConfig) -> list[str]:
@@ -233,11 +280,15 @@ def run_span(req: Request) -> Outcome:
     try:
         job = load_job(req.job_path, req.output, parse_date(span) if span else None)
         span = job.span
-        skipped = (check_inputs(job, req.allow_missing)
-                   or skip_if_current(job, req.beam_args, req.force))
+        skipped = check_inputs(job, req.allow_missing)
         if skipped:
             return Outcome(span, "skipped", output=job.output, reason=skipped,
                            seconds=time.time() - started)
+        skipped = skip_if_current(job, req.beam_args, req.force)
+        if skipped:
+            outcome = Outcome(span, "skipped", output=job.output, reason=skipped,
+                              seconds=time.time() - started)
+            return _with_report(outcome, job, req, keep_current=True)
         from transforms.job import run_job  # noqa: PLC0415 - Beam: only where a span runs
 
         stale = {} if req.lock_stale_after is None else {"lock_stale_after": req.lock_stale_after}
@@ -252,11 +303,27 @@ def run_span(req: Request) -> Outcome:
                        seconds=time.time() - started)
     skipped = getattr(result, "skipped", "")
     if skipped:
-        return Outcome(span, "skipped", output=result.output, reason=skipped,
-                       seconds=result.seconds, result=result)
+        return _with_report(Outcome(span, "skipped", output=result.output, reason=skipped,
+                                    seconds=result.seconds, result=result),
+                            job, req, keep_current=True)
     records = sum(int(s.get("num_records", 0)) for s in result.splits.values())
-    return Outcome(span, "ok", output=result.output, records=records, seconds=result.seconds,
-                   result=result)
+    outcome = Outcome(span, "ok", output=result.output, records=records, seconds=result.seconds,
+                      result=result)
+    # a launch (Dataflow dry run, template) published nothing: no report either
+    return outcome if result.launched else _with_report(outcome, job, req)
+
+
+def _with_report(outcome: Outcome, job: JobConfig, req: Request,
+                 keep_current: bool = False) -> Outcome:
+    """With --report, the span's report made after its data: the outcome's second line, or
+    a failed outcome (the report error's exit code) that says the data is published."""
+    if not req.report:
+        return outcome
+    try:
+        outcome.report = report_span(job, req.output, keep_current, req.capture_stderr).brief
+    except ReportFailed as e:
+        outcome.status, outcome.exit_code, outcome.reason = "failed", e.exit_code, str(e)
+    return outcome
 
 
 def _one_line(e: BaseException | str) -> str:

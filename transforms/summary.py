@@ -1,17 +1,19 @@
 """Run a job and print what users want to see: progress while it runs (etl.progress), then a
-table of records, shards and bytes per split, what was read and rejected, time, rate, a sample."""
+table of records, shards and bytes per split, what was read and rejected, time, rate, a sample;
+with `report`, the dataset report beside the published data and its drift against the previous
+span (transforms.backfill.report_span)."""
 
 from __future__ import annotations
 
 from typing import Any, TextIO
 
 from etl import fs
-from etl.config import load_job
+from etl.config import JobConfig, load_job
 from etl.manifest import dataset_dir
 from etl.progress import DEFAULT_EVERY, resolve, size
 from etl.quiet import native_stderr_quiet
 from etl.spans import Span
-from transforms.backfill import check_inputs, not_selected, skip_if_current
+from transforms.backfill import check_inputs, not_selected, report_span, skip_if_current
 
 
 def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
@@ -19,20 +21,29 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
                    debug: bool = False, span: Span | None = None, force: bool = False,
                    allow_missing: bool = False, only: str = "all", verbose: bool = False,
                    progress: str = "none", progress_every: float = DEFAULT_EVERY,
-                   progress_stream: TextIO | None = None) -> int:
+                   progress_stream: TextIO | None = None, report: bool = False) -> int:
     """One span (or a job without placeholders). Without `debug`, worker tracebacks go to the
     run's log file only (see run_job). A skipped span prints one line saying why: exit 0.
     `progress` (auto, bar, lines, none) is drawn on `progress_stream`: the real stderr, a
-    duplicate taken before a run sends fd 2 to its log file."""
+    duplicate taken before a run sends fd 2 to its log file.
+    `report` (`run --report`): after the data is published, or when the span is skipped as
+    current, its report (etl.report.for_run); a failing report raises ReportFailed (the
+    report error's exit code) saying the data was published."""
     job = load_job(job_path, output=output, span=span)
     label = f"{job.span} ({job.output})" if job.span else job.output
     left_out = not_selected(job, only) if only != "all" else ""
     if left_out:
         print(f"Skipped {label}: {left_out}")
         return 0
-    skipped = check_inputs(job, allow_missing) or skip_if_current(job, beam_args, force)
+    skipped = check_inputs(job, allow_missing)
     if skipped:
         print(f"Skipped {label}: {skipped}")
+        return 0
+    skipped = skip_if_current(job, beam_args, force)
+    if skipped:
+        print(f"Skipped {label}: {skipped}")
+        if report:
+            _print_report(job, output, not verbose, keep_current=True)
         return 0
     from transforms.job import run_job  # noqa: PLC0415 - Beam: only when something runs
 
@@ -42,9 +53,14 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
                      capture_stderr=not debug, progress=shown, **stale)
     if getattr(result, "skipped", ""):
         print(f"Skipped {label}: {result.skipped}")
+        if report:
+            _print_report(job, output, not verbose, keep_current=True)
         return 0
     if result.launched:
         print(result.launched[0].upper() + result.launched[1:])
+        if report:
+            print("No report: nothing was published by this run (make it later with "
+                  "`report OUT`)")
         return 0
     print(f"Wrote {result.output}{f' (span {job.span})' if job.span else ''} "
           f"in {result.seconds:.1f}s")
@@ -64,7 +80,21 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
         for text in texts:
             print(text)
     print(f"Read it back: etl.make_dataset({result.output!r}, split={first!r})")
+    if report:
+        _print_report(job, output, not verbose)
     return 0
+
+
+def _print_report(job: JobConfig, output: str | None, quiet: bool,
+                  keep_current: bool = False) -> None:
+    """The span's report and drift lines; ReportFailed (raised on) says the data is published."""
+    made = report_span(job, output, keep_current, quiet)
+    first = made.lines[0]
+    if keep_current and made.written:
+        first = f"report was missing or stale, made again: {', '.join(made.written)}"
+    print(first[0].upper() + first[1:])
+    for line in made.lines[1:]:
+        print(line)
 
 
 def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,66 @@ def command(args: argparse.Namespace) -> int:
         else:
             print(f"no drift against {drift['against']} over the thresholds")
     return 0
+
+
+@dataclass
+class RunReport:
+    """What `for_run` did with a run's output: the files written (none when the report there
+    was current and kept), the drift section, and the lines a run prints about it."""
+
+    json_path: str
+    written: list[str] = field(default_factory=list)
+    drift: dict[str, Any] | None = None
+    lines: list[str] = field(default_factory=list)  # the first one says what happened
+
+    @property
+    def brief(self) -> str:
+        """One line for a range's span: where the report is and what the drift check found."""
+        if not self.written:
+            return f"report {self.json_path} is current: left as it is"
+        drift = self.lines[1] if len(self.lines) > 1 else ""
+        return f"report {self.json_path}{'; ' + drift if drift else ''}"
+
+
+def for_run(out: str, previous: str | None = None, keep_current: bool = False) -> RunReport:
+    """The report of a run's published output `out`, written beside its data (`run --report`).
+
+    `previous`: the previous span's output (a dated job). When it is published the report
+    carries a `drift` section against it: its own report.json when that describes its current
+    data (current_report), else a second streaming pass over it. When it is not published the
+    report is written without drift and a line says so. Drift is only reported, never an error.
+    `keep_current`: a report already there that describes `out`'s current data is left as it
+    is (a skipped rerun then writes nothing). Errors are raised before anything is written, so
+    a failed report leaves none that looks current: a retry makes it again."""
+    json_path = fs.join(dataset_dir(out), JSON_NAME)
+    if keep_current and current_report(out) is not None:
+        return RunReport(json_path, lines=[f"report {json_path} is current: left as it is"])
+    report, samples = build(out)
+    notes: list[str] = []
+    if previous is not None:
+        if fs.exists(fs.join(previous, SUCCESS)):
+            from etl.report.drift import compare  # noqa: PLC0415
+
+            other = current_report(previous)
+            how = "its report.json" if other is not None else "read again"
+            if other is None:
+                other, _ = build(previous, keep_samples=False)
+            report["drift"] = compare(report, other, previous)
+            notes = drift_lines(report["drift"], f" (previous span; {how})")
+        else:
+            notes = [f"no previous span output to compare with ({previous} is not published): "
+                     "report without drift"]
+    written = write(report, samples, report["dataset_dir"], beside_data=True, output=out)
+    return RunReport(json_path, written, report.get("drift"),
+                     [f"report written: {', '.join(written)}", *notes])
+
+
+def drift_lines(drift: dict[str, Any], how: str = "") -> list[str]:
+    """The drift section as printed: a headline, then one `  - finding` line each."""
+    if not drift["flagged"]:
+        return [f"no drift against {drift['against']}{how} over the thresholds"]
+    return [f"drift against {drift['against']}{how}: {len(drift['findings'])} finding(s)",
+            *(f"  - {finding}" for finding in drift["findings"])]
 
 
 def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],

@@ -7,12 +7,15 @@ Each run converts the day that has just ended: the DAG's data interval is the da
 [D 00:00 UTC, D+1 00:00 UTC), the run starts at D+1 00:00 and passes `--date D`.
 The command the operator builds is
 
-    ETL_PYTHON ETL_RUN_PIPELINE run ETL_JOB --runner=... --date=D [--output=ETL_OUTPUT] ...
+    ETL_PYTHON ETL_RUN_PIPELINE run [--report] ETL_JOB --runner=... --date=D [--output=ETL_OUTPUT] ...
 
 The operator puts `py_options` before `py_file` and appends every pipeline option as
 `--key=value`, so the CLI's positional `run JOB` comes from `py_options=[run_pipeline.py, "run"]`
 and `py_file` is the job file (keep it a local path: the operator would download a gs:// one
-itself, away from the files it names relative to itself).
+itself, away from the files it names relative to itself). `etl_daily` adds `--report` there
+(argparse takes the option before the positional job): each day's run writes the span's
+report.json/report.html beside its data with drift against the day before, and a retry of a
+day whose data is published but whose report failed only makes the report.
 
 Settings (environment of the Airflow scheduler and workers, read when the DAG file is parsed):
   ETL_PYTHON        the Python that has our package (default: <repo>/.venv/bin/python, else this one)
@@ -82,14 +85,14 @@ def _options(**extra: Any) -> dict[str, Any]:
     return options
 
 
-def _convert(runner: str, hours: int, **kwargs: Any) -> BeamRunPythonPipelineOperator:
-    """The one task of a DAG: `run_pipeline.py run JOB --date=SPAN ...` on `runner` (our
-    positional `run JOB` can only go through py_options + py_file: the operator puts every
-    pipeline option after py_file as --key=value)."""
+def _convert(runner: str, hours: int, *run_flags: str, **kwargs: Any) -> BeamRunPythonPipelineOperator:
+    """The one task of a DAG: `run_pipeline.py run [FLAGS] JOB --date=SPAN ...` on `runner`
+    (our positional `run JOB` can only go through py_options + py_file: the operator puts every
+    pipeline option after py_file as --key=value; our own flags go before JOB)."""
     return BeamRunPythonPipelineOperator(
         task_id="convert",
         py_interpreter=PYTHON,
-        py_options=[RUN_PIPELINE, "run"],
+        py_options=[RUN_PIPELINE, "run", *run_flags],
         py_file=JOB,
         runner=runner,
         execution_timeout=dt.timedelta(hours=hours),
@@ -98,8 +101,9 @@ def _convert(runner: str, hours: int, **kwargs: Any) -> BeamRunPythonPipelineOpe
 
 
 with _daily("etl_daily", 1, "yesterday's span -> TFRecords on this machine (Beam local runner)") as etl_daily:
-    # one run at a time: the local runner holds a span's data in memory
-    _convert("FnApiRunner", 4, pipeline_options=_options())
+    # one run at a time: the local runner holds a span's data in memory; --report: the day's
+    # report beside its data, with drift against the previous day's output (never fails a run)
+    _convert("FnApiRunner", 4, "--report", pipeline_options=_options())
 
 if os.environ.get("ETL_DATAFLOW_PROJECT"):
     with _daily("etl_daily_dataflow", 3, "yesterday's span -> TFRecords on Dataflow") as etl_daily_dataflow:
