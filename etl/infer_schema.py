@@ -21,8 +21,9 @@ from etl.infer.guess import Guess, Sampled, Unsupported, combine, guess, image_f
 from etl.infer.render import job_yaml, schema_yaml
 from etl.infer.sample import Sample, sample
 from etl.schema import schema_from_dict
+from etl.tfrecord import compression_of
 
-FORMATS = ("csv", "jsonl", "parquet", "npy", "npz", "idx", "images", "text")
+FORMATS = ("csv", "jsonl", "parquet", "npy", "npz", "idx", "images", "text", "tfrecord")
 _EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl",
                ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy",
                ".npz": "npz", ".txt": "text"}
@@ -76,9 +77,7 @@ def plan(sources: list[str], fmt: str | None) -> tuple[str, dict[str, Any]]:
         found += [(column, m) for m in matched]
     fmt = fmt or _detect(found)
     if fmt not in FORMATS:
-        hint = "; tfrecord inputs already have a schema: write it by hand" if fmt == "tfrecord" \
-            else ""
-        raise ConfigError(f"--format must be one of {list(FORMATS)}, got {fmt!r}{hint}")
+        raise ConfigError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")
     paths = [p for _, p in found]
     if fmt == "images":
         dirs = [p for p in paths if fs.isdir(p)]
@@ -114,10 +113,13 @@ def _detect(found: list[tuple[str | None, str]]) -> str:
 def _format_of(path: str) -> str | None:
     if fs.isdir(path):
         return "images"
-    base = fs.basename(path).lower().removesuffix(".gz")
+    name = fs.basename(path).lower()
+    base = name.removesuffix(".gz")
     if re.search(r"idx\d-ubyte$", base):
         return "idx"
-    if base.endswith((".tfrecord", ".tfrecords")):
+    if compression_of(name) != "none":  # the suffixes the TFRecord reader decompresses
+        name = os.path.splitext(name)[0]
+    if name.endswith((".tfrecord", ".tfrecords")):
         return "tfrecord"
     return _EXTENSIONS.get(os.path.splitext(base)[1])
 
@@ -137,11 +139,12 @@ def default_name(fmt: str, source: dict[str, Any]) -> str:
     paths = source["paths"]
     files = [p for v in paths.values() for p in ([v] if isinstance(v, str) else v)] \
         if isinstance(paths, dict) else list(paths)
-    words = [[w for w in re.split(r"[-_.]", fs.basename(p.rstrip("/")).lower()) if w]
-             for p in files]
+    names = [fs.basename(p.rstrip("/")).lower() for p in files]
+    if fmt == "tfrecord":  # shards: train-00003-of-00008.tfrecord -> train
+        names = [re.sub(r"[-_]\d+[-_]of[-_]\d+", "", n).split(".")[0] for n in names]
+    words = [[w for w in re.split(r"[-_.]", n) if w] for n in names]
     if len(words) == 1:
-        common = words[0][:1] if fmt in _PAIRED else [fs.basename(files[0].rstrip("/"))
-                                                       .split(".")[0]]
+        common = words[0][:1] if fmt in _PAIRED else [names[0].split(".")[0]]
     else:
         common = []
         for column in zip(*words, strict=False):
@@ -149,6 +152,10 @@ def default_name(fmt: str, source: dict[str, Any]) -> str:
                 break
             common.append(column[0])
     name = re.sub(r"\W+", "_", "_".join(common)).strip("_").lower()
+    if not name and fmt == "tfrecord":  # train and test shards of one output: its folder
+        folders = {fs.dirname(p) for p in files}
+        if len(folders) == 1:
+            name = re.sub(r"\W+", "_", fs.basename(folders.pop().rstrip("/"))).strip("_").lower()
     return name or "data"
 
 
@@ -158,14 +165,20 @@ def infer(fmt: str, source: dict[str, Any], n: int, name: str) -> str:
     if fmt == "images":
         guesses, sampled, left_out = _image_folder(source, n)
     else:
-        got = sample(source, n)
+        stored = fmt == "tfrecord"  # records pass through a run unchanged: describe them as is
+        if stored:
+            from etl.infer.examples import sample_examples  # noqa: PLC0415
+
+            got = sample_examples(source["paths"], n)
+        else:
+            got = sample(source, n)
         if not got.rows:
             raise BadInputError(f"{_listing(source)}: no records to infer a schema from")
         sampled = _sampled(got, n, fmt)
         guesses, left_out = [], []
         for column, chunks in got.columns.items():
             try:
-                guesses.append(guess(column, combine(chunks), sampled))
+                guesses.append(guess(column, combine(chunks), sampled, stored=stored))
             except Unsupported as e:
                 left_out.append(f"{column!r} ({e})")
     if not guesses:
@@ -177,12 +190,25 @@ def infer(fmt: str, source: dict[str, Any], n: int, name: str) -> str:
               "schema (see the README, 'Schema files')."]
     if left_out:
         header.append("Columns left out: " + "; ".join(left_out) + ".")
+    if fmt == "tfrecord":
+        header += _written_with(source["paths"])
     text = schema_yaml(name, header, guesses)
     try:
         schema_from_dict(yaml.safe_load(text))
     except Exception as e:  # a bug here, not the user's: say what was produced
         raise ConfigError(f"the inferred schema does not load ({e}); please report it") from e
     return text
+
+
+def _written_with(paths: list[str]) -> list[str]:
+    """A note when the TFRecords lie in an output of this tool: its schema.yaml is exact."""
+    beside = sorted({fs.join(fs.dirname(p), "schema.yaml") for p in paths})
+    found = [s for s in beside if fs.exists(s)]
+    if not found:
+        return []
+    return [f"review: {', '.join(found[:2])} lies beside these files: if they were written with "
+            "it, that schema is exact (vocabularies, encodings, shapes) and this one only "
+            "describes the stored lists."]
 
 
 def _sampled(got: Sample, n: int, fmt: str) -> Sampled:

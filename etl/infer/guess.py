@@ -71,8 +71,17 @@ def combine(chunks: list[Any]) -> np.ndarray | pa.Array:
     return as_arrow(items)
 
 
-def guess(column: str, values: np.ndarray | pa.Array, sampled: Sampled) -> Guess:
-    """The feature for one source column."""
+def guess(column: str, values: np.ndarray | pa.Array, sampled: Sampled, *,
+          stored: bool = False) -> Guess:
+    """The feature for one source column. `stored`: the values are the lists a TFRecord of
+    tf.train.Example already holds (passed through unchanged by a run), so the feature keeps
+    the key as spelled and the list type as stored: text is not parsed into numbers and no
+    vocabulary is built (it would declare int64 ids where the records hold strings)."""
+    if stored:
+        g = Guess(column, {})
+        _arrow(g, as_arrow(values) if isinstance(values, np.ndarray) else values, sampled,
+               stored=True)
+        return g
     g = Guess(feature_name(column), {})
     if isinstance(values, np.ndarray):
         if values.dtype.kind in "biuf":
@@ -182,7 +191,7 @@ def _int_notes(g: Guess, ints: np.ndarray) -> None:
 
 
 # ---- Arrow columns -----------------------------------------------------------------------------
-def _arrow(g: Guess, arr: pa.Array, sampled: Sampled) -> None:
+def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> None:
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     n = len(arr)
@@ -194,7 +203,7 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled) -> None:
         leaves = leaves.dictionary_decode()
     valid = nested.row_valid
     shape, variable = _list_shape(nested.levels, valid, n)
-    kind, numbers, leaf_null, notes = _leaf_kind(leaves)
+    kind, numbers, leaf_null, notes = _leaf_kind(leaves, stored)
     g.notes.extend(notes)
     if not nested.levels:
         present = valid & ~leaf_null
@@ -214,7 +223,9 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled) -> None:
             g.spec["dtype"] = "bool"
         elif kind == "int":
             g.spec["dtype"] = "int64"
-            if not nested.levels:
+            if stored and _flag_note(g, numbers[~leaf_null], bool(nested.levels)):
+                pass
+            elif not nested.levels:
                 _int_notes(g, numbers[~leaf_null])
         else:
             narrow = pa.types.is_floating(leaves.type) and leaves.type.bit_width < 64
@@ -234,6 +245,10 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled) -> None:
     text = kind == "text"
     kept = leaves.filter(pc.invert(leaves.is_null())) if leaf_null.any() else leaves
     vc = pc.value_counts(kept) if text else None
+    if stored:
+        _stored_bytes_notes(g, kept, vc)
+        _missing(g, present, variable, sampled, default="")
+        return
     if vc is not None and len(vc) <= VOCAB_MAX and len(vc) * 2 <= len(kept):
         labels = vc.field("values").to_pylist()
         seen = dict(zip(labels, vc.field("counts").to_pylist(), strict=True))
@@ -253,6 +268,73 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled) -> None:
         g.notes.append(f"text with {len(vc)} distinct values in {len(kept)} sampled values: "
                        "kept as strings (no vocabulary)")
     _missing(g, present, variable, sampled, default="")
+
+
+def _flag_note(g: Guess, ints: np.ndarray, nested: bool) -> bool:
+    """Stored int64 values that are all 0 or 1: a note that they may be booleans."""
+    if len(ints) < 2 or not np.isin(ints, (0, 1)).all():
+        return False
+    where = "values of the sampled lists" if nested else "sampled values"
+    g.notes.append(f"only 0 and 1 in the {len(ints)} {where}: a bool? dtype: bool reads the "
+                   "same int64_list as True/False (the records pass through unchanged either "
+                   "way); int64 keeps them as numbers")
+    return True
+
+
+def _stored_bytes_notes(g: Guess, kept: pa.Array, vc: pa.StructArray | None) -> None:
+    """Bytes a TFRecord already stores stay bytes; say what they look like."""
+    g.spec["dtype"] = "string"
+    raw = describe_bytes(kept.to_pylist()[:100_000])
+    if raw:
+        g.notes.append(raw)
+        return
+    if vc is None:
+        return
+    distinct = len(vc)
+    if distinct <= VOCAB_MAX and distinct * 2 <= len(kept):
+        seen = sorted(zip(vc.field("counts").to_pylist(), vc.field("values").to_pylist(),
+                          strict=True), key=lambda cv: (-cv[0], cv[1]))
+        shown = ", ".join(f"{scalar_text(v)} ({c})" for c, v in seen[:10]) + \
+            (", ..." if distinct > 10 else "")
+        g.notes.append(f"{distinct} distinct strings in {len(kept)} sampled values: {shown}; "
+                       "kept as strings, as the records store them (a vocabulary would declare "
+                       "int64 ids, which these records do not hold: convert the original source "
+                       "with one instead)")
+    else:
+        g.notes.append(f"text with {distinct} distinct values in {len(kept)} sampled values: "
+                       "kept as strings")
+
+
+def describe_bytes(values: list[Any]) -> str | None:
+    """A review note for bytes values that all have one length and look binary (a NUL or
+    control byte, or not UTF-8): perhaps a raw tensor, which `encoding: raw` would decode."""
+    blobs = [v for v in values if v is not None]
+    if len(blobs) < 2 or len({len(b) for b in blobs}) != 1 or not len(blobs[0]):
+        return None
+    if not any(_binary(b) for b in blobs):
+        return None
+    size = len(blobs[0])
+    options = [f"{dtype} [{size // width}]" for dtype, width in
+               (("uint8", 1), ("float16 or int16", 2), ("float32 or int32", 4),
+                ("float64 or int64", 8)) if size % width == 0]
+    return (f"all {len(blobs)} sampled values are {size} bytes and not PNG/JPEG: a raw tensor? "
+            f"encoding: raw decodes it on read but needs its dtype and shape (one of: "
+            f"{', '.join(options)}, or any shape holding as many values), which the bytes "
+            "do not tell; kept as bytes, read back unchanged")
+
+
+def _binary(blob: bytes) -> bool:
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return any(ord(c) < 0x20 and c not in "\t\n\r" for c in text)
+
+
+def scalar_text(value: Any) -> str:
+    """A short quoted form of a sampled string for a note."""
+    text = value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _list_shape(levels: list[np.ndarray], valid: np.ndarray, n: int) -> tuple[list[int], bool]:
@@ -289,10 +371,12 @@ def _shape_note(g: Guess, levels: list[np.ndarray], shape: list[int], variable: 
                        "a row with another count would be rejected as wrong_shape")
 
 
-def _leaf_kind(leaves: pa.Array) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
+def _leaf_kind(leaves: pa.Array, stored: bool = False
+               ) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
     """(kind, numbers as float64/int64, null mask, notes): kind is int | float | bool | text |
     bytes | null. Text that is all numbers (CSV cells, JSON strings) is read as numbers, as
-    the encoder would; an empty text cell is then a missing value."""
+    the encoder would; an empty text cell is then a missing value. `stored` bytes stay text
+    or bytes (a record's bytes_list is not parsed into numbers)."""
     t = leaves.type
     null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
     empty = np.zeros(0)
@@ -315,6 +399,8 @@ def _leaf_kind(leaves: pa.Array) -> tuple[str, np.ndarray, np.ndarray, list[str]
             return "bytes", empty, null, []
         if _looks_like_images(leaves.cast(pa.large_binary())):
             return "bytes", empty, null, []
+        if stored:
+            return "text", empty, null, []
     elif not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         raise Unsupported(f"Arrow type {t}")
     return _text_kind(leaves.cast(pa.large_string()), null)
