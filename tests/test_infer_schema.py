@@ -441,3 +441,31 @@ def test_tfrecord_inference_imports_no_tensorflow(tmp_path) -> None:
     for name in ("a.tfrecords", "b.tfrecord.gz", "c.TFRECORD.zz", "d.tfrecords.zlib"):
         (tmp_path / name).write_bytes(b"")
         assert plan([str(tmp_path / name)], None)[0] == "tfrecord", name
+
+
+_SPEC = re.compile(r"^  (\S+):\n(?:    #.*\n)*((?:    \w+: .*\n)+)", re.M)  # name, spec lines
+
+
+def test_tfrecord_on_gcs(tmp_path, gcs_emulator, gcs_bucket) -> None:
+    """gs:// TFRecords (glob, gzip) are sampled through etl.fs like local ones."""
+    from etl.tfrecord import frame_all  # noqa: PLC0415
+
+    records, _ = _mixed_examples()
+    for i, part in enumerate((records[:25], records[25:])):
+        gcs_emulator.upload_bytes(gzip.compress(frame_all(part), mtime=0),
+                                  f"{gcs_bucket}/in/mixed-{i:05d}-of-00002.tfrecord.gz")
+    local = tmp_path / "mixed.tfrecord.gz"
+    local.write_bytes(gzip.compress(frame_all(records), mtime=0))
+    r = cli("infer-schema", f"{gcs_bucket}/in/*.tfrecord.gz", "--sample", "20",
+            env=gcs_emulator.env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.replace("\n# ", " ").startswith(
+        "# Inferred by `run_pipeline.py infer-schema` (tfrecord) from the first (up to 20) "
+        "records of each of its 2 files, 35 in all. Every `# review:`")
+    assert "name: mixed\n" in r.stdout
+    whole = cli("infer-schema", str(local))
+    # the same feature specs as the whole file's (35 of its 40 records, missing values included)
+    specs = re.findall(_SPEC, r.stdout)
+    assert len(specs) == 9 and ("note", "    dtype: string\n    shape: []\n    default: ''\n") \
+        in specs
+    assert specs == re.findall(_SPEC, whole.stdout)

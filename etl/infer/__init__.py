@@ -4,6 +4,8 @@ write a schema YAML whose guesses carry `# review:` comments.
 - `etl.infer.sample`: the first records of each input, through the project's own readers
   (byte ranges for text formats, one block for binary ones), so what is guessed from is exactly
   what a run would read;
+- `etl.infer.examples`: TFRecord files of tf.train.Example, framed by etl.tfrecord and decoded
+  by tfx_bsl (no TensorFlow import) into one Arrow list column per feature key;
 - `etl.infer.guess`: one column of the sample -> a feature spec and its review notes;
 - `etl.infer.render`: the schema (and job) YAML with comments, checked by `etl.schema` before
   anything is written;
