@@ -107,6 +107,16 @@ def parse_size(value: Any, where: str, allow_zero: bool = False) -> int:
     return size
 
 
+def format_size(n: float) -> str:
+    """Bytes for people, in the units parse_size reads: `512 B`, `1.5 MB` (powers of 1000, one
+    decimal): the progress bar, the summary, the report and error messages all show these."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.I)
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -28,8 +28,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from etl import fs
+from etl.config import format_size
 from etl.errors import ConfigError, StorageError
-from etl.manifest import MANIFEST, PRODUCER, REPORT_FILES, SUCCESS, is_listed, report_is_ours
+from etl.manifest import MANIFEST, PRODUCER, SUCCESS, belongs
 from etl.run_lock import RunInfo, why_dead
 
 log = logging.getLogger(__name__)
@@ -80,16 +81,13 @@ def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> 
     if os.path.exists(here) and not os.path.isdir(here):
         raise ConfigError(f"refusing output {output}: it is an existing file, not a dataset "
                           "directory; choose another output path")
-    real = os.path.realpath(here)
     for path in inputs:
         if fs.is_remote(path) or not os.path.isabs(path) or not os.path.exists(path):
             continue
-        inp = os.path.realpath(path)
-        if inp == real or inp.startswith(real.rstrip(os.sep) + os.sep):
+        if fs.within(path, here):
             raise ConfigError(f"refusing output {output}: it holds the input {path}; the output "
                               "is replaced as a whole, choose a directory of its own")
-    now = os.path.realpath(cwd or os.getcwd())
-    if now == real or now.startswith(real.rstrip(os.sep) + os.sep):
+    if fs.within(cwd or os.getcwd(), here):
         raise ConfigError(f"refusing output {output}: it is the current directory or one of "
                           "its parents; choose a directory of its own")
     if os.path.isdir(here):
@@ -113,8 +111,7 @@ def foreign_content(path: str) -> str | None:
     if not _ours(manifest, SUCCESS in found):
         return f"its {MANIFEST} is not one written by {PRODUCER}"
     try:
-        extra = [f for f in found if not is_listed(manifest, f) and not (
-            f in REPORT_FILES and report_is_ours(os.path.join(path, f)))]
+        extra = [f for f in found if not belongs(manifest, path, f)]
     except (KeyError, TypeError, AttributeError):
         return f"its {MANIFEST} does not list its shards"
     if extra:
@@ -207,8 +204,8 @@ def check_free_space(locations: Iterable[tuple[str, str]], needed: int) -> None:
         free = shutil.disk_usage(probe).free
         if free < needed:
             raise StorageError(
-                f"not enough free space for the {role} {path}: {_human(free)} free on its file "
-                f"system ({probe}), the inputs total {_human(needed)}; free some space or "
+                f"not enough free space for the {role} {path}: {format_size(free)} free on its file "
+                f"system ({probe}), the inputs total {format_size(needed)}; free some space or "
                 "choose another location")
 
 
@@ -219,12 +216,6 @@ def _existing_ancestor(path: str) -> str:
     return path
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return str(n)
 
 
 # ------------------------------------------------------------------------------ run dirs

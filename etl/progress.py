@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from etl.config import format_size
+
 MODES = ("auto", "bar", "lines", "none")
 DEFAULT_EVERY = 10.0  # seconds between plain lines
 # the stages of a run, in order; a tally only moves forward through them
@@ -144,15 +146,6 @@ def clock(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def size(n: float) -> str:
-    """Bytes for people: 1.5 MB (powers of 1000, one decimal)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} TB"
-
-
 def _count(n: int | None) -> str:
     return "?" if n is None else f"{n:,}"
 
@@ -169,7 +162,7 @@ def format_line(s: Snapshot) -> str:
     if s.rate is not None:
         parts.append(f"{s.rate:,.0f} records/s")
     if s.bytes_done is not None:
-        parts.append(f"{size(s.bytes_done)} of {size(s.bytes_total)}")
+        parts.append(f"{format_size(s.bytes_done)} of {format_size(s.bytes_total)}")
     parts.append(f"elapsed {clock(s.elapsed)}")
     if s.eta is not None:
         parts.append(f"ETA {clock(s.eta)}")
@@ -271,7 +264,7 @@ class BarRenderer:
             if s.rate is not None:
                 detail += f" · {s.rate:,.0f} records/s"
             if s.bytes_done is not None:
-                detail += f" · {size(s.bytes_done)} of {size(s.bytes_total)}"
+                detail += f" · {format_size(s.bytes_done)} of {format_size(s.bytes_total)}"
         return {"stage": s.stage, "pct": "" if s.percent is None else f"{s.percent:5.1f}%",
                 "detail": detail, "elapsed": clock(s.elapsed), "eta": clock(s.eta)}
 

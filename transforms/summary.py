@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from etl import fs
-from etl.config import JobConfig, load_job
+from etl.config import JobConfig, format_size, load_job
 from etl.manifest import dataset_dir
-from etl.progress import DEFAULT_EVERY, resolve, size
+from etl.progress import DEFAULT_EVERY, resolve
 from etl.quiet import native_stderr_quiet
 from etl.spans import Span
 from transforms.backfill import check_inputs, not_selected, report_span, skip_if_current
@@ -104,7 +104,7 @@ def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:
     splits = manifest["splits"]
     for split, info in splits.items():
         lines.append(f"  {split:<12} {info['num_records']:>10,} records in "
-                     f"{len(info['shards'])} shard(s), {size(_bytes(info)):>9}")
+                     f"{len(info['shards'])} shard(s), {format_size(_bytes(info)):>9}")
     read = sum(int(i.get("read", 0)) for i in manifest.get("inputs", []))
     written = sum(int(v["num_records"]) for v in splits.values())
     rejected = int(manifest.get("rejected", {}).get("num_records", 0))
@@ -112,8 +112,8 @@ def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:
     input_bytes = sum(int(f.get("num_bytes", 0)) for f in manifest.get("input_files", []))
     rate = f", {read / seconds:,.0f} records/s" if seconds > 0 else ""
     lines.append(f"  {'total':<12} {written:>10,} records in {shards} shard(s), "
-                 f"{size(sum(_bytes(v) for v in splits.values())):>9}")
-    lines.append(f"  read {read:,} records ({size(input_bytes)} of input), written {written:,}, "
+                 f"{format_size(sum(_bytes(v) for v in splits.values())):>9}")
+    lines.append(f"  read {read:,} records ({format_size(input_bytes)} of input), written {written:,}, "
                  f"rejected {rejected:,} in {seconds:.1f}s{rate}")
     return lines
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from etl.config import format_size
 from etl.images import display_png
 from etl.manifest import REPORT_GENERATOR
 
@@ -73,12 +74,12 @@ def _splits_table(report: dict[str, Any]) -> str:
             "<th>bytes</th><th>shards</th></tr>"]
     for split, info in report["splits"].items():
         rows.append(f"<tr><td>{html.escape(split)}</td><td>{info['num_records']:,}</td>"
-                    f"<td>{_bytes(info['num_bytes'])}</td><td>{info['num_shards']}</td></tr>")
+                    f"<td>{format_size(info['num_bytes'])}</td><td>{info['num_shards']}</td></tr>")
     total = sum(info["num_records"] for info in report["splits"].values())
     size = sum(info["num_bytes"] for info in report["splits"].values())
     shards = sum(info["num_shards"] for info in report["splits"].values())
     if len(report["splits"]) > 1:
-        rows.append(f"<tr><th>all</th><th>{total:,}</th><th>{_bytes(size)}</th>"
+        rows.append(f"<tr><th>all</th><th>{total:,}</th><th>{format_size(size)}</th>"
                     f"<th>{shards}</th></tr>")
     rows.append("</table>")
     counts = [info["num_records"] for info in report["splits"].values()]
@@ -380,11 +381,3 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     return html.escape(str(v))
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return str(n)
