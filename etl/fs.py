@@ -48,6 +48,18 @@ def abspath(path: str) -> str:
     return path if is_remote(path) else os.path.abspath(path)
 
 
+def within(path: str, root: str) -> bool:
+    """`path` is `root` or inside it: local paths compared after resolving links (realpath),
+    remote ones by their names."""
+    if is_remote(path) != is_remote(root):
+        return False
+    if is_remote(path):
+        a, b = path.rstrip("/"), root.rstrip("/")
+        return a == b or a.startswith(b + "/")
+    a, b = os.path.realpath(path), os.path.realpath(root)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
 def dirname(path: str) -> str:
     """The folder of a file: "gs://b/jobs/job.yaml" -> "gs://b/jobs", "gs://b/x" -> "gs://b"."""
     if not is_remote(path):

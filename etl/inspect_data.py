@@ -98,14 +98,17 @@ def inspect(
     record's block names its files. Refused (ImagesDirError) before anything is read when
     the folder holds files an earlier `inspect --images` did not write.
     """
-    files, found_schema = _files_and_schema(paths_or_dir)
+    items = [os.fspath(paths_or_dir)] if isinstance(paths_or_dir, (str, os.PathLike)) else [
+        os.fspath(p) for p in paths_or_dir
+    ]
+    files, found_schema = _files_and_schema(items)
     if schema is not None:
         schema_obj: Schema | None = schema if isinstance(schema, Schema) else load_schema(schema)
     else:
         schema_obj = load_schema(found_schema) if found_schema else None
     sink: _ImageSink | None = None
     if images is not None:
-        sink = _ImageSink.open(os.fspath(images), schema_obj, _outputs_of(paths_or_dir, files))
+        sink = _ImageSink.open(os.fspath(images), schema_obj, _outputs_of(items, files))
     if schema_obj is None:
         yield "# no schema.yaml beside the data: showing raw protos"
     else:
@@ -136,12 +139,7 @@ def inspect(
         yield sink.summary()
 
 
-def _files_and_schema(
-    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-) -> tuple[list[str], str | None]:
-    items = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [
-        os.fspath(p) for p in paths
-    ]
+def _files_and_schema(items: list[str]) -> tuple[list[str], str | None]:
     files: list[str] = []
     schema_path: str | None = None
     for item in items:
@@ -288,7 +286,7 @@ class _ImageSink:
                 f"[H, W, 1|3|4], uint16 [H, W] or [H, W, 1]; raw, values, png or jpeg): "
                 f"features {[f.name for f in schema.features]}")
         for out in outputs:
-            if _inside(folder, out):
+            if fs.within(folder, out):
                 raise ImagesDirError(
                     f"refusing --images {folder}: it is inside the output {out}, whose next run "
                     "would refuse files it did not write; choose a folder outside it")
@@ -372,23 +370,11 @@ def _relative_to(folder: str, path: str) -> str:
     return path[len(base):] if path.startswith(base) else path
 
 
-def _inside(folder: str, out: str) -> bool:
-    a, b = fs.abspath(folder).rstrip("/"), fs.abspath(out).rstrip("/")
-    if not fs.is_remote(a):
-        a, b = os.path.realpath(a), os.path.realpath(b)
-    return a == b or a.startswith(b + "/")
-
-
-def _outputs_of(
-    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], files: list[str],
-) -> list[str]:
+def _outputs_of(items: list[str], files: list[str]) -> list[str]:
     """Folders holding a published output that the inspected files belong to (DIR must not be
     inside one): the directories named, and the folders of files with a `_SUCCESS` beside."""
     from etl.manifest import SUCCESS  # noqa: PLC0415
 
-    items = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [
-        os.fspath(p) for p in paths
-    ]
     outs = [i for i in items if fs.isdir(i)]
     for folder in dict.fromkeys(fs.dirname(f) for f in files):
         for candidate in (folder, fs.dirname(folder)):

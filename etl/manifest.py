@@ -115,6 +115,14 @@ def is_listed(manifest: dict[str, Any], relative: str) -> bool:
     return manifest.get("format_version") == 1 and relative.startswith(REJECTED_DIR + "/")
 
 
+def belongs(manifest: dict[str, Any], directory: str, relative: str) -> bool:
+    """`relative`, a file in the output `directory`, is part of it: listed in its manifest, or
+    a report file `report` wrote there (its marker inside). What verify and the next run's
+    output check both accept."""
+    return is_listed(manifest, relative) or (
+        relative in REPORT_FILES and report_is_ours(fs.join(directory, relative)))
+
+
 def report_is_ours(path: str) -> bool:
     """`path` is a report.json / report.html written by `report` (its marker in the first
     REPORT_HEAD bytes); False for another name, another file, or an unreadable one."""
@@ -178,8 +186,7 @@ def verify(path: str, check_records: bool = True) -> dict[str, Any]:
     base = path.rstrip("/") + "/"
     present = {p[len(base):] for p, _ in fs.list_dir(path)}
     missing = sorted(listed - present)
-    extra = sorted(p for p in present if not is_listed(manifest, p)
-                   and not (p in REPORT_FILES and report_is_ours(fs.join(path, p))))
+    extra = sorted(p for p in present if not belongs(manifest, path, p))
     if missing:
         raise VerifyError(f"{path}: missing file(s) listed in the manifest: {missing}")
     if extra:
