@@ -44,15 +44,8 @@ JSON_NAME, HTML_NAME = REPORT_FILES
 def command(args: argparse.Namespace) -> int:
     """The CLI entry: build, compare, write, and print where the files went."""
     report, samples = build(args.path)
-    if getattr(args, "against", None):
-        from etl.report.drift import compare  # noqa: PLC0415
-
-        other = current_report(args.against)  # yesterday's span usually has one
-        if other is None:
-            other, _ = build(args.against, keep_samples=False)
-        else:
-            print(f"compared with the report.json of {args.against} (made from its current data)")
-        report["drift"] = compare(report, other, args.against)
+    if getattr(args, "against", None) and add_drift(report, args.against):
+        print(f"compared with the report.json of {args.against} (made from its current data)")
     target = args.out or report["dataset_dir"]
     written = write(report, samples, target, beside_data=not args.out, output=args.path)
     total = sum(s["num_records"] for s in report["splits"].values())
@@ -60,15 +53,24 @@ def command(args: argparse.Namespace) -> int:
           f"{len(report['features'])} feature(s)")
     for path in written:
         print(f"  wrote {path}")
-    drift = report.get("drift")
-    if drift:
-        if drift["flagged"]:
-            print(f"drift against {drift['against']}: {len(drift['findings'])} finding(s)")
-            for finding in drift["findings"]:
-                print(f"  - {finding}")
-        else:
-            print(f"no drift against {drift['against']} over the thresholds")
+    if report.get("drift"):
+        for line in drift_lines(report["drift"]):
+            print(line)
     return 0
+
+
+def add_drift(report: dict[str, Any], against: str) -> bool:
+    """`report`'s drift section against the output `against`: compared with that output's own
+    report.json when it describes its current data (yesterday's span usually has one), else
+    with a second streaming pass over it. True when its report.json was used."""
+    from etl.report.drift import compare  # noqa: PLC0415
+
+    other = current_report(against)
+    reused = other is not None
+    if other is None:
+        other, _ = build(against, keep_samples=False)
+    report["drift"] = compare(report, other, against)
+    return reused
 
 
 @dataclass
@@ -107,13 +109,7 @@ def for_run(out: str, previous: str | None = None, keep_current: bool = False) -
     notes: list[str] = []
     if previous is not None:
         if fs.exists(fs.join(previous, SUCCESS)):
-            from etl.report.drift import compare  # noqa: PLC0415
-
-            other = current_report(previous)
-            how = "its report.json" if other is not None else "read again"
-            if other is None:
-                other, _ = build(previous, keep_samples=False)
-            report["drift"] = compare(report, other, previous)
+            how = "its report.json" if add_drift(report, previous) else "read again"
             notes = drift_lines(report["drift"], f" (previous span; {how})")
         else:
             notes = [f"no previous span output to compare with ({previous} is not published): "
