@@ -161,6 +161,15 @@ def record_splits(path: str, count: int, record_bytes: float, target_bytes: int,
             for i, a in enumerate(cuts)]
 
 
+def position(fh: Any) -> int | None:
+    """A read handle's position (tell()), for progress figures (Block.end_offset); None where
+    the handle cannot say."""
+    try:
+        return int(fh.tell())
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def open_file(path: str) -> Any:
     """Binary read handle for a local or remote path (etl.fs.open_read)."""
     from etl import fs  # noqa: PLC0415

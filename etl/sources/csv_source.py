@@ -66,6 +66,7 @@ from etl.sources.base import (
     expand,
     open_file,
     options,
+    position,
 )
 
 
@@ -491,12 +492,7 @@ def _row_end(run: Any, block: Block, path: str) -> int | None:
 
 def _tell(fh: Any, path: str) -> int | None:
     """How far the parser has read the file (its read-ahead included); None for gzip."""
-    if path.endswith(".gz"):
-        return None
-    try:
-        return int(fh.tell())
-    except (OSError, ValueError, AttributeError):
-        return None
+    return None if path.endswith(".gz") else position(fh)
 
 
 def _upto(estimate: int, told: int | None) -> int | None:

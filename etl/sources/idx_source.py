@@ -27,7 +27,7 @@ import numpy as np
 
 from etl.errors import BadInputError, BadRecord
 from etl.idx import IdxHeader, check_end, open_idx, read_block
-from etl.sources.base import Block, Source, Split, options, record_splits
+from etl.sources.base import Block, Source, Split, options, position, record_splits
 from etl.sources.csv_source import PairedFiles, block_rows
 
 
@@ -151,11 +151,8 @@ class _Place:
         done = h.header_bytes + records * h.record_bytes
         if self.raw is None:
             return done
-        try:
-            told = int(self.raw.tell())
-        except (OSError, ValueError, AttributeError):
-            return None
-        if self.size is None:
+        told = position(self.raw)
+        if told is None or self.size is None:
             return told
         total = h.header_bytes + h.count * h.record_bytes
         return min(told, self.size * done // max(total, 1), self.size)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -80,7 +81,8 @@ class ParquetReader(FileSource):
             size += sizes[g]
             row += rows[g]
         n = len(cuts)
-        first_group = dict(zip(_accumulate(rows), range(groups), strict=False))  # row -> group
+        # each row group's first row -> the group
+        first_group = dict(zip(accumulate(rows, initial=0), range(groups), strict=False))
         return [Split(path, i, n, a, cuts[i + 1] if i + 1 < n else None,
                       offset=_group_offset(meta, first_group[a]) if i else None)
                 for i, a in enumerate(cuts)]
@@ -124,15 +126,6 @@ class ParquetReader(FileSource):
 def _group_bytes(group: pq.RowGroupMetaData) -> int:
     """Bytes of a row group in the file (its column chunks, compressed)."""
     return sum(group.column(c).total_compressed_size for c in range(group.num_columns))
-
-
-def _accumulate(rows: list[int]) -> list[int]:
-    """The first row of every row group."""
-    out, at = [], 0
-    for n in rows:
-        out.append(at)
-        at += n
-    return out
 
 
 def _batch_end(meta: pq.FileMetaData, group: int, done: int, rows: int) -> int | None:

@@ -22,7 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.errors import BadInputError, BadRecord, ConfigError
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block, Split, open_file, target_starts
+from etl.sources.base import (
+    DEFAULT_MAX_RECORD_BYTES,
+    Block,
+    Split,
+    open_file,
+    position,
+    target_starts,
+)
 from etl.sources.csv_source import FileSource, bool_option, excerpt, utf8_bad_rows
 
 _CHUNK_BYTES = 1 << 24
@@ -157,7 +164,7 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
             chunk = _read_chunk(stream, path, chunk_bytes, first, consumed + len(buf))
             span = None  # LineRun.raw of the lines this chunk completes
             if gz:
-                told = _told(raw)
+                told = position(raw)  # the compressed file's
                 if told is not None:
                     span = (read_u, read_r, read_u + len(chunk), told)
                     read_r = told
@@ -194,14 +201,6 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                 return
             if len(buf) > max_line_bytes:  # an unfinished line already too long: skip the rest
                 skipping, buf = len(buf), b""
-
-
-def _told(raw: Any) -> int | None:
-    """The raw (compressed) file's position, for progress; None where it cannot say."""
-    try:
-        return int(raw.tell())
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 class _Range:
