@@ -43,6 +43,7 @@ from etl.shuffle.shard_writer import ShardResult
 from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.wire import binary_column
+from transforms import beam_fixes
 
 
 @dataclass(frozen=True)
@@ -383,6 +384,7 @@ class ConvertToShards(beam.PTransform):
         self.tally = tally
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        beam_fixes.apply()  # before Pipeline.run(): the local runner's data plane drops records
         spec = self.spec
         tally = self.tally
         units = (pbegin

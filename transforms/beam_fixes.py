@@ -1,0 +1,60 @@
+"""Work-arounds for bugs in the Beam releases we run on: each says what breaks, the evidence,
+and when it can go.
+
+Lost records on Beam's local runner (FnApiRunner; also the embedded job service of
+`PortableRunner --job_endpoint=embed`), since the time-based flush came in (apache/beam#10246,
+2019) up to at least 2.77, the release measured here:
+
+- `fn_api_runner/worker_handlers.py` builds the runner's data service with
+  `DATA_BUFFER_TIME_LIMIT_MS = 1000`, and the in-process SDK workers of `multi_threading`
+  mode with the same default, so every data-plane output stream is a
+  `data_plane.TimeBasedBufferingClosableOutputStream`. Its `PeriodicThread` calls `flush()`
+  once a second from another thread. `flush()` holds `_flush_lock`, but `write()` does not:
+  `flush()` sends `get()`, then `_clear()`s the buffer. When sending blocks (the 100 MB send
+  queue is full, as it is with large elements) or the flusher simply loses the GIL between
+  the two calls, the bundle's own thread keeps writing elements into the buffer, and
+  `_clear()` throws them away. Nothing fails: the records are just gone. A flush that lands
+  in the middle of an element's encoding tears it across two data messages instead, which
+  the runner later deals to different bundles (`ListBuffer.partition` splits by message):
+  "Error decoding input stream with coder WindowedValueCoder", "Invalid PaneInfoEncoding".
+- Measured with our 4M-row engine-shuffle job, two runs at once: every failed run had
+  flushes with 0.6-32 MB written during the flush callback (traced by wrapping `flush()`);
+  tensorflow/data-validation#247 reports the same symptom (12M records read, 8M counted
+  with `direct_running_mode=multi_processing`, whose runner side uses the same streams).
+- The fix: no periodic flusher on the local runner. Beam's own SDK harness default is 0
+  ("disabled", `sdk_worker_main._get_data_buffer_time_limit_ms`), which is what Dataflow's
+  and portable workers run with; a batch runner gains nothing from it (a bundle's output is
+  complete only at its end, and size-based flushes happen between elements, on the writing
+  thread). Remove this when Beam's time-based stream flushes only between whole elements
+  (tests/test_engine_stress.py keeps the scale and process model where it failed).
+"""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+
+
+def apply() -> None:
+    """Turn off the FnApiRunner's periodic data-plane flusher (see the module docstring).
+
+    Beam reads the constant when a run starts its data service and in-process workers, so
+    this must run before `Pipeline.run()`; `ConvertToShards` calls it while the pipeline is
+    built, which covers a user's own pipeline that embeds our transforms too. Idempotent."""
+    try:
+        from apache_beam.runners.portability.fn_api_runner import (  # noqa: PLC0415
+            worker_handlers,
+        )
+    except ImportError:  # a Beam without the FnApiRunner: nothing to fix
+        return
+    with _lock:
+        if getattr(worker_handlers, "DATA_BUFFER_TIME_LIMIT_MS", 0):
+            worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
+
+
+def applied() -> bool:
+    """Whether the local runner's data plane runs without the periodic flusher."""
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers  # noqa: PLC0415
+
+    return not getattr(worker_handlers, "DATA_BUFFER_TIME_LIMIT_MS", 0)
