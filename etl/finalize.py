@@ -12,6 +12,7 @@ the output's lock.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,7 +21,7 @@ from etl.accounting import account
 from etl.errors import EtlError
 from etl.manifest import MANIFEST, REJECTED_FILE, build_manifest, file_entry
 from etl.schema import Schema
-from etl.shuffle.shard_writer import ShardResult
+from etl.shuffle.shard_writer import ATTEMPT_SUFFIX, ShardResult
 from etl.tfmd import to_pbtxt
 
 
@@ -31,12 +32,14 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
     """Check and describe a finished run in `staging`; returns the manifest it wrote.
     `reports`: per read task, its summary line then its rejected records."""
     splits = list(splits)
+    shards = unique_results(shards)
     for split in splits:
         got = sorted(r.index for r in shards if r.split == split)
         count = next((r.num_shards for r in shards if r.split == split), 0)
         if not got or got != list(range(count)):
             raise EtlError(f"split {split!r}: shard results are incomplete ({got}); "
                            "nothing published")
+    remove_attempts(staging, [r.name for r in shards])
     acc = account(reports, shards, expected_reads)
     published = {"schema.yaml": schema.to_yaml().encode(),
                  "schema.pbtxt": to_pbtxt(schema).encode()}
@@ -51,6 +54,35 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
                               input_files=input_files)
     fs.write_bytes(fs.join(staging, MANIFEST), json.dumps(manifest, indent=1).encode())
     return manifest
+
+
+def unique_results(shards: Iterable[ShardResult]) -> list[ShardResult]:
+    """One result per shard. A runner may run a shard's write twice (a retried bundle whose
+    first result also arrived, a straggler's duplicate); each attempt writes the same bytes
+    and reports the same result, which must count once. Two different results for one shard
+    would mean the write is not deterministic: a bug, and nothing is published."""
+    seen: dict[tuple[str, int], ShardResult] = {}
+    for result in shards:
+        first = seen.setdefault((result.split, result.index), result)
+        if first != result:
+            raise EtlError(f"shard {result.name} was written twice with different results "
+                           f"({first.num_records} records, sha256 {first.sha256[:12]}… vs "
+                           f"{result.num_records}, {result.sha256[:12]}…); nothing published. "
+                           "This is a bug: please report it")
+    return list(seen.values())
+
+
+def remove_attempts(staging: str, names: list[str]) -> None:
+    """Delete what failed attempts at writing these shards left (a worker killed before it
+    could remove its own `<shard>.<attempt>.attempt` file): only files of that exact form,
+    which only the shard writer creates, in this run's own staging directory."""
+    if fs.is_remote(staging):  # object stores: no attempt files (etl.shuffle.shard_writer)
+        return
+    pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")\.[0-9a-f]{12}"
+                         + re.escape(ATTEMPT_SUFFIX))
+    fs.delete([p for p, _ in fs.list_dir(staging)
+               if fs.dirname(p) == fs.dirname(fs.join(staging, "x"))
+               and pattern.fullmatch(fs.basename(p))])
 
 
 def first_rejected(staging: str) -> dict[str, Any] | None:

@@ -9,19 +9,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import apache_beam as beam
+from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.pipeline_context import PipelineContext
 
 from etl.config import job_from_dict
 from etl.schema import load_schema
 from etl.shuffle import engine, files, strategy_for
 from tests.helpers import cli
+from transforms.coders import ChunkCoder, SortedRunCoder
 from transforms.convert import ConvertSpec, ConvertToShards
 from transforms.job import plan_reads
 
 DATAFLOW = ["--runner=DataflowRunner", "--project=my-project-123", "--region=us-central1",
             "--temp_location=gs://my-bucket/tmp", "--dry_run=True", "--no_auth"]
 ENGINE_STEPS = ["Start", "ListInputFiles", "SplitFiles", "DistributeReads", "ReadEncode",
-                "BlockStats", "MergeStats", "PlanShards", "PartitionByShard", "ShardPlans",
+                "BlockStats", "MergeStats", "PlanShards", "PartitionByShard", "EveryShard",
                 "Flatten", "GroupByShard", "WriteShards", "Finalize"]
 
 
@@ -55,7 +58,13 @@ def _translate(tmp_path: Path, num_files: int, via: str = engine.NAME) -> tuple[
     _ = p | "Convert" >> ConvertToShards(spec)
     proto = p.run().job.proto_pipeline
     steps = {t.unique_name: t for t in proto.components.transforms.values()}
+    _translate.proto = proto  # type: ignore[attr-defined]
     return steps, proto.SerializeToString()
+
+
+def only(values):
+    (value,) = values
+    return value
 
 
 def test_dataflow_translation_of_the_engine_path(tmp_path) -> None:
@@ -71,6 +80,19 @@ def test_dataflow_translation_of_the_engine_path(tmp_path) -> None:
     assert sorted(steps["Convert/Finalize"].inputs) == [
         "None", "python_side_input0", "python_side_input1"]
     assert not any("Spill" in n for n in steps)
+    # the shard writer gets the plan as a side input, and what is shuffled has declared,
+    # deterministic coders (not the pickling fallback): (split, index) -> Chunk, SortedRun
+    assert sorted(steps["Convert/WriteShards"].inputs) == ["None", "python_side_input0"]
+    context = PipelineContext(_translate.proto.components)  # type: ignore[attr-defined]
+    pcolls = _translate.proto.components.pcollections  # type: ignore[attr-defined]
+    grouped = context.coders[pcolls[only(steps["Convert/GroupByShard"].inputs.values())].coder_id]
+    assert isinstance(grouped, coders.TupleCoder)
+    key, value = grouped.coders()
+    assert key.is_deterministic() and key == coders.TupleCoder(
+        [coders.StrUtf8Coder(), coders.VarIntCoder()])
+    assert isinstance(value, ChunkCoder) and value.is_deterministic()
+    runs = pcolls[steps["Convert/ReadEncode"].outputs["None"]].coder_id
+    assert isinstance(context.coders[runs], SortedRunCoder)
 
 
 def test_job_graph_does_not_grow_with_the_number_of_input_files(tmp_path) -> None:

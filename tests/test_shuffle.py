@@ -100,13 +100,21 @@ def test_spill_read_index_returns_exactly_the_key_range(tmp_path) -> None:
     refs, _ = _spills(tmp_path, n_blocks=1)
     lo, hi = 1 << 62, 1 << 63
     got = read_index(refs[0].path, lo, hi)
-    assert np.all((got.keys >= np.uint64(lo)) & (got.keys < np.uint64(hi)))
+    got_keys, got_ids, got_offsets = got.index(0, len(got))
+    assert np.all((got_keys >= np.uint64(lo)) & (got_keys < np.uint64(hi)))
     everything = read_index(refs[0].path, 0, 1 << 64)
-    inside = (everything.keys >= np.uint64(lo)) & (everything.keys < np.uint64(hi))
-    assert len(got.keys) == int(inside.sum())
-    assert len(everything.keys) == 1000
-    first = got.payload(0, 1)
-    assert first[12:-4].startswith(b"rec-")  # spilled records are TFRecord-framed
+    all_keys, all_ids, all_offsets = everything.index(0, len(everything))
+    inside = (all_keys >= np.uint64(lo)) & (all_keys < np.uint64(hi))
+    assert len(got) == len(got_keys) == int(inside.sum()) > 100
+    assert len(everything) == 1000 and np.all(np.diff(all_keys.astype(np.float64)) > 0)
+    assert np.array_equal(got_ids, all_ids[inside])
+    # pieces of a slice: offsets relative to the first record asked for, payload exact
+    k, i, o = got.index(3, 7)
+    assert np.array_equal(k, got_keys[3:7]) and np.array_equal(o, got_offsets[3:8] - got_offsets[3])
+    framed = got.payload(3, 7)
+    assert len(framed) == int(o[-1])
+    records = [bytes(framed[a:b])[12:-4] for a, b in zip(o[:-1], o[1:], strict=True)]
+    assert all(r.startswith(b"rec-") for r in records)  # spilled records are TFRecord-framed
 
 
 def test_held_spills_stay_within_budget_and_write_the_same_shards(tmp_path) -> None:
@@ -220,3 +228,42 @@ def test_strategy_is_chosen_in_one_place() -> None:
     assert strategy_for("files", "DataflowRunner") is files
     with pytest.raises(Exception, match="shuffle.via must be one of"):
         strategy_for("carrier-pigeon", None)
+
+
+@pytest.mark.parametrize("shuffled", [True, False])
+@pytest.mark.parametrize("budget", [1, 7, 300, 1 << 18])
+def test_merge_in_rounds_equals_one_sort_whatever_the_budget(tmp_path, shuffled, budget) -> None:
+    """The bounded-memory merge gives the order of one global (key, id) sort, trimmed to the
+    planned ranks, for any budget (1 record per round up to all at once), with slices of
+    very different lengths, empty ones, held and on disk."""
+    from etl.shuffle.merge import merged_batches
+    from etl.shuffle.runs import MemorySlice
+
+    rng = np.random.default_rng(3)
+    runs, _ = _runs(n_blocks=6, per_block=400, shuffled=shuffled)
+    slices = []
+    for b, run in enumerate(runs):
+        a = int(rng.integers(0, 200))
+        e = a + [0, 3, 150, 400, 50, 200][b]
+        e = min(e, len(run.keys))
+        if b % 2:
+            path = str(tmp_path / f"r{b}.spill")
+            write_spill(path, run, shuffled)
+            sl = read_index(path, 0, 1 << 64)
+            sl.a, sl.b = a, e
+        else:
+            sl = MemorySlice(run.keys, run.ids, run.offsets, run.payload, a, e)
+        slices.append(sl)
+    every = [(int(k), int(i), s, j) for s, sl in enumerate(slices)
+             for j, (k, i) in enumerate(zip(*sl.index(0, len(sl))[:2], strict=True))]
+    every.sort()
+    for skip, take in [(0, len(every)), (5, 100), (len(every) - 3, 3), (10, 0)]:
+        got = []
+        for src, local, ids, sizes in merged_batches(slices, skip, take, budget):
+            assert len(src) <= max(budget, 6)
+            got += list(zip(src.tolist(), local.tolist(), strict=True))
+            for s, j, i, z in zip(src.tolist(), local.tolist(), ids.tolist(), sizes.tolist(),
+                                  strict=True):
+                _, ii, oo = slices[s].index(j, j + 1)
+                assert int(ii[0]) == i and int(oo[-1]) == z
+        assert got == [(s, j) for _, _, s, j in every[skip : skip + take]]

@@ -44,6 +44,9 @@ from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.wire import binary_column
 from transforms import beam_fixes
+from transforms import coders as _coders  # noqa: F401 - registers the shuffle's coders
+
+_KEYED_CHUNK = tuple[tuple[str, int], engine.Chunk]  # (split, shard index), chunk
 
 
 @dataclass(frozen=True)
@@ -289,8 +292,8 @@ def _all_plans(plan: Plan) -> list[ShardPlan]:
 
 
 class _WriteShardFn(beam.DoFn):
-    """Stage 2: write one shard; `files`: (plan, spill paths), `engine`: ((split, index),
-    [its plan and its chunks])."""
+    """Stage 2: write one shard; `files`: (shard plan, spill paths), `engine`: ((split,
+    index), its chunks) with the plan as a side input."""
 
     def __init__(self, spec: ConvertSpec, held: Shared | None = None,
                  tally: Shared | None = None):
@@ -303,20 +306,18 @@ class _WriteShardFn(beam.DoFn):
         self.tally = _tally(self.tally_handle)
 
     @wire_errors
-    def process(self, element: Any):  # type: ignore[override]
+    def process(self, element: Any, plan: Plan | None = None):  # type: ignore[override]
         spec = self.spec
         if self.tally is not None:
             self.tally.stage("writing shards")
         if spec.via == files.NAME:
-            plan, spills = element
-            result = files.write_files_shard(plan, spills, spec.staging_dir, spec.compression,
+            shard, spills = element
+            result = files.write_files_shard(shard, spills, spec.staging_dir, spec.compression,
                                              self.held)
-        else:
-            _, values = element
-            plans = [v for v in values if isinstance(v, ShardPlan)]
-            chunks = [v for v in values if isinstance(v, engine.Chunk)]
-            result = engine.write_engine_shard(plans[0], chunks, spec.staging_dir,
-                                               spec.compression)
+        else:  # engine: the group's chunks, read once as they stream out of the group
+            (split, index), chunks = element
+            result = engine.write_engine_shard(plan.shards[split][index], chunks,
+                                               spec.staging_dir, spec.compression)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         if self.tally is not None:
@@ -396,7 +397,9 @@ class ConvertToShards(beam.PTransform):
         tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec))
         if spec.spread_reads:
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
-        blocks = tasks | "ReadEncode" >> beam.ParDo(_ReadEncodeFn(spec, self.held, self.tally)).with_outputs(
+        run_type = files.SpillRef if spec.via == files.NAME else SortedRun  # coders.py
+        blocks = tasks | "ReadEncode" >> beam.ParDo(
+            _ReadEncodeFn(spec, self.held, self.tally)).with_output_types(run_type).with_outputs(
             REPORTS, main="runs")
         reports = blocks[REPORTS]
         blocks = blocks.runs
@@ -414,14 +417,20 @@ class ConvertToShards(beam.PTransform):
             shards = (plan
                       | "ShardTasks" >> beam.FlatMap(_files_tasks, beam.pvalue.AsList(refs))
                       | "DistributeShards" >> beam.Reshuffle())
+            results = shards | "WriteShards" >> beam.ParDo(
+                _WriteShardFn(spec, self.held, self.tally))
         else:
+            # declared, deterministic coders (transforms/coders.py) for all that is shuffled;
+            # one empty chunk per shard, so even a shard without records gets its group
             chunks = blocks | "PartitionByShard" >> beam.ParDo(
-                _PartitionFn(), beam.pvalue.AsSingleton(plan))
-            plans = plan | "ShardPlans" >> beam.FlatMap(
-                lambda plan: [((p.split, p.index), p) for p in _all_plans(plan)])
-            shards = ((chunks, plans) | "Flatten" >> beam.Flatten()
+                _PartitionFn(), beam.pvalue.AsSingleton(plan)).with_output_types(_KEYED_CHUNK)
+            empty = plan | "EveryShard" >> beam.FlatMap(
+                lambda plan: [((p.split, p.index), engine.EMPTY) for p in _all_plans(plan)]
+            ).with_output_types(_KEYED_CHUNK)
+            shards = ((chunks, empty) | "Flatten" >> beam.Flatten()
                       | "GroupByShard" >> beam.GroupByKey())
-        results = shards | "WriteShards" >> beam.ParDo(_WriteShardFn(spec, self.held, self.tally))
+            results = shards | "WriteShards" >> beam.ParDo(
+                _WriteShardFn(spec, self.held, self.tally), beam.pvalue.AsSingleton(plan))
         # one finalize step, once every shard and read report is in (side inputs)
         return plan | "Finalize" >> beam.Map(_finalize, beam.pvalue.AsList(results),
                                              beam.pvalue.AsList(reports), spec, self.tally)

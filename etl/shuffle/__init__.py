@@ -1,12 +1,14 @@
 """The shuffle: from encoded blocks to exact, shuffled (or input-ordered) shards.
 
     keys.py         shuffle keys, record ids, split assignment
-    runs.py         a sorted run: one block's records of one split, framed and sorted
+    runs.py         a sorted run: one block's records of one split, framed and sorted; its
+                    on-disk layout and the slices of it a shard reads
     planning.py     block statistics merged in bounded memory -> every shard's key/rank range
-    shard_writer.py one shard from its key range of every run (sort, trim, write)
+    merge.py        a shard's slices merged in (key, id) order in bounded memory
+    shard_writer.py one shard from its slice of every run (merge, trim, write, rename)
     files.py        strategy `files`: runs go to spill files; shards read ranges of them
     engine.py       strategy `engine`: runs travel in per-shard chunks through the runner's
-                    GroupByKey
+                    GroupByKey, read once by the shard writer
 
 Both strategies use the same plan and the same shard writer, so they write the same bytes.
 The Beam steps that wire them are in transforms/convert.py. A strategy is chosen here only.

@@ -2,36 +2,58 @@
 GroupByKey; on Dataflow, Dataflow Shuffle moves and spills them), one element per
 (run × shard whose key range it overlaps), never one per record.
 
-`partition` cuts a run into those chunks with the plan (a side input); the shard writer
-gets its plan and every chunk under the key (split, shard index) and writes them with the
-same code as the `files` strategy, so both give the same bytes. No file of our own is
-written between the stages: the object-store operations are one write per shard.
+`partition` cuts a run into those chunks with the plan (a side input). The shard writer gets
+every chunk grouped under its shard's key and reads them ONCE, as they stream out of the
+group (a runner may page a large group in lazily and need not iterate it twice): each chunk
+is appended to a scratch file on the worker's local disk, and the shard is then merged from
+those sorted sections in bounded memory by the same code as the `files` strategy, so both
+write the same bytes. No file of ours is written between the stages: the object-store
+operations are one write per shard.
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from etl import fs
 from etl.shuffle.planning import ShardPlan
-from etl.shuffle.runs import RangeIndex, SortedRun
+from etl.shuffle.runs import FileSlice, RunSlice, SortedRun, write_section
 from etl.shuffle.shard_writer import ShardResult, write_shard
 
 NAME = "engine"
 
 
+def _owned(a: np.ndarray, dtype: str) -> np.ndarray:
+    """A read-only copy: a chunk never shares memory with the run it was cut from."""
+    out = np.array(a, dtype=dtype, copy=True)
+    out.flags.writeable = False
+    return out
+
+
 @dataclass(frozen=True)
 class Chunk:
-    """A run's records in one shard's key range: sorted keys, ids, offsets from 0, payload."""
+    """A run's records in one shard's key range: sorted keys, ids, offsets from 0, payload.
+    Immutable and self-contained (its arrays are its own); transforms/coders.py encodes it."""
 
-    keys: np.ndarray
-    ids: np.ndarray
-    offsets: np.ndarray
+    keys: np.ndarray  # uint64
+    ids: np.ndarray  # uint64
+    offsets: np.ndarray  # int64, len(keys) + 1, offsets[0] == 0
     payload: bytes
 
-    def range_index(self, name: str) -> RangeIndex:
-        return RangeIndex(name, self.keys, self.ids, self.offsets, self.payload)
+    @staticmethod
+    def of(keys: np.ndarray, ids: np.ndarray, offsets: np.ndarray, payload: bytes) -> Chunk:
+        return Chunk(_owned(keys, "<u8"), _owned(ids, "<u8"), _owned(offsets, "<i8"),
+                     bytes(payload))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+EMPTY = Chunk.of(np.zeros(0), np.zeros(0), np.zeros(1), b"")  # makes every shard's group exist
 
 
 def partition(run: SortedRun, plans: list[ShardPlan]) -> list[tuple[tuple[str, int], Chunk]]:
@@ -47,13 +69,23 @@ def partition(run: SortedRun, plans: list[ShardPlan]) -> list[tuple[tuple[str, i
             continue
         lo, hi = int(run.offsets[a]), int(run.offsets[b])
         out.append(((plan.split, plan.index),
-                    Chunk(run.keys[a:b], run.ids[a:b], run.offsets[a : b + 1] - lo,
-                          bytes(memoryview(run.payload)[lo:hi]))))
+                    Chunk.of(run.keys[a:b], run.ids[a:b], run.offsets[a : b + 1] - lo,
+                             memoryview(run.payload)[lo:hi])))
     return out
 
 
-def write_engine_shard(plan: ShardPlan, chunks: list[Chunk], staging_dir: str,
-                       compression: str) -> ShardResult:
-    """One shard from every chunk grouped under its key."""
-    return write_shard(plan, [c.range_index(f"chunk {i}") for i, c in enumerate(chunks)],
-                       staging_dir, compression)
+def write_engine_shard(plan: ShardPlan, chunks: Iterable[Chunk], staging_dir: str,
+                       compression: str, scratch_dir: str | None = None) -> ShardResult:
+    """One shard from every chunk grouped under its key, iterating `chunks` once: each is
+    appended to a local scratch file (under `scratch_dir`, default the system temp
+    directory), then the sections are merged. Peak memory: one chunk plus the merge's."""
+    with tempfile.TemporaryDirectory(prefix="etl-shard-", dir=scratch_dir) as tmp:
+        path = fs.join(tmp, "chunks")
+        slices: list[RunSlice] = []
+        with fs.open_write(path, durable=False) as fh:
+            at = 0
+            for chunk in chunks:
+                if len(chunk):
+                    slices.append(FileSlice(path, at, len(chunk), 0, len(chunk)))
+                    at += write_section(fh, chunk.keys, chunk.ids, chunk.offsets, chunk.payload)
+        return write_shard(plan, slices, staging_dir, compression)

@@ -1,13 +1,11 @@
 """The `files` strategy: each sorted run goes to a spill file; each shard reads its key range
 of every spill (blocks × shards reads: fine on a local disk, the local runner's default).
 
-Stage 1 writes one spill per (block, split) under the job's temp location; only small
-`SpillRef`s travel through Beam. Stage 2 reads, for one output shard, the keys, ids and
-offsets of the key range it owns in every spill (a binary search on the key column), then the
-payload in ranged reads of about one chunk, so a worker holds a chunk of a shard, not the
-shard. Layout (little-endian):
-
-    b"TFRSPIL1" | n:u64 | keys:u64[n] | ids:u64[n] | offsets:u64[n+1] | payload
+Stage 1 writes one spill per (block, split) under the job's temp location, in the layout of
+etl.shuffle.runs.write_section; only small `SpillRef`s travel through Beam. Stage 2 finds,
+for one output shard, the key range it owns in every spill (a binary search on the key
+column) and merges them (etl.shuffle.merge), reading keys and payload in pieces, so a worker
+holds a piece of a shard, not the shard.
 
 When stage 2 runs in the process that wrote the spills (the local runner's in-memory and
 multi-threaded modes), runs up to a byte budget are held in a `HeldSpills` store instead
@@ -22,20 +20,15 @@ bounded by the budget plus a few blocks and one shard's chunk.
 
 from __future__ import annotations
 
-import struct
 import threading
 from dataclasses import dataclass
 
-import numpy as np
-
 from etl import fs
 from etl.shuffle.planning import BlockStats, ShardPlan
-from etl.shuffle.runs import RangeIndex, SortedRun, key_range
+from etl.shuffle.runs import MemorySlice, RunSlice, SortedRun, read_slice, write_section
 from etl.shuffle.shard_writer import ShardResult, write_shard
 
 NAME = "files"
-_MAGIC = b"TFRSPIL1"
-_HEADER = struct.Struct("<8sQ")
 HELD_PREFIX = "held:"  # a run held in the memory of the process that wrote it
 
 
@@ -98,35 +91,21 @@ def write_spill(path: str, run: SortedRun, shuffled: bool,
     stats = run.stats(shuffled)
     if held is not None and held.limit > 0 and held.hold(HELD_PREFIX + path, run):
         return SpillRef(HELD_PREFIX + path, stats)
-    parts = [_HEADER.pack(_MAGIC, len(run.keys)), run.keys.astype("<u8").tobytes(),
-             run.ids.astype("<u8").tobytes(), run.offsets.astype("<u8").tobytes(), run.payload]
     with fs.open_write(path, durable=False) as fh:
-        for part in parts:
-            fh.write(part)
+        write_section(fh, run.keys, run.ids, run.offsets, run.payload)
     return SpillRef(path, stats)
 
 
-def read_index(path: str, key_lo: int, key_hi: int, held: HeldSpills | None = None) -> RangeIndex:
-    """Keys, ids and offsets of the records with key_lo <= key < key_hi (key_hi may be 2**64)
-    of one spill file (or a held run); no payload is read yet."""
+def read_index(path: str, key_lo: int, key_hi: int, held: HeldSpills | None = None) -> RunSlice:
+    """The records with key_lo <= key < key_hi (key_hi may be 2**64) of one spill file (or a
+    held run), read lazily by the shard merge."""
     if path.startswith(HELD_PREFIX):
         if held is None:
             raise OSError(f"{path}: this spill was held in the memory of another process")
         run = held.get(path)
         a, b = run.key_range(key_lo, key_hi)
-        return RangeIndex(path, run.keys[a:b], run.ids[a:b], run.offsets[a : b + 1], run.payload)
-    with fs.open_read(path) as fh:
-        magic, n = _HEADER.unpack(fh.read(_HEADER.size))
-        if magic != _MAGIC:
-            raise OSError(f"{path}: not a spill file")
-        keys = np.frombuffer(fh.read(8 * n), "<u8")
-        a, b = key_range(keys, key_lo, key_hi)
-        fh.seek(_HEADER.size + 8 * n + 8 * a)
-        ids = np.frombuffer(fh.read(8 * (b - a)), "<u8")
-        fh.seek(_HEADER.size + 16 * n + 8 * a)
-        offsets = np.frombuffer(fh.read(8 * (b - a + 1)), "<u8").astype(np.int64)
-    payload_at = _HEADER.size + 24 * n + 8
-    return RangeIndex(path, keys[a:b].copy(), ids.copy(), offsets + payload_at)
+        return MemorySlice(run.keys, run.ids, run.offsets, run.payload, a, b)
+    return read_slice(path, key_lo, key_hi)
 
 
 def spills_for(plan: ShardPlan, refs: list[SpillRef]) -> tuple[str, ...]:

@@ -7,7 +7,9 @@ every run, so the only per-record work of a shard is Arrow's C-level `take`.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -65,22 +67,119 @@ def key_range(keys: np.ndarray, key_lo: int, key_hi: int) -> tuple[int, int]:
     return a, max(a, b)
 
 
-@dataclass
-class RangeIndex:
-    """The keys, ids and payload offsets of one run's records in a shard's key range; the
-    payload is in memory (`data`) or read from `path` when needed."""
+# A run on disk (a spill file, or one section of a shard's scratch file), little-endian:
+#     b"TFRSPIL1" | n:u64 | keys:u64[n] | ids:u64[n] | offsets:u64[n+1] | payload
+MAGIC = b"TFRSPIL1"
+HEADER = struct.Struct("<8sQ")
 
-    path: str
-    keys: np.ndarray
-    ids: np.ndarray
-    offsets: np.ndarray  # offsets of each record's framing in the file (or data), len(keys)+1
-    data: pa.Buffer | bytes | None = None
+
+def write_section(fh: BinaryIO, keys: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
+                  payload: bytes | pa.Buffer) -> int:
+    """Append one run in the spill layout to `fh` (offsets from 0); returns its byte size."""
+    parts = [HEADER.pack(MAGIC, len(keys)), np.asarray(keys, "<u8").tobytes(),
+             np.asarray(ids, "<u8").tobytes(), np.asarray(offsets, "<u8").tobytes(), payload]
+    for part in parts:
+        fh.write(part)
+    return sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
+
+
+class RunSlice:
+    """Records [a, b) of one sorted run, read in pieces: what the shard merge consumes
+    (etl.shuffle.merge). `index(lo, hi)` gives keys, ids and payload offsets (relative to
+    record lo) of records lo..hi-1 of the slice; `payload(lo, hi)` their framed bytes."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def index(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
 
     def payload(self, lo: int, hi: int) -> bytes | pa.Buffer:
-        """The framed records lo..hi-1 of this range, read in one go."""
-        a, b = int(self.offsets[lo]), int(self.offsets[hi])
-        if self.data is not None:
-            return self.data[a:b]
+        raise NotImplementedError
+
+
+@dataclass
+class MemorySlice(RunSlice):
+    """A slice of a run held in memory (arrays over the whole run, offsets from 0)."""
+
+    keys: np.ndarray
+    ids: np.ndarray
+    offsets: np.ndarray
+    data: bytes | pa.Buffer
+    a: int = 0
+    b: int = -1
+
+    def __post_init__(self) -> None:
+        if self.b < 0:
+            self.b = len(self.keys)
+
+    def __len__(self) -> int:
+        return self.b - self.a
+
+    def index(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lo, hi = lo + self.a, hi + self.a
+        return (self.keys[lo:hi], self.ids[lo:hi],
+                self.offsets[lo : hi + 1].astype(np.int64) - int(self.offsets[lo]))
+
+    def payload(self, lo: int, hi: int) -> bytes | pa.Buffer:
+        start, end = int(self.offsets[lo + self.a]), int(self.offsets[hi + self.a])
+        return self.data[start:end]
+
+
+@dataclass
+class FileSlice(RunSlice):
+    """A slice of a run stored in the spill layout at byte `base` of `path`; nothing is read
+    until asked, and then only the records asked for."""
+
+    path: str
+    base: int
+    n: int  # records of the whole run
+    a: int
+    b: int
+
+    def __len__(self) -> int:
+        return self.b - self.a
+
+    def index(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lo, hi, n, at = lo + self.a, hi + self.a, self.n, self.base + HEADER.size
         with fs.open_read(self.path) as fh:
-            fh.seek(a)
-            return fh.read(b - a)
+            fh.seek(at + 8 * lo)
+            keys = np.frombuffer(fh.read(8 * (hi - lo)), "<u8")
+            fh.seek(at + 8 * n + 8 * lo)
+            ids = np.frombuffer(fh.read(8 * (hi - lo)), "<u8")
+            fh.seek(at + 16 * n + 8 * lo)
+            offsets = np.frombuffer(fh.read(8 * (hi - lo + 1)), "<u8").astype(np.int64)
+        if len(keys) != hi - lo or len(ids) != hi - lo or len(offsets) != hi - lo + 1:
+            raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
+        return keys, ids, offsets - offsets[0]
+
+    def payload(self, lo: int, hi: int) -> bytes:
+        n, at = self.n, self.base + HEADER.size
+        with fs.open_read(self.path) as fh:
+            fh.seek(at + 16 * n + 8 * (lo + self.a))
+            start = np.frombuffer(fh.read(8), "<u8")
+            fh.seek(at + 16 * n + 8 * (hi + self.a))
+            end = np.frombuffer(fh.read(8), "<u8")
+            if len(start) != 1 or len(end) != 1:
+                raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
+            fh.seek(at + 24 * n + 8 + int(start[0]))
+            data = fh.read(int(end[0]) - int(start[0]))
+        if len(data) != int(end[0]) - int(start[0]):
+            raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
+        return data
+
+
+def read_slice(path: str, key_lo: int, key_hi: int, base: int = 0) -> FileSlice:
+    """The records with key_lo <= key < key_hi (key_hi may be 2**64) of the run stored at
+    `base` of `path`: one read of its keys (one block's run) to find them."""
+    with fs.open_read(path) as fh:
+        fh.seek(base)
+        head = fh.read(HEADER.size)
+        if len(head) != HEADER.size or head[:8] != MAGIC:
+            raise OSError(f"{path}: not a spill file")
+        _, n = HEADER.unpack(head)
+        keys = np.frombuffer(fh.read(8 * n), "<u8")
+    if len(keys) != n:
+        raise OSError(f"{path}: spill section at byte {base} is truncated")
+    a, b = key_range(keys, key_lo, key_hi)
+    return FileSlice(path, base, n, a, b)

@@ -1,26 +1,33 @@
 """Build one output shard from its key range of every sorted run (both strategies).
 
-Runs are already framed, so a shard is their key-ordered concatenation: the only per-record
-work is Arrow's C-level `take`, one call per chunk of about 16 MB. Both strategies hand this
-the same ranges (every record of the shard's key range of every run), so they write the same
-bytes: same sort, same trim, same chunks."""
+Runs are already framed and sorted, so a shard is their merge (etl.shuffle.merge): the only
+per-record work is NumPy's sort of keys and Arrow's C-level `take`, one call per piece of
+about 16 MB. Both strategies hand this the same slices (every record of the shard's key range
+of every run), so they write the same bytes."""
 
 from __future__ import annotations
 
 import hashlib
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 
 from etl import fs
 from etl.shuffle.keys import ID_POSITION_BITS
+from etl.shuffle.merge import merged_batches
 from etl.shuffle.planning import ShardPlan
-from etl.shuffle.runs import RangeIndex
+from etl.shuffle.runs import RunSlice
 from etl.tfrecord import COMPRESSIONS, Compressor
 from etl.wire import BINARY, binary, data_of
 
 CHUNK_BYTES = 16 << 20
+ATTEMPT_SUFFIX = ".attempt"  # a shard being written: <shard name>.<attempt id>.attempt
 
 
 @dataclass(frozen=True)
@@ -41,65 +48,84 @@ def shard_name(split: str, index: int, num_shards: int, compression: str) -> str
     return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord{COMPRESSIONS[compression]}"
 
 
-def write_shard(plan: ShardPlan, ranges: list[RangeIndex], staging_dir: str,
+def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
                 compression: str) -> ShardResult:
-    """Merge this shard's key range of every run, trim it to the planned ranks, and write it
-    framed (and compressed). From spill files only keys and offsets are read for the whole
-    range; payload bytes come in chunks of about CHUNK_BYTES, so a worker holds one chunk,
-    not one shard (10M benchmark rows: 124 MB shards)."""
-    ranges = [r for r in ranges if len(r.keys)]
+    """Merge this shard's slice of every run (etl.shuffle.merge), keep its planned ranks, and
+    write it framed (and compressed). Memory: the merge's blocks plus one piece of about
+    CHUNK_BYTES of payload, whatever the shard's size.
+
+    The shard is written to a file of its own attempt and renamed into place at the end, so
+    a retried or duplicated attempt (Dataflow retries a failed bundle, may run a straggler's
+    twice) leaves exactly one file with the same bytes; a failed attempt removes its file."""
+    slices = [s for s in slices if len(s)]
     name = shard_name(plan.split, plan.index, plan.num_shards, compression)
-    order = sizes = np.zeros(0, np.int64)
-    ids = np.zeros(0, np.uint64)
-    if ranges:
-        keys = np.concatenate([r.keys for r in ranges])
-        ids = np.concatenate([r.ids for r in ranges])
-        source = np.repeat(np.arange(len(ranges)), [len(r.keys) for r in ranges])
-        local = np.concatenate([np.arange(len(r.keys)) for r in ranges])
-        sizes = np.concatenate([np.diff(r.offsets) for r in ranges])
-        order = np.lexsort((ids, keys))[plan.skip : plan.skip + plan.take]
-    if len(order) != plan.take:
-        raise RuntimeError(f"shard {name}: planned {plan.take} records, found {len(order)}")
     sha = hashlib.sha256()
-    size = 0
+    size = found = 0
+    per_input: Counter[int] = Counter()
     comp = Compressor(compression)
-    with fs.open_write(fs.join(staging_dir, name), bypass_cache=True) as fh:
-        for chunk in _chunks(order, sizes[order]):
-            data = comp.compress(_gather(ranges, source[chunk], local[chunk]))
-            sha.update(data)
-            size += len(data)
-            fh.write(data)
+    final = fs.join(staging_dir, name)
+    with attempt_file(final) as fh:
+        for src, local, ids, sizes in merged_batches(slices, plan.skip, plan.take):
+            found += len(src)
+            files, counts = np.unique(ids >> np.uint64(ID_POSITION_BITS), return_counts=True)
+            per_input.update(dict(zip(files.tolist(), counts.tolist(), strict=True)))
+            for piece in _pieces(sizes):
+                data = comp.compress(_gather(slices, src[piece], local[piece], sizes[piece]))
+                sha.update(data)
+                size += len(data)
+                fh.write(data)
+        if found != plan.take:
+            raise RuntimeError(f"shard {name}: planned {plan.take} records, found {found}")
         tail = comp.flush()
         sha.update(tail)
         size += len(tail)
         fh.write(tail)
-    files, counts = np.unique(ids[order] >> np.uint64(ID_POSITION_BITS), return_counts=True)
-    per_input = {str(int(f)): int(c) for f, c in zip(files, counts, strict=True)}
-    return ShardResult(plan.split, plan.index, plan.num_shards, name, len(order), size,
-                       sha.hexdigest(), per_input)
+    return ShardResult(plan.split, plan.index, plan.num_shards, name, found, size,
+                       sha.hexdigest(), {str(f): c for f, c in sorted(per_input.items())})
 
 
-def _chunks(order: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
-    """Consecutive pieces of `order` of about CHUNK_BYTES each."""
-    if not len(order):
+@contextmanager
+def attempt_file(final: str) -> Iterator[BinaryIO]:
+    """A write handle whose bytes appear at `final` only once it is complete. Local: a file
+    named for this attempt, renamed over `final` (atomic; a concurrent duplicate renames the
+    same bytes); removed if the attempt fails. Object stores: the object itself, which a
+    failed upload never creates and a second upload replaces whole."""
+    if fs.is_remote(final):
+        with fs.open_write(final, bypass_cache=True) as fh:
+            yield fh
+        return
+    part = f"{final}.{uuid.uuid4().hex[:12]}{ATTEMPT_SUFFIX}"
+    try:
+        with fs.open_write(part, bypass_cache=True) as fh:
+            yield fh
+        fs.rename(part, final)
+    except BaseException:
+        with suppress(OSError):
+            fs.delete([part])
+        raise
+
+
+def _pieces(sizes: np.ndarray) -> list[slice]:
+    """Consecutive pieces of a batch of about CHUNK_BYTES of payload each."""
+    if not len(sizes):
         return []
     piece = np.cumsum(sizes) // CHUNK_BYTES
-    cuts = np.flatnonzero(np.diff(piece)) + 1
-    return np.split(order, cuts)
+    cuts = [0, *(np.flatnonzero(np.diff(piece)) + 1).tolist(), len(sizes)]
+    return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
-def _gather(ranges: list[RangeIndex], source: np.ndarray, local: np.ndarray) -> pa.Buffer:
-    """The framed records (source spill, index in its range), in the given order. In a piece
-    of the merged key order, each spill's records are one contiguous run: one read each."""
+def _gather(slices: list[RunSlice], source: np.ndarray, local: np.ndarray,
+            sizes: np.ndarray) -> pa.Buffer:
+    """The framed records (source slice, index in it), in the given order. In a piece of
+    the merged order, each slice's records are one contiguous run: one read each."""
     columns = []
     position = np.zeros(len(source), np.int64)
     base = 0
     for s in np.unique(source).tolist():
         mine = source == s
         lo, hi = int(local[mine].min()), int(local[mine].max()) + 1
-        r = ranges[s]
-        offsets = r.offsets[lo : hi + 1] - r.offsets[lo]
-        columns.append(binary(r.payload(lo, hi), offsets))
+        offsets = np.concatenate([[0], np.cumsum(sizes[mine])])
+        columns.append(binary(slices[s].payload(lo, hi), offsets))
         position[mine] = base + local[mine] - lo
         base += hi - lo
     picked = pa.chunked_array(columns, BINARY).take(pa.array(position)).combine_chunks()
