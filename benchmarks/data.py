@@ -73,6 +73,17 @@ def write_csv(path: str, rows: int) -> None:
             fh.write(csv_chunk(index, n))
 
 
+def write_quoted_csv(path: str, rows: int) -> None:
+    """The engine-stress input (issue 19's report): n, x = n/2, s a word, or every 7th row a
+    quoted field with a newline and doubled quotes. ~32 bytes a row."""
+    with open(path, "w", newline="") as fh:
+        fh.write("n,x,s\n")
+        for start in range(0, rows, CHUNK):
+            fh.write("".join(
+                f'{i},{i * 0.5},"line {i}\nsaid ""hi"" {i}"\n' if i % 7 == 0 else
+                f"{i},{i * 0.5},word{i}\n" for i in range(start, min(rows, start + CHUNK))))
+
+
 # ---- IDX ---------------------------------------------------------------------------------
 def images_chunk(index: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
     """(uint8 images [rows, 28, 28], uint8 labels [rows]) of chunk `index`."""

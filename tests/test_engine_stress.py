@@ -1,0 +1,133 @@
+"""The engine shuffle where it broke: large runs through the local runner's data plane, two
+runs at once, in threads and in separate worker processes, repeated.
+
+Before the fix (transforms/beam_fixes.py: Beam's local runner flushed data-plane buffers from
+a timer thread and threw away what the bundle thread wrote meanwhile), this job — 1M CSV rows
+shaped like the user's report (n, x, s; every 7th `s` a quoted field with a newline and
+doubled quotes), split 0.9/0.1, 8 shards, `shuffle: {seed: 5, via: engine}` — failed in 8 of
+16 runs started as 8 pairs at once on this 2-core machine (`planned 112510 records, found
+105256`, once `Error decoding input stream with coder WindowedValueCoder`), measured with
+`python -m benchmarks.engine_stress --rows 1000000 --pairs 8 --checkout <1400d7f checkout>`.
+The user's 4M-row job failed 2 of 4 runs alone and both runs of every pair. Each run here
+must write the same shards (sha256) as `via: files`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from apache_beam.runners.worker import data_plane
+
+from benchmarks.data import write_quoted_csv
+from tests.test_pipeline import write_yaml
+from transforms import beam_fixes
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = 1_000_000
+SCHEMA = {"name": "stress", "kind": "example", "features": {
+    "n": {"dtype": "int64", "shape": []}, "x": {"dtype": "float32", "shape": []},
+    "s": {"dtype": "string", "shape": []}}}
+THREADS: list[str] = []  # the CLI's default local mode: multi_threading, one worker per core
+PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+@pytest.fixture(scope="module")
+def stress_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("stress")
+    write_quoted_csv(str(folder / "big.csv"), ROWS)
+    write_yaml(str(folder / "schema.yaml"), SCHEMA)
+    return folder
+
+
+def _job(folder: Path, name: str, via: str) -> str:
+    return write_yaml(str(folder / f"{name}.yaml"), {
+        "schema": "schema.yaml", "source": {"format": "csv", "paths": ["big.csv"]},
+        "split": {"train": 0.9, "test": 0.1}, "output": f"out-{name}",
+        "shuffle": {"seed": 5, "via": via}, "shards": 8})
+
+
+def _start(job: str, beam_args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run_pipeline.py"), "run", job, "--force",
+         "--progress", "none", *beam_args],
+        cwd=os.path.dirname(job), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _shards(out: Path) -> dict[str, str]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    return {s["path"]: s["sha256"] for split in manifest["splits"].values()
+            for s in split["shards"]}
+
+
+@pytest.fixture(scope="module")
+def reference(stress_dir) -> dict[str, str]:
+    proc = _start(_job(stress_dir, "files", "files"), THREADS)
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output
+    shards = _shards(stress_dir / "out-files")
+    assert len(shards) == 16
+    return shards
+
+
+@pytest.mark.parametrize(("mode", "beam_args", "pairs"),
+                         [("threads", THREADS, 3), ("processes", PROCESSES, 2)])
+def test_two_engine_runs_at_once_write_exactly_the_files_shards(stress_dir, reference, mode,
+                                                                 beam_args, pairs) -> None:
+    for attempt in range(pairs):
+        jobs = [_job(stress_dir, f"engine-{mode}-{k}", "engine") for k in "ab"]
+        procs = [_start(job, beam_args) for job in jobs]
+        outputs = [p.communicate(timeout=900)[0] for p in procs]
+        for k, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+            assert proc.returncode == 0, f"pair {attempt} run {k}: {output[-2000:]}"
+            assert "read 1,000,000 records" in output, output[-2000:]
+            out = stress_dir / f"out-engine-{mode}-{'ab'[k]}"
+            assert _shards(out) == reference, f"pair {attempt} run {k}: shards differ"
+
+
+def test_the_local_runner_runs_without_the_periodic_flusher(tmp_path, monkeypatch) -> None:
+    """Every data-plane stream of a run with our transforms is size-based: no timer thread
+    flushes a buffer that a bundle is writing."""
+    from tests.test_pipeline import RUNNER, convert, write_csv
+
+    limits: list[int] = []
+    create = data_plane.ClosableOutputStream.create
+
+    def spy(close_callback, flush_callback, data_buffer_time_limit_ms):
+        limits.append(data_buffer_time_limit_ms)
+        return create(close_callback, flush_callback, data_buffer_time_limit_ms)
+
+    monkeypatch.setattr(data_plane.ClosableOutputStream, "create", staticmethod(spy))
+    write_csv(tmp_path / "ids.csv", 3000)
+    convert(tmp_path, {"train": {"format": "csv", "paths": ["ids.csv"]}}, via="engine",
+            beam_args=[*RUNNER, "--direct_running_mode=multi_threading",
+                       "--direct_num_workers=2"])
+    assert beam_fixes.applied()
+    assert limits and set(limits) == {0}, sorted(set(limits))
+
+
+def test_why_beams_time_based_stream_loses_data() -> None:
+    """The Beam bug itself, made deterministic: the flusher sends get(), then _clear()s; what
+    the bundle thread writes while the send blocks (a full send queue) is lost. If this test
+    fails, Beam fixed its stream: transforms/beam_fixes.py can go (keep the stress test)."""
+    sent: list[bytes] = []
+    sending, written = threading.Event(), threading.Event()
+
+    def blocking_send(data: bytes) -> None:  # a send queue full of large elements
+        sending.set()
+        written.wait(5)
+        sent.append(data)
+
+    stream = data_plane.TimeBasedBufferingClosableOutputStream(
+        close_callback=sent.append, flush_callback=blocking_send, time_flush_threshold_ms=50)
+    stream.write(b"element-1;")
+    assert sending.wait(5)  # the timer thread is flushing element 1
+    stream.write(b"element-2;")  # the bundle thread goes on writing
+    written.set()
+    stream.close()
+    assert b"".join(sent) == b"element-1;", "Beam no longer loses element 2: see docstring"
