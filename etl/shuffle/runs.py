@@ -8,6 +8,8 @@ every run, so the only per-record work of a shard is Arrow's C-level `take`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -126,23 +128,54 @@ class MemorySlice(RunSlice):
         return self.data[start:end]
 
 
+class OpenFiles:
+    """One read handle per file for the slices of one shard, closed together: a shard reads
+    each of its files many times (a block of index, then pieces of payload), and an open is
+    a request on an object store."""
+
+    def __init__(self) -> None:
+        self._handles: dict[str, BinaryIO] = {}
+
+    def get(self, path: str) -> BinaryIO:
+        if path not in self._handles:
+            self._handles[path] = fs.open_read(path)
+        return self._handles[path]
+
+    def __enter__(self) -> OpenFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        handles, self._handles = self._handles, {}
+        for fh in handles.values():
+            fh.close()
+
+
 @dataclass
 class FileSlice(RunSlice):
     """A slice of a run stored in the spill layout at byte `base` of `path`; nothing is read
-    until asked, and then only the records asked for."""
+    until asked, and then only the records asked for (through `files` when set)."""
 
     path: str
     base: int
     n: int  # records of the whole run
     a: int
     b: int
+    files: OpenFiles | None = None
 
     def __len__(self) -> int:
         return self.b - self.a
 
+    @contextmanager
+    def _open(self) -> Iterator[BinaryIO]:
+        if self.files is not None:
+            yield self.files.get(self.path)
+            return
+        with fs.open_read(self.path) as fh:
+            yield fh
+
     def index(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lo, hi, n, at = lo + self.a, hi + self.a, self.n, self.base + HEADER.size
-        with fs.open_read(self.path) as fh:
+        with self._open() as fh:
             fh.seek(at + 8 * lo)
             keys = np.frombuffer(fh.read(8 * (hi - lo)), "<u8")
             fh.seek(at + 8 * n + 8 * lo)
@@ -155,7 +188,7 @@ class FileSlice(RunSlice):
 
     def payload(self, lo: int, hi: int) -> bytes:
         n, at = self.n, self.base + HEADER.size
-        with fs.open_read(self.path) as fh:
+        with self._open() as fh:
             fh.seek(at + 16 * n + 8 * (lo + self.a))
             start = np.frombuffer(fh.read(8), "<u8")
             fh.seek(at + 16 * n + 8 * (hi + self.a))

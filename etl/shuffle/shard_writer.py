@@ -22,7 +22,7 @@ from etl import fs
 from etl.shuffle.keys import ID_POSITION_BITS
 from etl.shuffle.merge import merged_batches
 from etl.shuffle.planning import ShardPlan
-from etl.shuffle.runs import RunSlice
+from etl.shuffle.runs import FileSlice, OpenFiles, RunSlice
 from etl.tfrecord import COMPRESSIONS, Compressor
 from etl.wire import BINARY, binary, data_of
 
@@ -64,7 +64,7 @@ def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
     per_input: Counter[int] = Counter()
     comp = Compressor(compression)
     final = fs.join(staging_dir, name)
-    with attempt_file(final) as fh:
+    with shared_handles(slices), attempt_file(final) as fh:
         for src, local, ids, sizes in merged_batches(slices, plan.skip, plan.take):
             found += len(src)
             files, counts = np.unique(ids >> np.uint64(ID_POSITION_BITS), return_counts=True)
@@ -82,6 +82,20 @@ def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
         fh.write(tail)
     return ShardResult(plan.split, plan.index, plan.num_shards, name, found, size,
                        sha.hexdigest(), {str(f): c for f, c in sorted(per_input.items())})
+
+
+@contextmanager
+def shared_handles(slices: list[RunSlice]) -> Iterator[None]:
+    """The file slices read through one handle per file while the shard is written."""
+    on_files = [s for s in slices if isinstance(s, FileSlice)]
+    with OpenFiles() as files:
+        for s in on_files:
+            s.files = files
+        try:
+            yield
+        finally:
+            for s in on_files:
+                s.files = None
 
 
 @contextmanager
