@@ -17,7 +17,7 @@ from etl.config import job_from_dict
 from etl.schema import load_schema
 from etl.shuffle import engine, files, strategy_for
 from tests.helpers import cli
-from transforms.coders import ChunkCoder, SortedRunCoder
+from transforms.coders import ChunkCoder, PlainDataclassCoder, SortedRunCoder
 from transforms.convert import ConvertSpec, ConvertToShards
 from transforms.job import plan_reads
 
@@ -93,6 +93,8 @@ def test_dataflow_translation_of_the_engine_path(tmp_path) -> None:
     assert isinstance(value, ChunkCoder) and value.is_deterministic()
     runs = pcolls[steps["Convert/ReadEncode"].outputs["None"]].coder_id
     assert isinstance(context.coders[runs], SortedRunCoder)
+    tasks = pcolls[only(steps["Convert/SplitFiles"].outputs.values())].coder_id
+    assert isinstance(context.coders[tasks], PlainDataclassCoder)  # into DistributeReads
 
 
 def test_job_graph_does_not_grow_with_the_number_of_input_files(tmp_path) -> None:

@@ -1,4 +1,5 @@
-"""Beam coders for what the engine shuffle moves: sorted runs and per-shard chunks.
+"""Beam coders for what crosses a shuffle: sorted runs and per-shard chunks (the engine),
+read tasks and shard tasks (Reshuffles).
 
 Declared (registered and named by `with_output_types` in transforms/convert.py) instead of
 left to Beam's fallback, which pickles: a pickle is not a declared wire format, is not
@@ -18,7 +19,9 @@ import struct
 import apache_beam as beam
 import numpy as np
 
+from etl.read_plan import ReadTask
 from etl.shuffle.engine import Chunk
+from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import SortedRun
 
 _N = struct.Struct("<Q")
@@ -83,5 +86,30 @@ class SortedRunCoder(beam.coders.Coder):
         return SortedRun
 
 
+class PlainDataclassCoder(beam.coders.Coder):
+    """Frozen dataclasses of plain fields (read tasks, shard plans), field by field: Beam's
+    deterministic encoding of FastPrimitivesCoder, which refuses what it cannot order."""
+
+    def __init__(self) -> None:
+        self._coder = beam.coders.FastPrimitivesCoder().as_deterministic_coder("tfrecord-etl")
+
+    def encode(self, value: object) -> bytes:
+        return self._coder.encode(value)
+
+    def decode(self, encoded: bytes) -> object:
+        return self._coder.decode(encoded)
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
 beam.coders.registry.register_coder(Chunk, ChunkCoder)
 beam.coders.registry.register_coder(SortedRun, SortedRunCoder)
+for _plain in (ReadTask, ShardPlan):
+    beam.coders.registry.register_coder(_plain, PlainDataclassCoder)

@@ -394,7 +394,7 @@ class ConvertToShards(beam.PTransform):
                                                     spec.read_plan))
         if spec.spread_files:  # several files to scan for cut points: on several workers
             units = units | "DistributeFiles" >> beam.Reshuffle()
-        tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec))
+        tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec)).with_output_types(ReadTask)
         if spec.spread_reads:
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
         run_type = files.SpillRef if spec.via == files.NAME else SortedRun  # coders.py
@@ -415,7 +415,8 @@ class ConvertToShards(beam.PTransform):
             # input: no Flatten, which the local runner would run as a stage of its own)
             refs = blocks | "SlimRefs" >> beam.Map(_slim)
             shards = (plan
-                      | "ShardTasks" >> beam.FlatMap(_files_tasks, beam.pvalue.AsList(refs))
+                      | "ShardTasks" >> beam.FlatMap(_files_tasks, beam.pvalue.AsList(refs)
+                                                   ).with_output_types(tuple[ShardPlan, tuple[str, ...]])
                       | "DistributeShards" >> beam.Reshuffle())
             results = shards | "WriteShards" >> beam.ParDo(
                 _WriteShardFn(spec, self.held, self.tally))
