@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from apache_beam.options.pipeline_options import (
     DirectOptions,
     GoogleCloudOptions,
     PipelineOptions,
+    PortableOptions,
     StandardOptions,
     TestOptions,
 )
@@ -206,7 +208,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     attempt.runner = str(getattr(runner, "__name__", runner) or "")
     schema = load_schema(job.schema_path)
     read_plan = plan_reads(job)
-    check_worker_access(job, read_plan.inputs, runner)  # before building anything for workers
+    check_worker_access(job, read_plan.inputs, runner, given)  # before building for workers
     output_guard.check_inputs_readable([i["path"] for i in read_plan.inputs])
     # every input's content fingerprint: the skip check, the run key and the manifest
     try:
@@ -408,10 +410,17 @@ def launch_only(options: PipelineOptions) -> str:
     return ""
 
 
-def check_worker_access(job: JobConfig, inputs: list[dict[str, Any]], runner: Any) -> None:
+def check_worker_access(job: JobConfig, inputs: list[dict[str, Any]], runner: Any,
+                        options: PipelineOptions | None = None) -> None:
     """Off the local runner, workers run on other machines: every input and the output must be
-    on storage they reach (gs://...), not on this machine's disk."""
+    on storage they reach (gs://...), not on this machine's disk. Unless the workers are on
+    this host (`workers_on_this_host`): a portable worker pool started here reads local
+    paths as the launcher does."""
     if is_local(runner):
+        return
+    if options is not None and workers_on_this_host(options):
+        log.info("workers of runner %s run on this host (%s): local inputs and output allowed",
+                 runner, _environment(options))
         return
     local = [i["path"] for i in inputs if not fs.is_remote(i["path"])]
     if local:
@@ -421,6 +430,30 @@ def check_worker_access(job: JobConfig, inputs: list[dict[str, Any]], runner: An
     if not fs.is_remote(job.output):
         raise ConfigError(f"{job.path}: runner {runner} runs on other machines, which cannot "
                           f"write the local output {job.output}; use a gs:// output")
+
+
+_THIS_HOST = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def workers_on_this_host(options: PipelineOptions) -> bool:
+    """A portable runner whose SDK workers run on this machine: `--environment_type=LOOPBACK`
+    (in the launcher) or `PROCESS` (started here), or `EXTERNAL` with a worker pool at a
+    loopback address (`--environment_config=localhost:PORT`, as the README's rehearsal of a
+    Dataflow job starts it). Dataflow and DOCKER workers never read this machine's disk."""
+    if "Dataflow" in str(options.view_as(StandardOptions).runner):
+        return False
+    kind, config = _environment(options)
+    if kind in ("LOOPBACK", "PROCESS"):
+        return True
+    if kind == "EXTERNAL":
+        host = config.rsplit(":", 1)[0] if ":" in config else config
+        return host.lower() in _THIS_HOST or host == socket.gethostname()
+    return False
+
+
+def _environment(options: PipelineOptions) -> tuple[str, str]:
+    portable = options.view_as(PortableOptions)
+    return ((portable.environment_type or "").upper(), str(portable.environment_config or ""))
 
 
 def preflight(job: JobConfig, inputs: list[dict[str, Any]], temp_root: str | None) -> None:
