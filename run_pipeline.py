@@ -6,6 +6,7 @@
                                [--lock-stale-after 24h] [--debug] [Beam options...]
                                [--date D | --from D1 --to D2 [--reverse] [--parallel N]]
                                [--dry-run] [--only missing|failed|all] [--allow-missing] [--force]
+                               [--estimate]
     python run_pipeline.py history OUT_ROOT        # the run history beside dated outputs
     python run_pipeline.py verify OUT
     python run_pipeline.py spec SCHEMA.yaml
@@ -23,7 +24,7 @@ Dates: a job's source paths, output and shuffle.seed may hold {date} {YYYY} {MM}
 failed span. A span whose output is published and current is skipped (exit 0); --force rebuilds.
 
 Exit codes (a range exits with its worst span's, mildest first: 0 < 4 < 5 < 3 < 2 < 1):
-  0  success, or skipped because the published output is current (also --dry-run)
+  0  success, or skipped because the published output is current (also --dry-run, --estimate)
   1  other failure (the message says what and where)
   2  bad job, schema or arguments (also a refused output, a span with no input files)
   3  bad input: more rejected records than max_bad_fraction allows, or unreadable rest of a file
@@ -85,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", help="override the job file's output")
     run.add_argument("--sample", action="store_true",
                      help="also print one decoded record (imports TensorFlow: ~4 s, ~600 MB)")
+    run.add_argument("--estimate", action="store_true",
+                     help="launch nothing: sample the inputs and print records, bytes to "
+                          "shuffle, CPU, workers × hours, object operations and a cost range "
+                          "for the runner and machines the Beam options name (exit 0)")
     run.add_argument("--report", action="store_true",
                      help="after a span is published (or skipped as current without a current "
                           "report), write its report beside the data, with drift against the "
@@ -263,6 +268,13 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
     if args.dry_run:
         _imports_done()
         return backfill.dry_run(jobs, args.only, args.force, args.allow_missing)
+    if args.estimate:
+        from transforms.estimate import estimate_lines  # noqa: PLC0415 - imports Beam
+
+        _imports_done()
+        for job in jobs:
+            print("\n".join(estimate_lines(job, beam_args)))
+        return 0
     if args.first is None:
         from transforms.summary import run_and_report  # noqa: PLC0415 - imports Beam
 
