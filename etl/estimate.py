@@ -43,8 +43,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _load(name: str) -> dict[str, Any]:
-    with open(os.path.join(_HERE, name), encoding="utf-8") as fh:
-        return json.load(fh)
+    return json.loads(fs.read_text(os.path.join(_HERE, name)))
 
 
 @dataclass
