@@ -80,9 +80,9 @@ def remove_attempts(staging: str, names: list[str]) -> None:
         return
     pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")\.[0-9a-f]{12}"
                          + re.escape(ATTEMPT_SUFFIX))
+    here = staging.rstrip("/")
     fs.delete([p for p, _ in fs.list_dir(staging)
-               if fs.dirname(p) == fs.dirname(fs.join(staging, "x"))
-               and pattern.fullmatch(fs.basename(p))])
+               if fs.dirname(p) == here and pattern.fullmatch(fs.basename(p))])
 
 
 def first_rejected(staging: str) -> dict[str, Any] | None:
