@@ -244,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     except EtlError as e:
         _report(f"error: {e}", e, debug)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # SIGINT or SIGTERM (etl.signals): one line, 130 / 143
+        code = getattr(e, "exit_code", 130)
+        _report(f"error: {e}" if str(e) else "error: interrupted", e, debug, console)
+        return code
     except Exception as e:  # noqa: BLE001 - a bug: still one line, the traceback on --debug
         _report(f"error: unexpected {type(e).__name__}: {e}".splitlines()[0]
                 + ("" if debug else " (rerun with --debug for the traceback)"), e, debug)
@@ -306,10 +307,15 @@ def _ours_only(record: logging.LogRecord) -> bool:
             or name.startswith("apache_beam.options"))
 
 
-def _report(line: str, exc: BaseException, debug: bool) -> None:
+def _report(line: str, exc: BaseException, debug: bool, stream: object = None) -> None:
+    """The one error line (after a signal on `stream`, the terminal's own stderr: fd 2 may
+    stay with the run's log while Beam's threads unwind)."""
+    out = stream if stream is not None else sys.stderr
     if debug:
-        traceback.print_exception(exc, file=sys.stderr)
-    print(line, file=sys.stderr)
+        traceback.print_exception(exc, file=out)  # type: ignore[arg-type]
+    print(line, file=out)  # type: ignore[arg-type]
+    if stream is not None:
+        stream.flush()  # type: ignore[attr-defined]
 
 
 def _imports_done() -> None:
@@ -318,7 +324,14 @@ def _imports_done() -> None:
     gc.enable()
 
 
+def _main_handling_signals() -> int:
+    from etl import signals  # noqa: PLC0415
+
+    with signals.handled():
+        return main()
+
+
 if __name__ == "__main__":
-    code = main()
+    code = _main_handling_signals()
     gc.freeze()  # nothing left to collect that the OS will not reclaim faster at exit
     sys.exit(code)

@@ -16,9 +16,10 @@ import json
 import os
 from typing import Any
 
-from etl import fs
+from etl import fs, signals
 from etl.errors import LockedError, StorageError
 from etl.manifest import MANIFEST, PRODUCER, SUCCESS
+from etl.pause import pause
 
 
 def publish(staging: str, output: str, run_id: str, aside: str | None = None) -> None:
@@ -28,34 +29,59 @@ def publish(staging: str, output: str, run_id: str, aside: str | None = None) ->
     if a step fails the old output is put back. A crash between the two renames leaves the
     old output in the aside, and the next run puts it back (etl.output_guard.recover_leftovers).
 
+    The whole publish is a critical section (etl.signals): a SIGINT/SIGTERM that arrives
+    before `_SUCCESS` is written rolls the output back and raises Interrupted; one that
+    arrives after it lets the publish complete, then raises.
+
     Object-store outputs are published by `publish_version` (etl.remote_output.RemoteRun).
     """
     if fs.is_remote(output):
         raise StorageError(f"{output}: object-store outputs are published as versions "
                            "(etl.remote_output), not by renames")
     aside = aside or os.path.join(os.path.dirname(os.path.abspath(staging)), f"old-{run_id}")
-    moved = False
+    with signals.critical():
+        pause("publish:start")
+        signals.raise_pending(signals.UNCHANGED)
+        moved = placed = False
+        try:
+            if os.path.lexists(output):
+                os.replace(output, aside)
+                moved = True
+            pause("publish:aside")
+            if signals.pending() is None:
+                os.replace(staging, output)
+                placed = True
+                pause("publish:renamed")
+            if signals.pending() is None:
+                fs.write_bytes(os.path.join(output, SUCCESS), b"")
+                _fsync_dir(os.path.dirname(os.path.abspath(output)))
+        except BaseException as e:
+            _roll_back(staging, output, aside, moved, placed)
+            if isinstance(e, OSError | StorageError):
+                raise StorageError(f"cannot publish {output}: {e}; the previous output is "
+                                   "unchanged") from e
+            raise
+        if signals.pending() is not None:  # nothing current changed yet: back out
+            _roll_back(staging, output, aside, moved, placed)
+            signals.raise_pending(signals.UNCHANGED)
+        pause("publish:success")
+        if moved:
+            fs.delete_tree(aside)
+
+
+def _roll_back(staging: str, output: str, aside: str, moved: bool, placed: bool) -> None:
+    """Undo the renames done so far: new version back to staging, old one back in place.
+    If that fails the old output stays in `aside` inside the run's directory, which the run
+    then keeps (etl.output_guard: the next run puts it back)."""
     try:
-        if os.path.lexists(output):
-            os.replace(output, aside)
-            moved = True
-        os.replace(staging, output)
+        if placed:
+            os.replace(output, staging)
+        if moved:
+            os.replace(aside, output)
     except OSError as e:
-        if moved:
-            os.replace(aside, output)
-        raise StorageError(f"cannot move the new output into place at {output}: "
-                           f"{e.strerror or e}; the previous output is unchanged") from e
-    try:
-        fs.write_bytes(os.path.join(output, SUCCESS), b"")
-        _fsync_dir(os.path.dirname(os.path.abspath(output)))
-    except (OSError, StorageError) as e:
-        os.replace(output, staging)  # new version back out, old one back in
-        if moved:
-            os.replace(aside, output)
-        raise StorageError(f"cannot write {SUCCESS} in {output}: {e}; the previous output "
-                           "is unchanged") from e
-    if moved:
-        fs.delete_tree(aside)
+        raise StorageError(f"cannot put the previous output back at {output}: "
+                           f"{e.strerror or e}; it is kept at {aside}, and the next run "
+                           "restores it") from e
 
 
 def _fsync_dir(path: str) -> None:
@@ -87,6 +113,7 @@ def publish_version(store: Any, staging: str, files: list[str], output: str, ver
     src = staging.rstrip("/") + "/"
     dst = output.rstrip("/") + "/" + version + "/"
     for name in files:
+        signals.raise_pending(signals.UNCHANGED)  # a signal while copying: nothing current changed
         try:
             if fs.is_remote(src):
                 store.copy_new(src + name, dst + name)
@@ -100,6 +127,8 @@ def publish_version(store: Any, staging: str, files: list[str], output: str, ver
     except Conflict as e:
         raise StorageError(f"cannot publish {dst + SUCCESS}: already there; nothing "
                            "published") from e
+    pause("publish:copied")
+    signals.raise_pending(signals.UNCHANGED)
     pointer = {"producer": PRODUCER, "version": version, "run_id": version,
                "manifest": f"{version}/{MANIFEST}", "previous": previous,
                "published": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
@@ -108,10 +137,12 @@ def publish_version(store: Any, staging: str, files: list[str], output: str, ver
         store.write(url, json.dumps(pointer, indent=1).encode(), seen_generation)
     except Conflict as e:
         found = store.read(url)
-        if found is not None and _names(found[0]) == version:
-            return  # our own write landed; only its reply was lost (and retried)
-        raise LockedError(f"{output} was published by another run while this one was working "
-                          f"(its {SUCCESS} changed); this run published nothing") from e
+        if found is None or _names(found[0]) != version:
+            raise LockedError(f"{output} was published by another run while this one was "
+                              f"working (its {SUCCESS} changed); this run published "
+                              "nothing") from e
+        # else our own write landed; only its reply was lost (and retried)
+    pause("publish:pointer")
 
 
 def _names(raw: bytes) -> str | None:

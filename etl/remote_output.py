@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from etl import fs
+from etl import fs, signals
 from etl.errors import ConfigError, StorageError
 from etl.manifest import PRODUCER, SUCCESS
 from etl.object_store import Conflict, ObjectInfo, Store, split
@@ -240,19 +240,22 @@ class RemoteRun:
 
     def publish(self, staging: str) -> None:
         """Copy staging to OUT/{run_id}/, then swing the pointer (etl.publish.publish_version);
-        then remove versions older than the previous one."""
+        then remove versions older than the previous one. A critical section (etl.signals):
+        a signal before the pointer is written publishes nothing (this run's copies are
+        removed on the way out), one after it lets the publish complete, then raises."""
         base = staging.rstrip("/") + "/"
         files = [p[len(base):] for p, _ in fs.list_dir(staging)]
-        # claimed before the first object exists, so a kill mid-copy leaves nothing unclaimed
-        self.marker.objects = sorted(files) + [SUCCESS]
-        self.marker.save(self.store, self.output)
-        seen = self.pointer.generation if self.pointer else 0
-        previous = self.pointer.version if self.pointer else None
-        publish_version(self.store, staging, files, self.output, self.info.run_id, seen,
-                        previous)
-        self.published = True
-        keep = {self.info.run_id} | ({previous} if previous else set())
-        remove_old_runs(self.store, self.output, keep, self.info.run_id, self.stale_after)
+        with signals.critical():
+            # claimed before the first object exists, so a kill mid-copy leaves nothing unclaimed
+            self.marker.objects = sorted(files) + [SUCCESS]
+            self.marker.save(self.store, self.output)
+            seen = self.pointer.generation if self.pointer else 0
+            previous = self.pointer.version if self.pointer else None
+            publish_version(self.store, staging, files, self.output, self.info.run_id, seen,
+                            previous)
+            self.published = True
+            keep = {self.info.run_id} | ({previous} if previous else set())
+            remove_old_runs(self.store, self.output, keep, self.info.run_id, self.stale_after)
 
 
 def stat_pointer(store: Store, output: str) -> ObjectInfo | None:

@@ -64,12 +64,23 @@ class RunLog(logging.Handler):
         drain = threading.Thread(target=self._drain, args=(read_end,), daemon=True,
                                  name="etl-stderr-to-log")
         drain.start()
+        spare = os.dup(write_end)
+        kept = False
         try:
             with stderr_fd_to(write_end):
                 os.close(write_end)  # fd 2 holds the last copy: restoring it ends the drain
                 yield
+        except KeyboardInterrupt:
+            # a signal (etl.signals): worker threads still unwinding print their bundle's
+            # traceback to stderr; it goes to this log for the rest of the process, and the
+            # command line prints its one line on its own copy of the terminal's stderr
+            os.dup2(spare, 2)
+            kept = True
+            raise
         finally:
-            drain.join(timeout=2)  # worker processes still holding it: do not wait for them
+            os.close(spare)
+            if not kept:
+                drain.join(timeout=2)  # worker processes still holding it: do not wait
 
     def _drain(self, fd: int) -> None:
         try:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import multiprocessing
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,7 +38,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from etl import fs
+from etl import fs, signals
 from etl.config import JobConfig, job_from_dict, load_job
 from etl.errors import (
     EXIT_BAD_INPUT,
@@ -48,6 +50,7 @@ from etl.errors import (
     ConfigError,
     EtlError,
 )
+from etl.pause import pause
 from etl.spans import Span, fill, parse_date, placeholders, span_range, strings_in
 
 log = logging.getLogger(__name__)
@@ -118,6 +121,8 @@ class Outcome:
                     f"{self.seconds:.1f}s")
         elif self.status == "skipped":
             text = f"{head}skipped  {self.reason}"
+        elif self.status == "interrupted":
+            text = f"{head}interrupted (exit {self.exit_code})  {self.reason}"
         else:
             text = f"{head}failed (exit {self.exit_code})  {self.reason}"
         return text + (f"\n{'':<12}{self.report}" if self.report else "")
@@ -424,7 +429,10 @@ def dry_run(jobs: list[JobConfig], only: str, force: bool, allow_missing: bool,
 
 def run_range(jobs: list[JobConfig], requests: list[Request], only: str, parallel: int = 1,
               out: Callable[[str], None] = print, debug: bool = False) -> int:
-    """Run the spans (one line each, in span order) and return the worst exit code."""
+    """Run the spans (one line each, in span order) and return the worst exit code.
+    A signal (etl.signals) ends the range: no span starts after it, the spans that ran say
+    so on their lines, and Interrupted goes up to the command line with what became of the
+    range as its text."""
     slots: list[Outcome | None] = []  # None: the next result of the spans that run
     todo: list[Request] = []
     for job, req in zip(jobs, requests, strict=True):
@@ -436,10 +444,25 @@ def run_range(jobs: list[JobConfig], requests: list[Request], only: str, paralle
             todo.append(req)
     results = _run_all(todo, parallel, debug)
     outcomes: list[Outcome] = []
-    for slot in slots:
-        outcome = slot if slot is not None else next(results)
-        outcomes.append(outcome)
-        out(outcome.line())
+    taken = 0  # outcomes of `todo` printed so far
+    try:
+        for slot in slots:
+            outcome = slot
+            if outcome is None:
+                outcome = next(results)
+                taken += 1
+            outcomes.append(outcome)
+            out(outcome.line())
+    except signals.Interrupted as e:
+        late = getattr(e, "outcomes", [])  # --parallel: every span's, in request order
+        for outcome in late[taken:]:
+            if outcome is not None:
+                outcomes.append(outcome)
+                out(outcome.line())
+        done = sum(1 for o in outcomes if o.status != "interrupted")
+        e.when = (f"after {done} of {len(slots)} span(s); no further span was started"
+                  + (f" ({e.when})" if e.when else ""))
+        raise
     n = {s: sum(1 for o in outcomes if o.status == s) for s in ("ok", "skipped", "failed")}
     code = worst([o.exit_code for o in outcomes])
     out(f"{len(outcomes)} span(s): {n['ok']} ok, {n['skipped']} skipped, {n['failed']} failed "
@@ -449,22 +472,84 @@ def run_range(jobs: list[JobConfig], requests: list[Request], only: str, paralle
 
 def _run_all(todo: list[Request], parallel: int, debug: bool) -> Iterator[Outcome]:
     """Sequentially in this process, or up to `parallel` at once in worker processes; the
-    outcomes come back in request order either way."""
+    outcomes come back in request order either way. After a signal none starts."""
     if parallel <= 1 or len(todo) <= 1:
-        for req in todo:
+        for i, req in enumerate(todo):
+            if i:
+                pause("between-spans")
             yield run_span(req)
         return
     ctx = worker_context()
+    stop = ctx.Event()
     with ProcessPoolExecutor(max_workers=min(parallel, len(todo)), mp_context=ctx,
-                             initializer=_worker_logging, initargs=(debug,)) as pool:
-        futures: list[Future[Outcome]] = [pool.submit(run_span, r) for r in todo]
+                             initializer=_worker_setup, initargs=(debug, stop)) as pool:
+        futures: list[Future[Outcome]] = [pool.submit(_worker_span, r) for r in todo]
         try:
             for f in futures:
-                yield f.result()
-        except BaseException:
+                outcome = f.result()
+                if outcome.status == "interrupted":  # a worker got the signal first
+                    raise signals.Interrupted(outcome.exit_code - 128)
+                yield outcome
+        except BaseException as e:
+            stop.set()  # before the signal goes on: a worker checks it after arming
             for f in futures:
                 f.cancel()
+            if isinstance(e, KeyboardInterrupt):
+                _forward(pool, getattr(e, "signum", signal.SIGINT))
+            pool.shutdown(wait=True, cancel_futures=True)
+            if isinstance(e, signals.Interrupted):  # what the workers did meanwhile
+                e.outcomes = [_finished(f) for f in futures]  # type: ignore[attr-defined]
             raise
+
+
+def _finished(f: Future[Outcome]) -> Outcome | None:
+    """A worker's outcome once the range stopped: None if its span never started."""
+    if f.cancelled() or not f.done() or f.exception() is not None:
+        return None
+    outcome = f.result()
+    return None if outcome.reason == NOT_STARTED else outcome
+
+
+NOT_STARTED = "not started: the range was interrupted"
+
+
+def _forward(pool: ProcessPoolExecutor, signum: int) -> None:
+    """The signal to every worker process (a SIGTERM sent to this process alone, as a
+    scheduler may send it, reaches the spans running in workers too). A worker that is
+    idle ignores it; one running a span stops it cleanly (its history says so)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            os.kill(proc.pid, signum)
+        except (ProcessLookupError, AttributeError, TypeError):
+            pass
+
+
+_stop: Any = None  # in a worker process: the range's stop event (set by _worker_setup)
+
+
+def _worker_setup(debug: bool, stop: Any) -> None:
+    """A worker process: logging as the command line's; signals ignored while idle (the
+    parent decides: it sets `stop` and forwards the signal to the spans that run)."""
+    global _stop  # noqa: PLW0603 - per worker process, set once by the pool's initializer
+    _stop = stop
+    for s in signals.HANDLED:
+        signal.signal(s, signal.SIG_IGN)
+    _worker_logging(debug)
+
+
+def _worker_span(req: Request) -> Outcome:
+    """run_span in a worker: not started once the range was stopped; a signal while it runs
+    ends it as an "interrupted" outcome (its history entry written by run_job)."""
+    with signals.handled():
+        try:
+            if _stop is not None and _stop.is_set():
+                return Outcome(req.span and str(req.span), "interrupted", 130, req.output or "",
+                               reason=NOT_STARTED)
+            return run_span(req)
+        except KeyboardInterrupt as e:
+            code = getattr(e, "exit_code", 130)
+            return Outcome(req.span and str(req.span), "interrupted", code, req.output or "",
+                           reason=fs.first_line(e) if str(e) else "interrupted")
 
 
 def worker_context() -> Any:

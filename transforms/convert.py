@@ -29,10 +29,11 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.utils.shared import Shared
 
-from etl import fs
+from etl import fs, signals
 from etl.codec import Encoder
 from etl.error_wire import wire_errors
 from etl.finalize import finalize_run
+from etl.pause import pause
 from etl.prefetch import ordered_map, prefetch
 from etl.progress import Tally, TaskBytes
 from etl.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
@@ -143,6 +144,8 @@ class _ReadEncodeFn(beam.DoFn):
         span = TaskBytes(*task.byte_range)  # this task's input bytes, credited per block
         blocks = prefetch(self.readers[task.source].read_split(task.split))
         for done in ordered_map(lambda block: self._stage1(task, block), blocks):
+            signals.check_cancelled("reading")  # the launcher got a signal: stop here
+            pause("read")
             # counters are updated here, in the bundle's thread, where Beam tracks metrics
             bad = sum(b.get("count", 1) for b in done.rejected)
             got = span.advance(done.end_offset)
@@ -284,6 +287,7 @@ def plan_shards(stats: ShuffleStats, spec: ConvertSpec, tally: Shared | None = N
     live = _tally(tally)
     if live is not None:
         live.stage("planning")
+    pause("shuffle")
     return make_plan(stats, spec.splits, spec.shards, spec.shard_size, spec.max_shard_bytes)
 
 
@@ -310,6 +314,8 @@ class _WriteShardFn(beam.DoFn):
         spec = self.spec
         if self.tally is not None:
             self.tally.stage("writing shards")
+        signals.check_cancelled("writing shards")
+        pause("write")
         if spec.via == files.NAME:
             shard, spills = element
             result = files.write_files_shard(shard, spills, spec.staging_dir, spec.compression,
@@ -358,6 +364,8 @@ def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str
     live = _tally(tally)
     if live is not None:
         live.stage("finalizing")
+    signals.check_cancelled("finalizing")
+    pause("finalize")
 
     from etl.schema import schema_from_dict  # noqa: PLC0415
 

@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -39,14 +40,14 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.utils.shared import Shared
 
-from etl import fs, history, idempotence, output_guard
+from etl import fs, history, idempotence, output_guard, signals
 from etl.accounting import check_threshold
 from etl.config import DEFAULT_SPLIT_BYTES, JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
 from etl.errors import BadInputError, ConfigError, EtlError, LockedError
 from etl.finalize import first_rejected
 from etl.fingerprint import with_fingerprints
-from etl.manifest import MANIFEST, REJECTED_FILE, record_run
+from etl.manifest import MANIFEST, REJECTED_FILE, SUCCESS, record_run
 from etl.progress import ProgressConfig, Tally
 from etl.publish import publish
 from etl.read_plan import ReadPlan, needs_scan, plan_units
@@ -87,6 +88,7 @@ class Attempt:
     runner: str = ""
     dataflow_job_id: str = ""
     accepted: bool = False  # the output passed preflight: a failure may be recorded beside it
+    published: bool = False  # the new output is in place (a later signal does not undo it)
     counts: dict[str, int] | None = field(default=None)
 
 
@@ -151,10 +153,28 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
                       lock_stale_after=lock_stale_after, capture_stderr=capture_stderr,
                       progress=progress)
     except BaseException as e:
-        record_history(job, attempt, failure=e)
-        raise
+        failure = _as_interrupted(e, attempt)
+        record_history(job, attempt, failure=failure)
+        if failure is e:
+            raise
+        raise failure from e
     record_history(job, attempt, result=result)
     return result
+
+
+def _as_interrupted(e: BaseException, attempt: Attempt) -> BaseException:
+    """A signal is what stopped the run, whatever the runner made of it (a bundle that saw
+    the cancel flag fails with Cancelled inside the runner's own error); its message says
+    whether the output changed."""
+    signum = signals.received()
+    if isinstance(e, signals.Interrupted):
+        if not e.when:
+            e.when = signals.PUBLISHED if attempt.published else signals.UNCHANGED
+        return e
+    if isinstance(e, KeyboardInterrupt) or (signum is not None and not isinstance(e, EtlError)):
+        return signals.Interrupted(signum or signal.SIGINT,
+                                   signals.PUBLISHED if attempt.published else signals.UNCHANGED)
+    return e
 
 
 def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = None,
@@ -173,8 +193,10 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
         status = "failed"
         if isinstance(failure, EtlError):
             code = failure.exit_code
+        elif isinstance(failure, signals.Interrupted):
+            status, code = "interrupted", failure.exit_code
         elif isinstance(failure, KeyboardInterrupt):
-            code = 130
+            status, code = "interrupted", 130
         elif isinstance(failure, SystemExit):
             code = failure.code if isinstance(failure.code, int) else 1
         else:
@@ -291,6 +313,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
         bytes_total = sum(u.num_bytes for u in read_plan.units)
         reporter: live.Reporter | None = None
         failure: BaseException | None = None
+        submitted = None
         try:
             reporter = live.start(progress, tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
@@ -313,20 +336,19 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
                 rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
                 fields = {**ident.manifest_fields(), "run_id": run_id}
                 result = _check_and_publish(job, spec, run_id, started, rejected_at, remote,
-                                            fields, reporter)
-                attempt.counts = {"read": sum(i["read"] for i in result.manifest["inputs"]),
-                                  "written": sum(v["num_records"] for v in result.splits.values()),
-                                  "rejected": int(result.rejected["num_records"])}
+                                            fields, reporter, attempt)
             if reporter is not None:
                 reporter.stage("done")
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
             failure = e
+            if isinstance(e, KeyboardInterrupt) and submitted is not None:
+                cancel_remote_job(submitted, options, run_log)
         finally:
             if reporter is not None:  # before anything else is printed: the summary, an error
                 reporter.stop(final=failure is None)
             if store is not None:
                 store.release()
-            _clean_up(tmp, run_log)  # first: frees the space a full disk needs for the log
+            _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
         if local:
             output_guard.prune_logs(workdir)  # this run's log is the newest: always kept
         if failure is not None:
@@ -336,6 +358,20 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
             raise user_error(failure, log_file) from failure
         run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
         return result
+
+
+def cancel_remote_job(submitted: Any, options: PipelineOptions, run_log: RunLog) -> None:
+    """A signal while a job runs elsewhere (Dataflow): cancel it, so nothing keeps running
+    and billing after the launcher is gone (best effort: its console link is in the log)."""
+    if is_local(options.view_as(StandardOptions).runner) or not hasattr(submitted, "cancel"):
+        return
+    try:
+        submitted.cancel()
+        run_log.note("cancelled the submitted job after a signal")
+        log.warning("cancelled the submitted job %s", getattr(submitted, "job_id", lambda: "")())
+    except Exception as e:  # noqa: BLE001 - the signal's own exit matters more
+        run_log.note(f"could not cancel the submitted job: {e}")
+        log.warning("could not cancel the submitted job (cancel it in the console): %s", e)
 
 
 def read_split_bytes(job: JobConfig, options: PipelineOptions) -> int:
@@ -477,7 +513,18 @@ def _protected(job: JobConfig, inputs: list[dict[str, Any]]) -> list[str]:
     return [i["path"] for i in inputs] + extra
 
 
-def _clean_up(tmp: str, run_log: RunLog) -> None:
+def _clean_up(tmp: str, run_log: RunLog, output: str | None = None) -> None:
+    """Remove the run's directory, unless it still holds the previous output of a publish
+    that could not be rolled back (then it is put back first, or kept for the next run)."""
+    aside = fs.join(tmp, output_guard.PREVIOUS)
+    if output is not None and not fs.is_remote(tmp) and os.path.isdir(aside):
+        if not os.path.lexists(output):
+            os.replace(aside, output)
+            log.warning("put the previous output back at %s", output)
+        elif not os.path.exists(os.path.join(output, SUCCESS)):
+            log.warning("kept %s: it holds the previous output of %s (the next run puts it "
+                        "back)", tmp, output)
+            return
     try:
         fs.delete_tree(tmp)
     except Exception as e:  # noqa: BLE001 - a leftover is removed by the next run
@@ -509,7 +556,8 @@ def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: float,
                        rejected_at: str, remote: RemoteRun | None = None,
                        fields: dict[str, Any] | None = None,
-                       reporter: live.Reporter | None = None) -> JobResult:
+                       reporter: live.Reporter | None = None,
+                       attempt: Attempt | None = None) -> JobResult:
     """The finalize step left the manifest in staging (the run's one result): check the bad-
     record threshold, then publish. A run that rejected more than allowed keeps its
     dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
@@ -527,6 +575,10 @@ def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: 
         log.warning(note)
     if fields:  # what the run was made from: the next run compares it (etl.idempotence)
         manifest = record_run(staging, fields)
+    if attempt is not None:
+        attempt.counts = {"read": read,
+                          "written": sum(v["num_records"] for v in manifest["splits"].values()),
+                          "rejected": int(rejected["num_records"])}
     if reporter is not None:
         reporter.stage("publishing")
     if remote is not None:  # object store: a new version, then the pointer
@@ -534,5 +586,7 @@ def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: 
     else:  # local: the old output goes aside inside this run's directory (its marker covers it)
         publish(staging, job.output, run_id,
                 aside=os.path.join(os.path.dirname(staging), output_guard.PREVIOUS))
+    if attempt is not None:
+        attempt.published = True
     return JobResult(job.output, _split_counts(manifest), rejected, time.time() - started,
                      manifest, run_key=str(manifest.get("run_key") or ""), run_id=run_id)

@@ -18,7 +18,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from etl import fs
+from etl import fs, signals
 from etl.shuffle.keys import ID_POSITION_BITS
 from etl.shuffle.merge import merged_batches
 from etl.shuffle.planning import ShardPlan
@@ -66,6 +66,7 @@ def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
     final = fs.join(staging_dir, name)
     with shared_handles(slices), attempt_file(final) as fh:
         for src, local, ids, sizes in merged_batches(slices, plan.skip, plan.take):
+            signals.check_cancelled(f"writing {name}")
             found += len(src)
             files, counts = np.unique(ids >> np.uint64(ID_POSITION_BITS), return_counts=True)
             per_input.update(dict(zip(files.tolist(), counts.tolist(), strict=True)))

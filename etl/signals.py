@@ -1,0 +1,156 @@
+"""SIGINT and SIGTERM as part of the contract: one clean way out, publishing never torn.
+
+Airflow and systemd stop a task with SIGTERM, an operator with Ctrl-C (SIGINT). Python's
+default turns SIGINT into a KeyboardInterrupt wherever the main thread happens to be (inside
+a rollback, inside the `_SUCCESS` write) and lets SIGTERM kill the process outright (no
+history entry, the lock and the staged data left behind). `handled()` installs one handler
+for both:
+
+- the first signal raises `Interrupted` in the main thread (a KeyboardInterrupt, so every
+  clean-up that runs for Ctrl-C runs for SIGTERM too) and marks the process as cancelled:
+  our DoFns and pause points in worker threads see `cancelled()` and stop at the next batch;
+- further signals are counted, not raised: a clean-up in progress (rollback, lock release,
+  staging removal) is never cut short by a second Ctrl-C;
+- inside `critical()` (publishing) the first signal is only recorded; the section checks
+  `pending()` at its safe points (before the step that makes the new output current) and
+  rolls back, or completes and raises when it ends. Either the publish completes or the
+  old output stays.
+
+Signal handlers are per process by nature, so this module keeps the one piece of
+process-wide state the project has; `handled()` restores the previous handlers on exit.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+# what an interrupted run's one line says happened to the output
+UNCHANGED = "before publishing: nothing was published, the previous output is unchanged"
+PUBLISHED = "after publishing (the new output is in place)"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal; exit code 128 + the signal's number (130, 143)."""
+
+    def __init__(self, signum: int, when: str = "") -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.when = when  # e.g. "after publishing"
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    def __str__(self) -> str:
+        return f"interrupted by {self.name}" + (f" {self.when}" if self.when else "")
+
+
+class Cancelled(Exception):
+    """Raised in a worker thread of a run this process was told to stop: the bundle ends at
+    its next batch instead of writing on after the launcher has cleaned up."""
+
+
+@dataclass
+class _State:
+    received: int | None = None  # the first signal
+    raised: bool = False  # Interrupted was raised for it
+    depth: int = 0  # critical sections entered
+    extra: int = 0  # signals after the first
+
+
+_state = _State()
+_lock = threading.Lock()
+
+
+def _handler(signum: int, frame: object) -> None:
+    with _lock:
+        if _state.received is not None:
+            _state.extra += 1
+            return
+        _state.received = signum
+        if _state.depth:
+            return  # publishing: honoured at the section's safe point or end
+        _state.raised = True
+    raise Interrupted(signum)
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """SIGINT and SIGTERM handled as above while the block runs (main thread only: Python
+    delivers signals there; elsewhere this does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in HANDLED}
+    for s in HANDLED:
+        signal.signal(s, _handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def reset() -> None:
+    """Forget a signal (a long-lived process, e.g. a test, that goes on after one)."""
+    with _lock:
+        _state.received, _state.raised, _state.depth, _state.extra = None, False, 0, 0
+
+
+def received() -> int | None:
+    """The first signal this process got, or None."""
+    return _state.received
+
+
+def cancelled() -> bool:
+    return _state.received is not None
+
+
+def check_cancelled(where: str = "") -> None:
+    """In worker threads: stop (Cancelled) once the process got a signal."""
+    if _state.received is not None:
+        raise Cancelled(f"stopped by {signal.Signals(_state.received).name}"
+                        + (f" while {where}" if where else ""))
+
+
+def pending() -> int | None:
+    """A signal received inside a critical section and not yet raised."""
+    with _lock:
+        return _state.received if _state.received is not None and not _state.raised else None
+
+
+def raise_pending(when: str = "") -> None:
+    """Raise Interrupted for a pending signal (the critical section's safe point)."""
+    with _lock:
+        signum = _state.received if not _state.raised else None
+        if signum is None:
+            return
+        _state.raised = True
+    raise Interrupted(signum, when)
+
+
+@contextmanager
+def critical() -> Iterator[None]:
+    """Signals inside are recorded, not raised; a pending one is raised when the outermost
+    section ends (after it completed), unless the section raised it itself."""
+    with _lock:
+        _state.depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _state.depth -= 1
+            outer = _state.depth == 0
+    # reached only when the section completed: a failure inside it stands as it is (the
+    # signal is still recorded, so a range starts no further span)
+    if outer:
+        raise_pending(PUBLISHED)
