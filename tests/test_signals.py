@@ -1,0 +1,324 @@
+"""SIGINT and SIGTERM at every phase of a run, as a scheduler or an operator sends them.
+
+Each case starts `run_pipeline.py run` in a subprocess that pauses at a named phase
+(etl/pause.py: ETL_PAUSE_AT), signals it there, and checks what the contract promises
+(README, "Running unattended"): exit 130 / 143, one line on stderr, the previous output
+intact byte for byte (or, once `_SUCCESS` is written, the new one complete), a history entry
+"interrupted" with the exit code, no lock and no run directory left, and for ranges no span
+started after the signal. Local outputs and gs:// (the GCS emulator behind the precondition
+proxy of tests/gcs_proxy.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etl import history
+from etl.manifest import SUCCESS, dataset_dir, verify
+from tests.gcs_emulator import GcsEmulator
+from tests.gcs_proxy import GcsProxy
+from tests.helpers import IDS_SCHEMA, ROOT, RUN
+
+SIGNALS = [signal.SIGINT, signal.SIGTERM]
+PIPELINE = ["read", "shuffle", "write", "finalize"]
+LOCAL_PUBLISH = ["publish:start", "publish:aside", "publish:renamed"]  # before _SUCCESS
+OLD = "before publishing: nothing was published, the previous output is unchanged"
+NEW = "after publishing (the new output is in place)"
+
+
+def write_job(folder: Path, output: str, rows: int, dated: bool = False) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "schema.yaml").write_text(IDS_SCHEMA)
+    if dated:
+        for day in range(1, 5):
+            write_rows(folder / f"2026-11-0{day}.csv", rows + day)
+        paths, output = ["{date}.csv"], output + "/{date}"
+    else:
+        write_rows(folder / "ids.csv", rows)
+        paths = ["ids.csv"]
+    job = folder / "job.yaml"
+    job.write_text(json.dumps({"schema": "schema.yaml", "output": output, "shards": 2,
+                               "shuffle": {"seed": 5},
+                               "sources": {"train": {"format": "csv", "paths": paths}}}))
+    return str(job)
+
+
+def write_rows(path: Path, rows: int) -> None:
+    path.write_text("id,a,b\n" + "".join(f"{i},{i * 0.5},{-i}\n" for i in range(rows)))
+
+
+def start(args: list[str], phase: str, pause_dir: Path, env: dict[str, str] | None = None,
+          ) -> subprocess.Popen[str]:
+    pause_dir.mkdir(exist_ok=True)
+    e = dict(env or os.environ)
+    e.update(ETL_PAUSE_AT=phase, ETL_PAUSE_DIR=str(pause_dir))
+    return subprocess.Popen([sys.executable, RUN, *args], cwd=ROOT, env=e, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def signal_at(proc: subprocess.Popen[str], phase: str, pause_dir: Path, signum: int,
+              ) -> tuple[str, str]:
+    """Wait until the run pauses at `phase`, send `signum`, return (stdout, stderr)."""
+    reached = pause_dir / (phase.replace(":", "-") + ".reached")
+    deadline = time.monotonic() + 120
+    while not reached.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"never paused at {phase} (exit {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.02)
+    proc.send_signal(signum)
+    return proc.communicate(timeout=120)
+
+
+def digest(folder: str) -> dict[str, str]:
+    """sha256 of every file below a local output."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for n in names:
+            p = os.path.join(root, n)
+            out[os.path.relpath(p, folder)] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+    return out
+
+
+def last_entry(root: str) -> dict[str, Any]:
+    return history.read(root)[-1]
+
+
+def assert_interrupted(proc: subprocess.Popen[str], err: str, signum: int, when: str) -> None:
+    assert proc.returncode == 128 + signum, err
+    name = signal.Signals(signum).name
+    assert err.splitlines() == [f"error: interrupted by {name} {when}"], err
+
+
+def leftovers(out: str) -> list[str]:
+    """What the local work dir holds besides logs (a lock, run directories)."""
+    work = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".etl")
+    return sorted(n for n in os.listdir(work) if n != "logs") if os.path.isdir(work) else []
+
+
+# --------------------------------------------------------------------------- local, one run
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("phase", PIPELINE + LOCAL_PUBLISH + ["publish:success"])
+def test_a_signal_at_any_phase_leaves_one_whole_output(tmp_path: Path, phase: str,
+                                                       signum: int) -> None:
+    out = str(tmp_path / "out")
+    job = write_job(tmp_path / "job", out, rows=300)
+    first = subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    before = digest(out)
+    write_rows(tmp_path / "job" / "ids.csv", 450)  # the interrupted run's data differs
+
+    proc = start(["run", job], phase, tmp_path / "pause")
+    _, err = signal_at(proc, phase, tmp_path / "pause", signum)
+
+    published = phase == "publish:success"  # _SUCCESS written: the publish completes
+    assert_interrupted(proc, err, signum, NEW if published else OLD)
+    if published:
+        assert verify(out)["records"] == 450
+    else:
+        assert digest(out) == before  # byte for byte
+        assert verify(out)["records"] == 300
+    entry = last_entry(str(tmp_path))
+    assert (entry["status"], entry["exit_code"]) == ("interrupted", 128 + signum)
+    assert entry["error"] == f"interrupted by {signal.Signals(signum).name} " + (
+        NEW if published else OLD)
+    assert leftovers(out) == []  # no lock, no run directory, no staging
+
+
+def test_a_second_signal_during_publishing_waits_for_the_section(tmp_path: Path) -> None:
+    """Ctrl-C twice inside the publish: the first rolls it back at its next safe point, the
+    second is counted, not raised, so the rollback is never cut short."""
+    out = str(tmp_path / "out")
+    job = write_job(tmp_path / "job", out, rows=200)
+    assert subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT,
+                          capture_output=True, timeout=120).returncode == 0
+    before = digest(out)
+    write_rows(tmp_path / "job" / "ids.csv", 250)
+    pause = tmp_path / "pause"
+    proc = start(["run", job], "publish:aside", pause)
+    reached = pause / "publish-aside.reached"
+    while not reached.exists():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert_interrupted(proc, err, signal.SIGINT, OLD)
+    assert digest(out) == before
+    assert leftovers(out) == []
+
+
+# ------------------------------------------------------------------------------- ranges
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("where", ["between-spans", "read", "parallel-read"])
+def test_a_signal_ends_a_range_and_no_span_starts_after_it(tmp_path: Path, where: str,
+                                                           signum: int) -> None:
+    root = str(tmp_path / "daily")
+    job = write_job(tmp_path / "job", root, rows=100, dated=True)
+    args = ["run", job, "--from", "2026-11-01", "--to", "2026-11-04"]
+    parallel = where.startswith("parallel")
+    if parallel:
+        args += ["--parallel", "2"]
+    phase = where.removeprefix("parallel-")
+    proc = start(args, phase, tmp_path / "pause")
+    out, err = signal_at(proc, phase, tmp_path / "pause", signum)
+
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: interrupted by {name} after "), err
+    assert "no further span was started" in lines[0]
+    entries = history.read(root)
+    started = sorted(e["span"] for e in entries)
+    published = sorted(e["span"] for e in entries if e["status"] == "ok")
+    interrupted = sorted(e["span"] for e in entries if e["status"] == "interrupted")
+    if where == "between-spans":  # paused before the second span: only the first ran
+        assert (published, interrupted) == (["2026-11-01"], [])
+        assert lines[0] == (f"error: interrupted by {name} after 1 of 4 span(s); no further "
+                            "span was started")
+    elif where == "read":  # the first span, while reading
+        assert (published, interrupted) == ([], ["2026-11-01"])
+    else:  # two workers, both reading when the parent is signalled (the signal forwarded)
+        assert (published, interrupted) == ([], ["2026-11-01", "2026-11-02"])
+        assert out.splitlines() == [
+            f"2026-11-0{d}  interrupted (exit {128 + signum})  interrupted by {name} {OLD}"
+            for d in (1, 2)]
+    assert started == published + interrupted  # spans 3 and 4 never started
+    for day in range(1, 5):
+        assert leftovers(f"{root}/2026-11-0{day}") == []
+        if f"2026-11-0{day}" not in published:
+            assert not os.path.exists(f"{root}/2026-11-0{day}")
+
+
+# ------------------------------------------------------------------------------- gs://
+
+
+@pytest.fixture
+def proxy(gcs_emulator: GcsEmulator) -> Iterator[GcsProxy]:
+    with GcsProxy(gcs_emulator.endpoint) as p:
+        yield p
+
+
+def gcs_objects(emulator: GcsEmulator, prefix: str) -> dict[str, str]:
+    return {u: hashlib.sha256(emulator.download(u)).hexdigest()
+            for u in emulator.list(prefix)}
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("phase", ["read", "write", "publish:copied", "publish:pointer"])
+def test_a_signal_on_a_gcs_run_leaves_one_whole_version(tmp_path: Path, gcs_emulator,
+                                                        gcs_bucket: str, proxy: GcsProxy,
+                                                        phase: str, signum: int) -> None:
+    out = f"{gcs_bucket}/data/out"
+    env = gcs_emulator.env(endpoint=proxy.url)
+    env["ETL_STORAGE_RETRY_SECONDS"] = "30"
+    job = write_job(tmp_path / "job", out, rows=300)
+    first = subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    old_version = json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))["version"]
+    before = gcs_objects(gcs_emulator, f"{out}/{old_version}/")
+    write_rows(tmp_path / "job" / "ids.csv", 450)
+
+    proc = start(["run", job], phase, tmp_path / "pause", env)
+    _, err = signal_at(proc, phase, tmp_path / "pause", signum)
+
+    published = phase == "publish:pointer"
+    assert_interrupted(proc, err, signum, NEW if published else OLD)
+    assert gcs_objects(gcs_emulator, f"{out}/{old_version}/") == before
+    pointer = json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))
+    if published:
+        assert pointer["previous"] == old_version
+        assert verify(dataset_dir(out))["records"] == 450
+    else:
+        assert pointer["version"] == old_version
+        assert verify(dataset_dir(out))["records"] == 300
+    # nothing of the interrupted run left: its lock, marker, temp prefix and partial version
+    parent, name = out.rsplit("/", 1)
+    work = sorted(u.rsplit("/", 1)[-1] for u in gcs_emulator.list(f"{parent}/.{name}.etl/"))
+    kept = {old_version, pointer["version"]}
+    assert work == sorted(f"{v}.json" for v in kept), work
+    versions = {u[len(out) + 1:].split("/", 1)[0] for u in gcs_emulator.list(out + "/")}
+    assert versions == kept | {SUCCESS}
+    entry = history.read(parent)[-1]
+    assert (entry["status"], entry["exit_code"]) == ("interrupted", 128 + signum)
+
+
+def test_sigint_while_a_gcs_publish_waits_on_the_store(tmp_path: Path, gcs_emulator,
+                                                       gcs_bucket: str, proxy: GcsProxy) -> None:
+    """Ctrl-C while a copy into the new version hangs on the store (no pause hook: the
+    signal lands inside a client library call): exit 130, the old version still current, the
+    partial version removed."""
+    out = f"{gcs_bucket}/data/out"
+    env = gcs_emulator.env(endpoint=proxy.url)
+    env["ETL_STORAGE_RETRY_SECONDS"] = "30"
+    job = write_job(tmp_path / "job", out, rows=300)
+    assert subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT, env=env,
+                          capture_output=True, timeout=120).returncode == 0
+    old_version = json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))["version"]
+    write_rows(tmp_path / "job" / "ids.csv", 450)
+    bucket, _, key = out[len("gs://"):].partition("/")
+    proxy.hold(f"rewriteTo/b/{bucket}/o/{key}/", nth=2)
+    proc = subprocess.Popen([sys.executable, RUN, "run", job], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proxy.held.wait(60), proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the request stays held a while after the signal (what a user sees)
+    proxy.release()
+    _, err = proc.communicate(timeout=120)
+    assert_interrupted(proc, err, signal.SIGINT, OLD)
+    assert json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))["version"] == old_version
+    versions = {u[len(out) + 1:].split("/", 1)[0] for u in gcs_emulator.list(out + "/")}
+    assert versions == {old_version, SUCCESS}
+
+
+def test_ctrl_c_timed_anywhere_near_the_end_leaves_the_old_or_the_new_output(
+        tmp_path: Path) -> None:
+    """No pause hook: SIGINT at spread delays around the publish of a local run, as an
+    operator's Ctrl-C lands. Each time exactly one whole output verifies, and the message
+    says which."""
+    out = str(tmp_path / "out")
+    job = write_job(tmp_path / "job", out, rows=200)
+    t0 = time.monotonic()
+    assert subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT,
+                          capture_output=True, timeout=120).returncode == 0
+    whole = time.monotonic() - t0
+    seen = set()
+    for i, share in enumerate([0.6, 0.75, 0.85, 0.9, 0.95, 1.0, 1.05, 1.15]):
+        rows = 201 + i
+        old = verify(out)["records"]
+        write_rows(tmp_path / "job" / "ids.csv", rows)
+        proc = subprocess.Popen([sys.executable, RUN, "run", job], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(whole * share)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        records = verify(out)["records"]  # raises if neither output is whole
+        if proc.returncode == 0:
+            seen.add("finished")
+            assert records == rows
+        else:
+            assert proc.returncode == 130, err
+            new = err.splitlines() == [f"error: interrupted by SIGINT {NEW}"]
+            seen.add("new" if new else "old")
+            assert new or err.splitlines() == [f"error: interrupted by SIGINT {OLD}"], err
+            assert records == (rows if new else old)
+        assert leftovers(out) == []
+    assert "old" in seen  # at least one landed before the publish
