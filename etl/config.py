@@ -35,13 +35,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from etl import fs
 from etl.errors import ConfigError
 from etl.sources.base import DEFAULT_MAX_RECORD_BYTES
 from etl.spans import PLACEHOLDERS, Span, default_span, fill, fill_all, placeholders, strings_in
 from etl.tfrecord import COMPRESSIONS
+from etl.yaml_load import load_yaml
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
          "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
@@ -159,13 +158,12 @@ def load_job(path: str, output: str | None = None, span: Span | None = None) -> 
     without placeholders is a ConfigError (it would convert the same data for every date)."""
     text = fs.read_text_as(path, "job file", ConfigError)
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        hint = ""
-        if placeholders(text) and "flow" in str(e):
-            hint = ("; a path with a placeholder inside [...] or {...} must be quoted, e.g. "
-                    "paths: [\"raw/{date}/*.csv\"]")
-        raise ConfigError(f"{path}: not valid YAML: {e}{hint}") from e
+        doc = load_yaml(text, path, "job file")
+    except ConfigError as e:
+        if not (placeholders(text) and "not valid YAML" in str(e) and "flow" in str(e)):
+            raise
+        raise ConfigError(f"{e}; a path with a placeholder inside [...] or {{...}} must be "
+                          "quoted, e.g. paths: [\"raw/{date}/*.csv\"]") from e
     return job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output,
                          span=span)
 

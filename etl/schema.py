@@ -29,6 +29,7 @@ import yaml
 
 from etl import fs
 from etl.errors import SchemaError
+from etl.yaml_load import load_yaml
 
 KINDS = ("example", "sequence_example")
 ENCODINGS = ("values", "raw", "png", "jpeg")
@@ -321,10 +322,7 @@ def load_schema(path: str | os.PathLike[str]) -> Schema:
     """Read and validate a schema YAML file (local path or any remote path etl.fs reads)."""
     path = os.fspath(path)
     text = fs.read_text_as(path, "schema file", SchemaError)
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SchemaError(f"{path}: not valid YAML: {e}") from e
+    doc = load_yaml(text, path, "schema file", SchemaError)
     return schema_from_dict(doc, path=path)
 
 
