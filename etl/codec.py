@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from etl import columns as cols
 from etl import wire
-from etl.errors import BadRecord, RecordError
+from etl.errors import BadRecord, RecordError, quote
 from etl.schema import Feature, Schema
 from etl.sources.base import DEFAULT_MAX_RECORD_BYTES
 
@@ -163,6 +163,6 @@ def _row_preview(columns: Mapping[str, Any], row: int, limit: int = 200) -> str:
                 value = f"<{value.dtype}{list(value.shape)}>"
         except (IndexError, TypeError, KeyError):
             value = "?"
-        parts.append(f"{name}={value!r}")
+        parts.append(f"{name}={quote(value, limit)}")
     text = ", ".join(parts)
     return text if len(text) <= limit else text[: limit - 3] + "..."

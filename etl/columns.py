@@ -23,6 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from etl.errors import quote
+
 if TYPE_CHECKING:
     from etl.schema import Feature
 
@@ -91,7 +93,7 @@ def _objects_to_arrow(items: list[Any], feature: Feature | None = None,
             what = "a list of values" if want_list else "a single value"
             rows = np.flatnonzero(odd)
             flag(rows, [("wrong_type", f"expected {what} for shape {list(feature.shape)}, "
-                                       f"found {_short(items[r])}") for r in rows.tolist()])
+                                       f"found {quote(items[r], 60)}") for r in rows.tolist()])
             items = [None if o else x for x, o in zip(items, odd.tolist(), strict=True)]
             try:
                 return pa.array(items)
@@ -99,11 +101,6 @@ def _objects_to_arrow(items: list[Any], feature: Feature | None = None,
                 pass
     # Mixed types (e.g. "3" and 3): keep them as text so the conversion reports the bad ones.
     return pa.array([None if x is None else _as_text(x) for x in items], pa.large_string())
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _column(feature: Feature, col: Any, flag: Any) -> pa.Array | np.ndarray:
@@ -219,7 +216,7 @@ def _lookup(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, Any]
     expected = f"not in vocabulary (expected one of {_preview(feature.vocabulary)})"
     # nulls keep no reason of their own: leaf_reasons calls them "missing value"
     return values, missing, _name_values(missing & ~real_null, leaves, "not_in_vocabulary",
-                                         "{value!r} " + expected)
+                                         "{value} " + expected)
 
 
 def _preview(items: tuple[str, ...]) -> str:
@@ -253,7 +250,7 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
             if frac.any():
                 bad |= frac
                 reason = _name_values(frac, raw, "out_of_range", "expected an integer for "
-                                      f"{feature.dtype}, found " + "{value!r}", reason)
+                                      f"{feature.dtype}, found " + "{value}", reason)
             raw = np.where(frac, 0, raw)
         lo, hi = (0, 1) if want.kind == "b" else (int(np.iinfo(want).min), int(np.iinfo(want).max))
         # a source type that fits the declared one needs no check (uint8 images: 470M
@@ -268,7 +265,7 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
             out_of_range = (raw < lo) | (raw >= hi + 1)
         if out_of_range is not None and out_of_range.any():
             bad |= out_of_range
-            reason = _name_values(out_of_range, raw, "out_of_range", "value {value!r} out of "
+            reason = _name_values(out_of_range, raw, "out_of_range", "value {value} out of "
                                   f"range for {feature.dtype} [{lo}, {hi}]", reason)
             raw = np.where(out_of_range, 0, raw)
         values = raw.astype(np.int64 if feature.storage == "int64" else want, copy=False)
@@ -284,11 +281,11 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
             if overflow.any():
                 bad |= overflow
                 reason = _name_values(overflow, raw, "out_of_range",
-                                      "value {value!r} overflows " + feature.dtype, reason)
+                                      "value {value} overflows " + feature.dtype, reason)
             if source_nonfinite.any() and not feature.allow_nan:
                 bad |= source_nonfinite
                 reason = _name_values(source_nonfinite, raw, "nan_not_allowed",
-                                      "value {value!r} is not finite (the feature does not "
+                                      "value {value} is not finite (the feature does not "
                                       "say allow_nan: true)", reason)
         if feature.storage == "float":
             values = values.astype(np.float32, copy=False)
@@ -345,30 +342,31 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
     values, bad, reason = _to_number(feature, parsed)
     if parse_bad.any():
         reason = _name_values(parse_bad, leaves, "unparsable_number",
-                              "cannot parse {value!r} as " + feature.dtype, reason)
+                              "cannot parse {value} as " + feature.dtype, reason)
         bad = bad | parse_bad
     if range_bad is not None and range_bad.any():
         if is_float:
-            why = "value {value!s} overflows " + ("float64" if feature.dtype == "float64"
+            why = "value {value} overflows " + ("float64" if feature.dtype == "float64"
                                                   else f"float64 (and {feature.dtype})")
         else:
             info = np.iinfo(np.dtype(feature.dtype))
-            why = "value {value!s} out of range " + f"for {feature.dtype} [{info.min}, {info.max}]"
-        reason = _name_values(range_bad, text, "out_of_range", why, reason)
+            why = "value {value} out of range " + f"for {feature.dtype} [{info.min}, {info.max}]"
+        reason = _name_values(range_bad, text, "out_of_range", why, reason, plain=True)
         bad = bad | range_bad
     return values, bad, reason
 
 
 def _name_values(mask: np.ndarray, leaves: Any, code: str, template: str,
-                 out: Any = None) -> np.ndarray:
-    """Per-leaf reasons: (code, `template` formatted with the value of each masked leaf)."""
+                 out: Any = None, plain: bool = False) -> np.ndarray:
+    """Per-leaf reasons: (code, `template` formatted with the value of each masked leaf, quoted
+    by `etl.errors.quote`: its repr, or its text with `plain`, bounded)."""
     if out is None or isinstance(out, tuple):
         out = np.full(len(mask), None, object)
     idx = np.flatnonzero(mask)
     if len(idx):
         found = (leaves[idx].tolist() if isinstance(leaves, np.ndarray)
                  else leaves.take(pa.array(idx)).to_pylist())
-        out[idx] = [(code, template.format(value=v)) for v in found]
+        out[idx] = [(code, template.format(value=quote(v, plain=plain))) for v in found]
     return out
 
 

@@ -3,7 +3,8 @@ report instead of raising.
 
 Exit codes (documented in the README; `run_pipeline.py` maps every EtlError to its code):
     0 ok · 1 other failure · 2 bad configuration or arguments (also a refused output) ·
-    3 bad input over the allowed fraction, or input whose rest cannot be read ·
+    3 bad input over the allowed fraction, input whose rest cannot be read, or an output
+      that fails `verify` ·
     4 output locked by another run · 5 storage error (disk full, permission, I/O)
 """
 
@@ -18,6 +19,41 @@ EXIT_CONFIG = 2
 EXIT_BAD_INPUT = 3
 EXIT_LOCKED = 4
 EXIT_STORAGE = 5
+
+QUOTE_LIMIT = 200  # characters of a user's value quoted in a message
+REASON_LIMIT = 1000  # characters of a rejected record's reason (a safety net; quote() is the rule)
+
+
+def quote(value: Any, limit: int = QUOTE_LIMIT, *, plain: bool = False) -> str:
+    """`repr(value)` (`str` with `plain`) of a piece of user data, for a message: at most
+    `limit` characters, and a longer one cut there and followed by `… (N bytes)`, N the whole
+    value's size (UTF-8 bytes of a str, the length of bytes, the size of the text of anything
+    else). Every message that quotes a record's value goes through here, so a 10 MB field
+    never lands whole in an error line, the run history or a rejected record's reason.
+
+        quote("abc") == "'abc'";  quote("x" * 10**7) == "'xxx...x'… (10000000 bytes)"
+    """
+    show = str if plain else repr
+    if isinstance(value, (str, bytes, bytearray)):
+        n = min(len(value), limit)
+        text = show(value[:n])
+        while len(text) > limit and n:  # escapes (\x00, \u2028) make a repr longer
+            n = min(n - 1, n * limit // len(text))
+            text = show(value[:n])
+        if n == len(value):
+            return text
+        size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else len(value)
+        return f"{text}… ({size} bytes)"
+    text = show(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text.encode('utf-8', 'surrogatepass'))} bytes)"
+
+
+def bounded(text: str, limit: int) -> str:
+    """A whole message (not one value) cut by `quote` to at most `limit` characters, its
+    `… (N bytes)` included, so that bounding it again changes nothing; unchanged if it fits."""
+    return text if len(text) <= limit else quote(text, limit - 30, plain=True)  # N: < 21 digits
 
 
 class EtlError(Exception):
@@ -62,7 +98,10 @@ class StorageError(EtlError):
 
 
 class VerifyError(EtlError):
-    """Published output does not match its manifest; the message names the file and offset."""
+    """Published output does not match its manifest, or holds what it does not list; the
+    message names the file (and offset). Exit 3: the data cannot be used as it is."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 # Why a record was rejected: a fixed list, so `by_reason` in the manifest counts by code and a
@@ -115,6 +154,8 @@ class BadRecord:
     def __post_init__(self) -> None:
         if self.code not in REASONS:
             raise ValueError(f"unknown reason code {self.code!r}; known: {sorted(REASONS)}")
+        if len(self.reason) > REASON_LIMIT:  # a message built without quote(): still bounded
+            object.__setattr__(self, "reason", bounded(self.reason, REASON_LIMIT))
 
     def where(self) -> str:
         """`file:line 12`, `file: record 3 (byte 4096)`, or `file`."""

@@ -8,9 +8,12 @@ out/daily/2026-11-21 that is out/daily, so one history holds every span of a job
 
 Concurrent runs write safely: locally each entry is one write() of a whole line to a file
 opened O_APPEND, under an exclusive flock (O_APPEND alone keeps lines whole on a local disk;
-the lock also covers file systems where it does not, and short writes). On gs:// each run
-creates its own object, only if absent (if_generation_match=0), so no two runs ever write the
-same object; `read` lists and merges them (one request per entry, made concurrently).
+the lock also covers file systems where it does not, and short writes). A run killed in the
+middle of that write leaves a last line without its newline: the next append starts with one,
+so only the torn line is lost, and `read` skips it (and says how many it skipped). On gs://
+each run creates its own object, only if absent (if_generation_match=0), so no two runs ever
+write the same object, and an object is there whole or not at all; `read` lists and merges
+them (one request per entry, made concurrently).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from etl import fs
+from etl.errors import bounded
 
 log = logging.getLogger(__name__)
 RUNS_FILE = "_runs.jsonl"
@@ -31,6 +35,7 @@ RUNS_DIR = "_runs"
 FIELDS = ("run_id", "run_key", "span", "start", "end", "status", "skipped_reason", "exit_code",
           "error", "counts", "output", "runner", "dataflow_job_id")
 READ_THREADS = 16
+ERROR_LIMIT = 1000  # characters of an entry's error
 
 
 def history_root(output: str) -> str:
@@ -63,7 +68,10 @@ def exists(root: str) -> bool:
 
 
 def append(root: str, item: dict[str, Any]) -> str:
-    """Add one entry; returns where it went."""
+    """Add one entry; returns where it went. An `error` longer than ERROR_LIMIT characters is
+    cut to that (messages quote user data through `etl.errors.quote`; this is a safety net)."""
+    if isinstance(item.get("error"), str) and len(item["error"]) > ERROR_LIMIT:
+        item = {**item, "error": bounded(item["error"], ERROR_LIMIT)}
     line = json.dumps(item, sort_keys=False, default=str, separators=(",", ":")) + "\n"
     if "\n" in line[:-1]:
         raise ValueError("a history entry must be one line")
@@ -72,10 +80,15 @@ def append(root: str, item: dict[str, Any]) -> str:
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, RUNS_FILE)
     data = line.encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            # a run killed mid-write left a line without its newline: start on a fresh line,
+            # or this entry would be glued onto the torn one and lost with it
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -109,7 +122,16 @@ def _append_object(root: str, item: dict[str, Any], data: bytes) -> str:
 
 def read(root: str) -> list[dict[str, Any]]:
     """Every entry, oldest first (by start, then run id). Lines that are not JSON objects (a
-    write cut short by a full disk) are left out with a warning."""
+    run killed mid-write, a write cut short by a full disk) are skipped with a warning naming
+    their count; `read_counted` returns that count."""
+    entries, damaged = read_counted(root)
+    if damaged:
+        log.warning("%s: %s", _where(root), damaged_note(damaged))
+    return entries
+
+
+def read_counted(root: str) -> tuple[list[dict[str, Any]], int]:
+    """(every entry oldest first, as `read`; how many damaged lines or objects were skipped)."""
     raw: list[bytes] = []
     if fs.is_remote(root):
         from etl.object_store import Store  # noqa: PLC0415
@@ -125,22 +147,30 @@ def read(root: str) -> list[dict[str, Any]]:
         if os.path.exists(path):
             raw = fs.read_bytes(path).splitlines()
     entries = []
-    bad = 0
+    damaged = 0
     for line in raw:
         if not line.strip():
             continue
         try:
             item = json.loads(line)
         except ValueError:
-            bad += 1
+            damaged += 1
             continue
         if isinstance(item, dict):
             entries.append(item)
         else:
-            bad += 1
-    if bad:
-        log.warning("%s: left out %d history line(s) that are not JSON objects", root, bad)
-    return sorted(entries, key=lambda e: (str(e.get("start") or ""), str(e.get("run_id") or "")))
+            damaged += 1
+    entries.sort(key=lambda e: (str(e.get("start") or ""), str(e.get("run_id") or "")))
+    return entries, damaged
+
+
+def damaged_note(count: int) -> str:
+    """`1 damaged line skipped`, `3 damaged lines skipped`."""
+    return f"{count} damaged line{'' if count == 1 else 's'} skipped"
+
+
+def _where(root: str) -> str:
+    return _runs_prefix(root) if fs.is_remote(root) else os.path.join(root, RUNS_FILE)
 
 
 def seconds(item: dict[str, Any]) -> float | None:

@@ -100,7 +100,7 @@ from etl import history
 who, root, at = sys.argv[1], sys.argv[2], float(sys.argv[3])
 time.sleep(max(0.0, at - time.time()))  # both start together
 for i in range(50):
-    history.append(root, history.entry(run_id=f"{who}-{i}", error="x" * 20000, status="ok"))
+    history.append(root, history.entry(run_id=f"{who}-{i}", output="x" * 20000, status="ok"))
 """
 
 
@@ -114,7 +114,7 @@ def test_concurrent_appends_keep_every_line_whole(tmp_path: Path) -> None:
     assert len(lines) == 100
     parsed = [json.loads(line) for line in lines]
     assert sorted(e["run_id"] for e in parsed) == sorted(f"{w}-{i}" for w in "ab" for i in range(50))
-    assert all(e["error"] == "x" * 20000 for e in parsed)
+    assert all(e["output"] == "x" * 20000 for e in parsed)
 
 
 def test_read_leaves_out_broken_lines_and_sorts(tmp_path: Path, caplog) -> None:
@@ -123,7 +123,7 @@ def test_read_leaves_out_broken_lines_and_sorts(tmp_path: Path, caplog) -> None:
         fh.write(b'{"run_id": "cut sh\n[1, 2]\n')
     history.append(str(tmp_path), history.entry(run_id="1", start="2026-11-21T00:00:00.000+00:00"))
     assert [e["run_id"] for e in history.read(str(tmp_path))] == ["1", "2"]
-    assert "left out 2 history line(s)" in caplog.text
+    assert f"{tmp_path / history.RUNS_FILE}: 2 damaged lines skipped" in caplog.text
     assert history.read(str(tmp_path / "none")) == []
 
 
@@ -153,3 +153,64 @@ def test_format_table() -> None:
         "2026-11-22  failed(2)        -         -      1.0  " + " " * 46 + "  out/daily/2026-11-22  "
         "job.yaml: source 'train' matched no input files (paths: ['raw/2026-...",
     ])
+
+
+def test_a_torn_last_line_loses_only_itself(tmp_path: Path, caplog) -> None:
+    """A run killed mid-write leaves a last line without its newline: the next append starts
+    on a fresh line, so it is not glued onto the torn one and lost with it."""
+    root = str(tmp_path)
+    old = history.entry(run_id="1", start="2026-11-21T00:00:00.000+00:00", status="ok")
+    new = history.entry(run_id="3", start="2026-11-23T00:00:00.000+00:00", status="failed",
+                        exit_code=3, error="bad")
+    history.append(root, old)
+    torn = json.dumps(history.entry(run_id="2", start="2026-11-22T00:00:00.000+00:00"))
+    with open(tmp_path / history.RUNS_FILE, "ab") as fh:
+        fh.write(torn[:40].encode())  # killed mid-write: no newline
+    history.append(root, new)
+    assert history.read_counted(root) == ([old, new], 1)
+    assert history.read(root) == [old, new]
+    assert f"{tmp_path / history.RUNS_FILE}: 1 damaged line skipped" in caplog.text
+    assert (tmp_path / history.RUNS_FILE).read_bytes().splitlines()[1] == torn[:40].encode()
+
+    # a whole entry whose newline alone is missing: both it and the next one are kept
+    whole = history.entry(run_id="4", start="2026-11-24T00:00:00.000+00:00", status="ok")
+    with open(tmp_path / history.RUNS_FILE, "ab") as fh:
+        fh.write(json.dumps(whole).encode())
+    last = history.entry(run_id="5", start="2026-11-25T00:00:00.000+00:00", status="ok")
+    history.append(root, last)
+    assert history.read_counted(root) == ([old, new, whole, last], 1)
+    assert (tmp_path / history.RUNS_FILE).read_bytes().endswith(b"\n")
+
+
+def test_history_command_says_how_many_lines_it_skipped(tmp_path: Path) -> None:
+    entry = history.entry(run_id="r1", span="2026-11-21", start="2026-11-21T00:00:00.000+00:00",
+                          end="2026-11-21T00:00:01.000+00:00", status="ok", exit_code=0,
+                          output="out/2026-11-21", counts={"read": 2, "written": 2, "rejected": 0})
+    history.append(str(tmp_path), entry)
+    with open(tmp_path / history.RUNS_FILE, "ab") as fh:
+        fh.write(b'{"run_id": "r2", "sp')
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "run_pipeline.py"), "history",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == history.format_table([entry]) + "\n"
+    assert proc.stderr == f"WARNING {tmp_path / history.RUNS_FILE}: 1 damaged line skipped\n"
+
+
+def test_error_is_bounded_in_the_history(tmp_path: Path) -> None:
+    history.append(str(tmp_path), history.entry(run_id="1", error="e" * 5000))
+    history.append(str(tmp_path), history.entry(run_id="2", error="e" * 1000))
+    assert [e["error"] for e in history.read(str(tmp_path))] == [
+        "e" * 970 + "… (5000 bytes)", "e" * 1000]
+
+
+def test_gs_history_skips_a_damaged_object_and_keeps_the_others(gcs_bucket, gcs_emulator) -> None:
+    """On gs:// each run writes its own object, whole or not at all: nothing can be glued.
+    An object that is not JSON (written by hand, another tool) is skipped and counted."""
+    root = f"{gcs_bucket}/out"
+    old = history.entry(run_id="20261121T000000-aaaaaa-k", start="2026-11-21T00:00:00.000+00:00")
+    gcs_emulator.upload_bytes(b'{"run_id": "cut', f"{root}/_runs/20261122T000000-bbbbbb-k.json")
+    new = history.entry(run_id="20261123T000000-cccccc-k", start="2026-11-23T00:00:00.000+00:00",
+                        error="e" * 1500)
+    history.append(root, old)
+    history.append(root, new)
+    assert history.read_counted(root) == ([old, {**new, "error": "e" * 970 + "… (1500 bytes)"}], 1)

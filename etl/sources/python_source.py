@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from etl.errors import BadRecord, ConfigError, RecordError
+from etl.errors import BadRecord, ConfigError, RecordError, quote
 from etl.sources.base import Block, Source, options
 from etl.sources.csv_source import block_rows, excerpt, int_option
 
@@ -89,7 +89,7 @@ class PythonReader(Source):
             else:
                 bad.append(BadRecord(path, "wrong_type", f"expected a dict of feature values, "
                                                          f"got {type(record).__name__}",
-                                     record=index, raw=excerpt(repr(record))))
+                                     record=index, raw=excerpt(quote(record, 120))))
             if len(rows) == self.block_rows:
                 yield _block(rows, positions, bad, path)
                 rows, positions, bad = [], [], []
@@ -112,7 +112,7 @@ def _guarded(records: Any, function: str, path: str) -> Iterator[tuple[int, Any]
             return
         except Exception as e:  # the user's code: any exception, reported with where it happened
             raise RecordError(f"{path}: {function} raised {type(e).__name__} at record {index}: "
-                              f"{e}") from e
+                              f"{quote(str(e), 500, plain=True)}") from e
         yield index, record
         index += 1
 
