@@ -165,8 +165,10 @@ def load_manifest(path: str) -> dict[str, Any]:
 def verify(path: str, check_records: bool = True) -> dict[str, Any]:
     """Re-read every shard: framing CRCs, record counts, sizes, sha256, and exact listing.
 
-    Raises VerifyError naming the file (and offset for framing errors). An object-store
-    output is checked in the version its `_SUCCESS` names (dataset_dir).
+    Raises VerifyError (exit 3) naming the file (and offset for framing errors). A local
+    output passes only if the next run would take it as ours (etl.output_guard.foreign_content:
+    no empty directory or other entry the manifest does not list). An object-store output is
+    checked in the version its `_SUCCESS` names (dataset_dir).
     """
     path = dataset_dir(path)
     if not fs.exists(fs.join(path, SUCCESS)):
@@ -191,6 +193,14 @@ def verify(path: str, check_records: bool = True) -> dict[str, Any]:
         raise VerifyError(f"{path}: missing file(s) listed in the manifest: {missing}")
     if extra:
         raise VerifyError(f"{path}: file(s) not in the manifest: {extra}")
+    if not fs.is_remote(path):
+        # the next run's own test of "ours" (empty directories, links to directories, the
+        # producer tag): verify passes exactly the outputs a run would replace
+        from etl.output_guard import foreign_content  # noqa: PLC0415 - it imports this module
+
+        foreign = foreign_content(path)
+        if foreign:
+            raise VerifyError(f"{path}: {foreign}; the next run would refuse to replace it")
     return {"path": path, "records": total, "splits": {k: v["num_records"] for k, v in
                                                        manifest["splits"].items()}}
 

@@ -185,6 +185,38 @@ def test_rerun_replaces_our_output_but_a_user_file_inside_is_refused(tmp_path) -
     assert _without_history(listing(str(tmp_path))) == _without_history(before)
 
 
+def test_verify_and_the_next_run_agree_on_what_is_intact(tmp_path) -> None:
+    """An empty directory (or a link to one) inside a published output: verify fails (exit 3)
+    with the run's own reason, and the next run refuses the output for it; removed, both
+    accept the output again."""
+    out = tmp_path / "OUT"
+    job = make_job(str(tmp_path / "proj"), str(out), rows=100, shards=2)
+    assert cli("run", job).returncode == 0
+    ok = cli("verify", str(out))
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, f"OK {out}: 100 records train=100\n", "")
+    (out / "plots" / "old").mkdir(parents=True)
+    bad = cli("verify", str(out))
+    assert (bad.returncode, bad.stdout) == (3, "")
+    assert bad.stderr == (f"error: {out}: it holds plots/old/, which its manifest.json does not "
+                          "list; the next run would refuse to replace it\n")
+    refused = cli("run", job, "--force")
+    assert refused.returncode == 2
+    assert error_lines(refused.stderr) == [
+        f"error: refusing output {out}: it holds plots/old/, which its manifest.json does not "
+        "list; it is replaced as a whole, so choose a new or empty directory (or remove it "
+        "yourself)"]
+    os.rmdir(out / "plots" / "old")
+    os.symlink(tmp_path / "proj", out / "plots" / "proj")  # a link to a directory: not ours
+    bad = cli("verify", str(out))
+    assert (bad.returncode, bad.stderr) == (3, (
+        f"error: {out}: it holds plots/proj, which its manifest.json does not list; the next "
+        "run would refuse to replace it\n"))
+    os.remove(out / "plots" / "proj")
+    os.rmdir(out / "plots")
+    assert verify(str(out))["records"] == 100
+    assert cli("run", job, "--force").returncode == 0
+
+
 def test_what_counts_as_ours(tmp_path) -> None:
     """Empty: fine. Format 1 manifests (before the producer tag) with _SUCCESS: ours. A
     subfolder or a file the manifest does not list: not ours."""
