@@ -40,7 +40,7 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.utils.shared import Shared
 
-from etl import fs, history, idempotence, output_guard, signals
+from etl import fs, history, idempotence, input_pin, output_guard, signals
 from etl.accounting import check_threshold
 from etl.config import DEFAULT_SPLIT_BYTES, JobConfig
 from etl.error_wire import describe_unexpected, original_error, storage_error
@@ -232,8 +232,10 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     read_plan = plan_reads(job)
     check_worker_access(job, read_plan.inputs, runner, given)  # before building for workers
     output_guard.check_inputs_readable([i["path"] for i in read_plan.inputs])
-    # every input's content fingerprint: the skip check, the run key and the manifest
+    # every input's content fingerprint: the skip check, the run key and the manifest;
+    # pinned first, so that a change before the last read is seen (etl.input_pin)
     try:
+        pinned = input_pin.pins(i["path"] for i in read_plan.inputs)
         read_plan = ReadPlan(read_plan.units, with_fingerprints(read_plan.inputs))
     except FileNotFoundError as e:  # gone since it was listed
         raise ConfigError(f"input {e.filename} does not exist") from e
@@ -329,6 +331,8 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
             if lock is not None:
                 lock.verify()
             launched = launch_only(options)
+            if not launched:
+                input_pin.check_unchanged(pinned)  # what was read is what was fingerprinted
             if launched:  # nothing ran: nothing to check or publish
                 result = JobResult(job.output, {}, {"num_records": 0}, time.time() - started,
                                    {}, launched)
@@ -340,7 +344,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
             if reporter is not None:
                 reporter.stage("done")
         except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
-            failure = e
+            failure = _changed_input(e, pinned)
             if isinstance(e, KeyboardInterrupt) and submitted is not None:
                 cancel_remote_job(submitted, options, run_log)
         finally:
@@ -358,6 +362,20 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
             raise user_error(failure, log_file) from failure
         run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
         return result
+
+
+def _changed_input(failure: BaseException, pinned: dict[str, Any]) -> BaseException:
+    """A run that failed while an input changed under it (a truncated file read to a torn
+    last record, a replaced object) failed because of the change: say that."""
+    if not isinstance(failure, Exception) or isinstance(failure, input_pin.InputChanged):
+        return failure
+    try:
+        input_pin.check_unchanged(pinned)
+    except input_pin.InputChanged as changed:
+        return changed
+    except Exception:  # noqa: BLE001 - the store is down too: the run's own error stands
+        return failure
+    return failure
 
 
 def cancel_remote_job(submitted: Any, options: PipelineOptions, run_log: RunLog) -> None:
