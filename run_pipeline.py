@@ -6,9 +6,9 @@
                                [--lock-stale-after 24h] [--debug] [Beam options...]
                                [--date D | --from D1 --to D2 [--reverse] [--parallel N]]
                                [--dry-run] [--only missing|failed|all] [--allow-missing] [--force]
-                               [--estimate]
+                               [--estimate] [--verify-full]
     python run_pipeline.py history OUT_ROOT        # the run history beside dated outputs
-    python run_pipeline.py verify OUT
+    python run_pipeline.py verify OUT [--quick]
     python run_pipeline.py spec SCHEMA.yaml
     python run_pipeline.py inspect PATH... [--limit N] [--schema SCHEMA.yaml] [--images DIR]
     python run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output SCHEMA.yaml]
@@ -116,6 +116,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="skip a span whose inputs match no file instead of failing (exit 2)")
     dates.add_argument("--force", action="store_true",
                        help="rebuild even a span whose published output is current")
+    dates.add_argument("--verify-full", action="store_true",
+                       help="before skipping a span as current, check every byte of its output "
+                            "against the manifest (default: every file there with its size, "
+                            "or what the job's verify: says); a damaged output is rebuilt")
     demo = sub.add_parser("demo", help="convert the bundled sample data (the default)",
                           parents=[common, writes, shows])
     demo.add_argument("--output", default=os.path.join("out", "demo"))
@@ -126,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check every shard against the manifest",
                             parents=[common])
     verify.add_argument("path")
+    verify.add_argument("--quick", action="store_true",
+                        help="read only the listing: every file there with its manifest size "
+                             "and nothing else (what a rerun checks before skipping a span)")
     spec = sub.add_parser("spec", help="print the tf.io parse spec of a schema", parents=[common])
     spec.add_argument("schema")
     inspect = sub.add_parser("inspect", help="print decoded records of TFRecord files",
@@ -218,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             from etl.manifest import verify  # noqa: PLC0415
 
             _imports_done()
-            report = verify(args.path)
+            report = verify(args.path, quick=args.quick)
             print(f"OK {report['path']}: {report['records']} records "
                   + ", ".join(f"{k}={v}" for k, v in report["splits"].items()))
         else:
@@ -245,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         _report(f"error: {e}", e, debug)
         return e.exit_code
     except KeyboardInterrupt as e:  # SIGINT or SIGTERM (etl.signals): one line, 130 / 143
+        if args.command in ("run", "demo"):  # e.g. while Beam imports: before any run began
+            from etl import signals  # noqa: PLC0415
+
+            e = signals.as_interrupted(e, signals.UNCHANGED)
         code = getattr(e, "exit_code", 130)
         _report(f"error: {e}" if str(e) else "error: interrupted", e, debug, console)
         return code
@@ -265,7 +276,7 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
     if args.parallel < 1:
         raise ConfigError(f"--parallel must be at least 1, got {args.parallel}")
     spans = backfill.resolve_spans(args.date, args.first, args.last, args.reverse)
-    jobs = backfill.load_spans(args.job, args.output, spans)
+    jobs = backfill.load_spans(args.job, args.output, spans, args.verify_full)
     if args.dry_run:
         _imports_done()
         return backfill.dry_run(jobs, args.only, args.force, args.allow_missing)
@@ -287,11 +298,12 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
                               verbose=bool(getattr(args, "verbose", False)),
                               progress=args.progress, progress_every=args.progress_every,
                               progress_stream=console,  # type: ignore[arg-type]
-                              report=args.report)
+                              report=args.report, verify_full=args.verify_full)
     requests = [backfill.Request(args.job, args.output, job.span, tuple(beam_args),
                                  force=args.force, allow_missing=args.allow_missing,
                                  break_lock=args.break_lock, lock_stale_after=stale,
-                                 capture_stderr=not debug, report=args.report) for job in jobs]
+                                 capture_stderr=not debug, report=args.report,
+                                 verify_full=args.verify_full) for job in jobs]
     if args.parallel == 1:  # spans run here; with workers, only they need Beam
         import transforms.job  # noqa: F401, PLC0415
 

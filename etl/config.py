@@ -29,6 +29,7 @@ the only behaviour, is still accepted.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -44,7 +45,8 @@ from etl.yaml_load import load_yaml
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
          "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
-         "spill", "spill_in_memory", "max_record_bytes", "split_bytes"}
+         "spill", "spill_in_memory", "max_record_bytes", "split_bytes", "verify", "allow_empty"}
+VERIFY_MODES = ("quick", "full")  # what a rerun checks before it skips a span as current
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)\s*$", re.I)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
@@ -76,6 +78,8 @@ class JobConfig:
     split_bytes: int | None = None  # None: chosen for the runner (transforms.job.read_split_bytes)
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
+    verify: str = "quick"  # before a skip: sizes (quick) or every byte (full), etl.idempotence
+    allow_empty: bool = False  # a span that reads no record publishes (else exit 2)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
     span: str | None = None  # the date its placeholders were filled with; None: it has none
 
@@ -151,11 +155,13 @@ def _resolve(base_dir: str, p: str) -> str:
         raise ConfigError(str(e)) from e
 
 
-def load_job(path: str, output: str | None = None, span: Span | None = None) -> JobConfig:
+def load_job(path: str, output: str | None = None, span: Span | None = None,
+             verify_full: bool = False) -> JobConfig:
     """Read a job file, local or remote (`run gs://bucket/jobs/job.yaml`); its relative
     paths are taken against its own folder, so a job and its data can move together.
     Placeholders are filled with `span` (default: yesterday in UTC); a span given to a job
-    without placeholders is a ConfigError (it would convert the same data for every date)."""
+    without placeholders is a ConfigError (it would convert the same data for every date).
+    `verify_full` (`run --verify-full`) overrides the job's `verify:` with full."""
     text = fs.read_text_as(path, "job file", ConfigError)
     try:
         doc = load_yaml(text, path, "job file")
@@ -164,8 +170,9 @@ def load_job(path: str, output: str | None = None, span: Span | None = None) -> 
             raise
         raise ConfigError(f"{e}; a path with a placeholder inside [...] or {{...}} must be "
                           "quoted, e.g. paths: [\"raw/{date}/*.csv\"]") from e
-    return job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output,
-                         span=span)
+    job = job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output,
+                        span=span)
+    return dataclasses.replace(job, verify="full") if verify_full else job
 
 
 def templated(doc: Mapping[str, Any], output: str | None = None) -> list[str]:
@@ -289,6 +296,13 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     max_bad = _number(doc, "max_bad_fraction", 0.0, path)
     if not 0 <= max_bad <= 1:
         raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1], got {max_bad!r}")
+    verify = doc.get("verify", "quick")
+    if verify not in VERIFY_MODES:
+        raise ConfigError(f"{path}: verify must be 'quick' (sizes) or 'full' (every byte) "
+                          f"before a span is skipped as current, got {verify!r}")
+    allow_empty = doc.get("allow_empty", False)
+    if not isinstance(allow_empty, bool):
+        raise ConfigError(f"{path}: allow_empty must be true or false, got {allow_empty!r}")
     temp = doc.get("temp_location")
     if temp is not None and (not isinstance(temp, str) or not temp):
         raise ConfigError(f"{path}: temp_location must be a path (text), got {temp!r}")
@@ -306,7 +320,8 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
                                     f"{path}: max_record_bytes"),
         split_bytes=(None if doc.get("split_bytes") is None
                      else parse_size(doc["split_bytes"], f"{path}: split_bytes", allow_zero=True)),
-        shuffle_via=via, raw=dict(doc), span=span.name if span is not None else None,
+        shuffle_via=via, verify=verify, allow_empty=allow_empty, raw=dict(doc),
+        span=span.name if span is not None else None,
     )
 
 

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 RUNS_FILE = "_runs.jsonl"
 RUNS_DIR = "_runs"
 FIELDS = ("run_id", "run_key", "span", "start", "end", "status", "skipped_reason", "exit_code",
-          "error", "counts", "output", "runner", "dataflow_job_id")
+          "error", "counts", "output", "runner", "dataflow_job_id", "rebuilt_reason")
 READ_THREADS = 16
 ERROR_LIMIT = 1000  # characters of an entry's error
 
@@ -204,7 +204,7 @@ def format_table(entries: list[dict[str, Any]]) -> str:
             "-" if counts.get("rejected") is None else f"{counts['rejected']:,}",
             "-" if secs is None else f"{secs:.1f}",
             str(e.get("run_id") or ""), str(e.get("output") or ""),
-            _short(e.get("skipped_reason") or e.get("error") or ""),
+            _short(e.get("skipped_reason") or e.get("error") or e.get("rebuilt_reason") or ""),
         ))
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
     right = {2, 3, 4}

@@ -26,13 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from etl import fs
+from etl.errors import VerifyError
 from etl.fingerprint import NONE, with_fingerprints
-from etl.manifest import MANIFEST, SUCCESS, dataset_dir, load_manifest
+from etl.manifest import MANIFEST, SUCCESS, dataset_dir, load_manifest, verify
 
 SKIPPED = "already published and current (inputs, schema and job unchanged)"
 OLD_MANIFEST = "published without input fingerprints (by an older version): rebuilt once"
 JOB_CHANGED = "the job file changed (or its span)"
 SCHEMA_CHANGED = "the schema changed"
+DAMAGED = "the published output is damaged: {}"
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,14 @@ def _sha256(doc: Any) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# job keys that change how a rerun checks the output, not what the output holds
+_NOT_IN_IDENTITY = ("verify",)
+
+
 def job_sha256(job: Any) -> str:
     """Hash of the job document as parsed (not its comments or layout) plus its span."""
-    return _sha256({"job": dict(job.raw), "span": span_label(job)})
+    doc = {k: v for k, v in dict(job.raw).items() if k not in _NOT_IN_IDENTITY}
+    return _sha256({"job": doc, "span": span_label(job)})
 
 
 def identity(job: Any, schema_sha256: str, inputs: list[dict[str, Any]]) -> Identity:
@@ -191,9 +198,25 @@ def inputs_reason(recorded: list[dict[str, Any]], now: list[dict[str, Any]],
     return None
 
 
-def verdict(job: Any) -> Verdict:
+def damage(output: str, full: bool = False) -> str | None:
+    """What is wrong with a published output that is otherwise current, or None: the check a
+    rerun makes before it skips, `verify --quick` (every listed file there with its size,
+    nothing unlisted), or with `full` the whole `verify` (every byte against its sha256).
+    A damaged output is rebuilt, not trusted: a flipped byte or a lost shard heals on the
+    next scheduled run."""
+    try:
+        verify(output, quick=not full)
+    except VerifyError as e:
+        return str(e)
+    except (OSError, ValueError, KeyError, TypeError) as e:  # an unreadable manifest
+        return f"{output}: {type(e).__name__}: {e}"
+    return None
+
+
+def verdict(job: Any, full: bool | None = None) -> Verdict:
     """The check alone (for --dry-run and --only): list the inputs, compare paths and sizes
-    first, and fingerprint them only when those match."""
+    first, and fingerprint them only when those match; a current output is then checked for
+    damage (`damage`, full when `full` or the job says `verify: full`)."""
     from etl.read_plan import plan_units  # noqa: PLC0415
     from etl.schema import load_schema  # noqa: PLC0415
 
@@ -213,6 +236,10 @@ def verdict(job: Any) -> Verdict:
         return Verdict(False, quick)
     inputs = with_fingerprints(plan.inputs)
     reason = stale_reason(manifest, identity(job, schema_sha, inputs), inputs)
+    if reason is None:
+        damaged = damage(job.output, job.verify == "full" if full is None else full)
+        if damaged:
+            return Verdict(False, DAMAGED.format(damaged))
     return Verdict(reason is None, reason or SKIPPED)
 
 

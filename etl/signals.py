@@ -138,6 +138,16 @@ def raise_pending(when: str = "") -> None:
     raise Interrupted(signum, when)
 
 
+def as_interrupted(e: KeyboardInterrupt, when: str) -> Interrupted:
+    """`e` as the Interrupted of the signal this process got (a plain KeyboardInterrupt
+    before the handler was installed is SIGINT), saying `when` unless it says already."""
+    if not isinstance(e, Interrupted):
+        e = Interrupted(received() or signal.SIGINT)
+    if not e.when:
+        e.when = when
+    return e
+
+
 @contextmanager
 def critical() -> Iterator[None]:
     """Signals inside are recorded, not raised; a pending one is raised when the outermost

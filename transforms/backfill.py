@@ -96,6 +96,7 @@ class Request:
     lock_stale_after: float | None = None
     capture_stderr: bool = True
     report: bool = False  # --report: a report beside each span's published data (report_span)
+    verify_full: bool = False  # --verify-full: every byte checked before a span is skipped
 
 
 @dataclass
@@ -220,6 +221,18 @@ def check_inputs(job: JobConfig, allow_missing: bool) -> str:
     return missing_reason(job)
 
 
+def record_interrupted(job: JobConfig, started: float, stopped: BaseException) -> None:
+    """The history entry of a span stopped by a signal before run_job (which records its
+    own) began: only beside a local history that exists, as run_job records a failure
+    before its output is accepted (nothing created, no store waited on)."""
+    from etl import history  # noqa: PLC0415
+
+    root = history.history_root(job.output)
+    if fs.is_remote(root) or not history.exists(root):
+        return
+    _record(job, started, "interrupted", "", str(stopped), getattr(stopped, "exit_code", 130))
+
+
 def _record(job: JobConfig, started: float, status: str, reason: str, error: str,
             exit_code: int) -> None:
     """One history entry for a span that never reached run_job (which records its own)."""
@@ -283,7 +296,8 @@ def run_span(req: Request) -> Outcome:
     started = time.time()
     span = req.span
     try:
-        job = load_job(req.job_path, req.output, parse_date(span) if span else None)
+        job = load_job(req.job_path, req.output, parse_date(span) if span else None,
+                       req.verify_full)
         span = job.span
         skipped = check_inputs(job, req.allow_missing)
         if skipped:
@@ -407,12 +421,13 @@ def decide(job: JobConfig, only: str, force: bool, allow_missing: bool) -> Decis
                     job.output)
 
 
-def load_spans(job_path: str, output: str | None, spans: list[Span] | None) -> list[JobConfig]:
+def load_spans(job_path: str, output: str | None, spans: list[Span] | None,
+               verify_full: bool = False) -> list[JobConfig]:
     """The job filled for every span, before anything runs: a job error (an unknown
     placeholder, a span for a job without placeholders) stops the range at once, exit 2."""
     if spans is None:
-        return [load_job(job_path, output)]
-    return [load_job(job_path, output, s) for s in spans]
+        return [load_job(job_path, output, verify_full=verify_full)]
+    return [load_job(job_path, output, s, verify_full) for s in spans]
 
 
 def dry_run(jobs: list[JobConfig], only: str, force: bool, allow_missing: bool,

@@ -90,6 +90,7 @@ class Attempt:
     accepted: bool = False  # the output passed preflight: a failure may be recorded beside it
     published: bool = False  # the new output is in place (a later signal does not undo it)
     counts: dict[str, int] | None = field(default=None)
+    rebuilt_reason: str = ""  # a current output found damaged (etl.idempotence.damage)
 
 
 def default_beam_args(beam_args: list[str]) -> list[str]:
@@ -211,7 +212,8 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
             span=attempt.span or None, start=history.iso(attempt.started),
             end=history.iso(time.time()), status=status, skipped_reason=reason or None,
             exit_code=code, error=error or None, counts=counts, output=job.output,
-            runner=attempt.runner or None, dataflow_job_id=attempt.dataflow_job_id or None))
+            runner=attempt.runner or None, dataflow_job_id=attempt.dataflow_job_id or None,
+            rebuilt_reason=attempt.rebuilt_reason or None))
     except Exception as e:  # noqa: BLE001 - the run's own outcome matters more
         # a failed run (a full disk, a dead store) reports its own error in one line
         log.log(logging.INFO if failure is not None else logging.WARNING,
@@ -247,6 +249,11 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     run_id = attempt.run_id = idempotence.new_run_id(ident.run_key)
     published = None if force else idempotence.published_manifest(job.output)
     skip = published is not None and idempotence.stale_reason(published, ident, inputs) is None
+    damaged = idempotence.damage(job.output, job.verify == "full") if skip else None
+    if damaged:  # current by its manifest, but not intact: heal it
+        skip = False
+        attempt.rebuilt_reason = idempotence.DAMAGED.format(damaged)
+        log.warning("%s; rebuilding it", attempt.rebuilt_reason)
 
     def skipped() -> JobResult:
         assert published is not None
@@ -566,6 +573,20 @@ def user_error(exc: BaseException, log_file: str | None = None) -> EtlError:
         return EtlError(f"{err} (full log: {log_file})")
 
 
+def empty_inputs(manifest: dict[str, Any], read: int, allow_empty: bool) -> None:
+    """A span that read no record is an upstream failure far more often than a quiet day:
+    refused (exit 2, nothing published) unless the job says `allow_empty: true`."""
+    if read:
+        return
+    names = [str(i.get("path")) for i in manifest.get("inputs", [])]
+    shown = ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
+    if not allow_empty:
+        raise ConfigError(f"no records read from the input{'s' if len(names) != 1 else ''} "
+                          f"({shown or 'none'}); nothing published. If an empty span is "
+                          "expected, set allow_empty: true in the job file")
+    log.warning("publishing 0 records: the inputs (%s) hold none (allow_empty: true)", shown)
+
+
 def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {k: {"num_records": v["num_records"], "shards": len(v["shards"])}
             for k, v in manifest["splits"].items()}
@@ -589,6 +610,7 @@ def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: 
     except BadInputError:
         fs.write_bytes(rejected_at, fs.read_bytes(fs.join(staging, REJECTED_FILE)))
         raise
+    empty_inputs(manifest, read, job.allow_empty)
     for note in manifest["notes"]:
         log.warning(note)
     if fields:  # what the run was made from: the next run compares it (etl.idempotence)
