@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.errors import quote
+from etl.kinds import STORAGE_KINDS
 
 if TYPE_CHECKING:
     from etl.schema import Feature
@@ -488,9 +489,7 @@ def _take(values: Any, idx: np.ndarray) -> Any:
 
 
 def _list_array(values: Any, offsets: np.ndarray, feature: Feature) -> pa.Array:
-    leaf_type = {"int64": pa.int64(), "float": pa.float32(), "bytes": pa.large_binary()}[
-        feature.storage
-    ]
+    leaf_type = STORAGE_KINDS[feature.storage].arrow
     if isinstance(values, np.ndarray):
         if values.dtype == object:
             values = pa.array(values.tolist(), leaf_type)

@@ -38,7 +38,6 @@ from etl.schema import Feature, Schema
 from etl.tfmd import SEQUENCE_STRUCT
 from etl.wire import BINARY, offsets_of
 
-_LIST_KIND = {"int64": "int64_list", "float": "float_list", "bytes": "bytes_list"}
 _WRONG_TYPE = re.compile(r"expected (\w+), found (\w+) for (?:sequence )?feature \"(.*)\"")
 _MAX_FIELDS = 64  # top-level fields walked vectorised; records with more are walked one by one
 

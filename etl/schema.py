@@ -29,6 +29,7 @@ import yaml
 
 from etl import fs
 from etl.errors import SchemaError
+from etl.kinds import STORAGE_KINDS
 from etl.yaml_load import load_yaml
 
 KINDS = ("example", "sequence_example")
@@ -88,9 +89,7 @@ class Feature:
 
     @property
     def storage_numpy_dtype(self) -> np.dtype:
-        return {"int64": np.dtype(np.int64), "float": np.dtype(np.float32)}.get(
-            self.storage, np.dtype(object)
-        )
+        return STORAGE_KINDS[self.storage].numpy
 
     @property
     def fixed(self) -> bool:
@@ -139,7 +138,7 @@ class Feature:
     def parse_feature(self) -> Any:
         """The `tf.io` feature that parses this feature from a serialized proto."""
         tf = _tf()
-        storage_dtype = {"int64": tf.int64, "float": tf.float32, "bytes": tf.string}[self.storage]
+        storage_dtype = getattr(tf, STORAGE_KINDS[self.storage].tf_dtype)
         if self.encoding != "values":
             if self.is_sequence:
                 return tf.io.FixedLenSequenceFeature([], tf.string, allow_missing=True)
@@ -310,11 +309,6 @@ class Schema:
         """Fingerprint of the contract (not of the file's formatting or comments)."""
         canonical = json.dumps(self.to_dict(), sort_keys=True, default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()
-
-    def to_tfmd(self) -> Any:
-        from etl.tfmd import schema_to_tfmd  # noqa: PLC0415
-
-        return schema_to_tfmd(self)
 
 
 # ---- loading and validation ------------------------------------------------------------

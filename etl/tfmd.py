@@ -20,16 +20,18 @@ import numpy as np
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
+from etl.kinds import STORAGE_KINDS
+
 if TYPE_CHECKING:
     from etl.schema import Feature, Schema
 
 SEQUENCE_STRUCT = "##SEQUENCE##"
-_TYPES = {"int64": schema_pb2.INT, "float": schema_pb2.FLOAT, "bytes": schema_pb2.BYTES}
 TR = schema_pb2.TensorRepresentation
 
 
 def _base(feature: Feature) -> schema_pb2.Feature:
-    out = schema_pb2.Feature(name=feature.name, type=_TYPES[feature.storage])
+    kind = STORAGE_KINDS[feature.storage]
+    out = schema_pb2.Feature(name=feature.name, type=getattr(schema_pb2, kind.tfmd_type))
     if feature.description:
         out.doc = feature.description
     if feature.vocabulary:
@@ -68,8 +70,8 @@ def _context_feature(feature: Feature) -> tuple[schema_pb2.Feature, TR]:
         rep = TR(dense_tensor=TR.DenseTensor(column_name=feature.name, shape=_dims(shape)))
         default = feature.storage_default
         if default is not None:
-            kind = {"int64": "int_value", "float": "float_value", "bytes": "bytes_value"}
-            setattr(rep.dense_tensor.default_value, kind[feature.storage], default[0])
+            setattr(rep.dense_tensor.default_value, STORAGE_KINDS[feature.storage].tfmd_default,
+                    default[0])
         if feature.required:
             out.shape.CopyFrom(_dims(shape))
             out.presence.min_fraction = 1.0

@@ -30,7 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_FEATURE_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
+from etl.kinds import STORAGE_KINDS
+
 BINARY = pa.large_binary()
 _NO_SEPARATOR = pa.scalar(b"", BINARY)
 
@@ -186,8 +187,8 @@ def _feature_header(storage: str, payload: int) -> bytes:
     """Feature bytes before the list payload: oneof tag, length, packed-field header."""
     if storage != "bytes" and payload:
         inner = b"\x0a" + varint(payload)
-        return bytes([_FEATURE_TAG[storage]]) + varint(len(inner) + payload) + inner
-    return bytes([_FEATURE_TAG[storage]]) + varint(payload)
+        return bytes([STORAGE_KINDS[storage].wire_tag]) + varint(len(inner) + payload) + inner
+    return bytes([STORAGE_KINDS[storage].wire_tag]) + varint(payload)
 
 
 def _entry_header(name: bytes, value_len: int) -> bytes:
