@@ -129,7 +129,7 @@ def test_csv_results_do_not_depend_on_where_regions_end(tmp_path: Path, chunk: i
     rows = ["a,b"] + [f'{i},"line {i}\nmore {i}"' if i % 3 else f"{i},x" for i in range(300)]
     rows[150] = '149,"never closed'  # i=149 would have had two lines
     path = write_lines(tmp_path / "m.csv", rows)
-    monkeypatch.setattr("etl.sources.text_source._CHUNK_BYTES", chunk)
+    monkeypatch.setattr("etl.sources.lines._CHUNK_BYTES", chunk)
     good, bad, positions, lines = summary(read(path, "csv"))
     assert bad == [(2 + 149 + 99, "unterminated_quote")]  # 99 two-line rows before it
     expected, line = [], 2
@@ -160,7 +160,7 @@ def test_csv_quote_open_beyond_the_limit(tmp_path: Path, monkeypatch: pytest.Mon
     rows = ["a,b"] + [f"{i},{'y' * 50}" for i in range(5000)]
     rows[11] = '10,"open'
     path = write_lines(tmp_path / "open.csv", rows)
-    monkeypatch.setattr("etl.sources.text_source._CHUNK_BYTES", 20_000)
+    monkeypatch.setattr("etl.sources.lines._CHUNK_BYTES", 20_000)
     good, bad, positions, _ = summary(read(path, "csv", NUMBERS, limit=100_000))
     assert bad == [(12, "unterminated_quote")] and good == 4999
     assert positions == [i for i in range(5000) if i != 10]

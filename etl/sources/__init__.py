@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from etl.errors import ConfigError
-from etl.sources.base import Block, Source, SourceReader, Split
+from etl.sources.base import Block, Source, Split
 
 READERS = {
     "csv": "etl.sources.csv_source:CsvReader",
@@ -34,4 +34,4 @@ def make_reader(config: Mapping[str, Any], base_dir: str = ".", where: str = "so
     return getattr(importlib.import_module(module), cls)(dict(config), base_dir, where)
 
 
-__all__ = ["Block", "Source", "SourceReader", "Split", "make_reader", "READERS"]
+__all__ = ["Block", "Source", "Split", "make_reader", "READERS"]

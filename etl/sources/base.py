@@ -138,7 +138,6 @@ class Source:
         return self.read_split(Split(path))
 
 
-SourceReader = Source  # the name before issue 10
 
 
 def target_starts(size: int, target_bytes: int, begin: int = 0) -> list[int]:

@@ -37,9 +37,6 @@ reader is provably at a record start (`_QuoteScan`); the first split holds `skip
 header, the others get the column names and the number of lines before them. A split then gives
 exactly the records, positions, lines and bad records the whole-file read gives for its lines.
 gzip files are one split.
-
-The helpers at the top (paths, `block_rows`, excerpts, column/file pairing) serve every reader
-in this package; they would sit best in `base.py`.
 """
 
 from __future__ import annotations
@@ -48,189 +45,23 @@ import contextlib
 import csv
 import gzip
 import io
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from etl import fs
 from etl.errors import BadRecord, ConfigError
 from etl.sources.base import (
-    DEFAULT_BLOCK_ROWS,
     Block,
-    Source,
     Split,
-    expand,
     open_file,
-    options,
     position,
 )
-
-
-# ---- helpers shared by the readers -------------------------------------------------------------
-def join(base_dir: str, path: str) -> str:
-    """A job-relative path made usable: absolute and remote paths stay as they are."""
-    try:
-        return fs.resolve(base_dir, path)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-
-
-def expand_each(patterns: Sequence[str], base_dir: str, where: str) -> list[str]:
-    """Every pattern must match something: a typo in a job file is a launch error, not 0 rows."""
-    found: set[str] = set()
-    for pattern in patterns:
-        full = join(base_dir, pattern)
-        try:
-            matched = expand(full)
-        except OSError as e:  # e.g. no such bucket
-            raise ConfigError(f"{where}: cannot list {full!r}: {_first_line(e)}") from e
-        if not matched:
-            said = "" if full == pattern else f" ({full})"
-            raise ConfigError(f"{where}: no input files match {pattern!r}{said}")
-        found.update(matched)
-    return sorted(found)
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
-def path_list(config: Mapping[str, Any], where: str) -> list[str]:
-    """`paths:` as a list of strings (a single string is accepted)."""
-    paths = config.get("paths")
-    if isinstance(paths, str):
-        return [paths]
-    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-        raise ConfigError(f"{where}: 'paths' must be a path, a glob or a list of them, "
-                          f"got {paths!r}")
-    return list(paths)
-
-
-class PairedFiles:
-    """`paths: {column: glob, ...}`: each column's files, paired with the others' in sorted order.
-
-    The first column's file names the pair: it is what `files()` returns and `Block.source`
-    says, so a record's identity is (that file, index).
-    """
-
-    def __init__(self, config: Mapping[str, Any], base_dir: str, where: str):
-        paths = config.get("paths")
-        if not isinstance(paths, Mapping) or not paths or not all(
-            isinstance(k, str) and (isinstance(v, str) or (
-                isinstance(v, list) and v and all(isinstance(p, str) for p in v)))
-            for k, v in paths.items()
-        ):
-            raise ConfigError(f"{where}: 'paths' must map column names to paths/globs, e.g. "
-                              f"{{image: train-images.gz, label: train-labels.gz}}, got {paths!r}")
-        self.patterns = {k: [v] if isinstance(v, str) else list(v) for k, v in paths.items()}
-        self.base_dir = base_dir
-        self.where = where
-        self._found: dict[str, list[str]] | None = None
-
-    @property
-    def key_column(self) -> str:
-        return next(iter(self.patterns))
-
-    def found(self) -> dict[str, list[str]]:
-        """column -> its files, sorted (globs expanded once)."""
-        if self._found is None:
-            found = {
-                name: expand_each(patterns, self.base_dir, f"{self.where}: paths.{name}")
-                for name, patterns in self.patterns.items()
-            }
-            counts = {name: len(files) for name, files in found.items()}
-            if len(set(counts.values())) > 1:
-                raise ConfigError(f"{self.where}: the 'paths' columns match different numbers of "
-                                  f"files {counts}; files are paired in sorted order, so they "
-                                  f"must agree")
-            self._found = found
-        return self._found
-
-    def keys(self) -> list[str]:
-        return list(self.found()[self.key_column])
-
-    def every_file(self) -> list[str]:
-        return sorted(f for files in self.found().values() for f in files)
-
-    def partners(self, path: str) -> dict[str, str]:
-        """column -> file of the pair `path` (a key column file) names."""
-        keys = self.keys()
-        if path not in keys:
-            raise ConfigError(f"{self.where}: {path!r} is not one of the {self.key_column!r} "
-                              f"files {keys}")
-        i = keys.index(path)
-        return {name: files[i] for name, files in self.found().items()}
-
-
-def int_option(
-    opts: Mapping[str, Any], name: str, default: int, where: str, minimum: int = 0
-) -> int:
-    value = opts.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{where}: {name!r} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def bool_option(opts: Mapping[str, Any], name: str, default: bool, where: str) -> bool:
-    value = opts.get(name, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: {name!r} must be true or false, got {value!r}")
-    return value
-
-
-def block_rows(opts: Mapping[str, Any], where: str) -> int:
-    return int_option(opts, "block_rows", DEFAULT_BLOCK_ROWS, where, minimum=1)
-
-
-class FileSource(Source):
-    """Set-up shared by the readers whose `paths:` is a list of files/globs, one unit each.
-
-    `files()` are what `read()` takes (and `Block.source`); `inputs()` every file read, which
-    only multi-file formats make differ.
-    """
-
-    OPTIONS: ClassVar[set[str]] = {"block_rows"}
-
-    def __init__(self, config: Mapping[str, Any], base_dir: str, where: str):
-        self.opts = options(config, self.OPTIONS, where)
-        self.where = where
-        self.base_dir = base_dir
-        self.patterns = path_list(config, where)
-        self.block_rows = block_rows(self.opts, where)
-
-    def files(self) -> list[str]:
-        return expand_each(self.patterns, self.base_dir, self.where)
-
-    def inputs(self) -> list[str]:
-        return self.files()
-
-
-def excerpt(raw: bytes | str, limit: int = 120) -> str:
-    """A short, printable excerpt of offending input for the dead-letter output."""
-    text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def utf8_bad_rows(col: pa.Array) -> np.ndarray:
-    """Rows of a binary column that are not valid UTF-8 (the slow scan runs only on failure)."""
-    try:
-        col.cast(pa.string())
-        return np.zeros(len(col), bool)
-    except pa.ArrowInvalid:
-        return np.array([_not_utf8(v) for v in col.to_pylist()], bool)
-
-
-def _not_utf8(value: bytes | None) -> bool:
-    try:
-        if value is not None:
-            value.decode("utf-8")
-        return False
-    except UnicodeDecodeError:
-        return True
+from etl.sources.files import FileSource, bool_option, excerpt, int_option, utf8_bad_rows
+from etl.sources.lines import LineRange, line_splits, next_line_start, split_lines
 
 
 # ---- the CSV reader ----------------------------------------------------------------------------
@@ -326,7 +157,6 @@ class CsvReader(FileSource):
         """Byte ranges cut only at line starts the quote scan proves are record starts for
         this reader (see `_record_start`); the first split holds `skip_rows` and the header.
         gzip: one split."""
-        from etl.sources.text_source import line_splits  # noqa: PLC0415 (it imports this module)
 
         if path.endswith(".gz"):
             return [Split(path)]
@@ -377,10 +207,9 @@ class CsvReader(FileSource):
         with open_file(path) as fh:
             data: Any = fh
             if not split.whole:
-                from etl.sources.text_source import _Range  # noqa: PLC0415
 
                 fh.seek(split.start)
-                data = _Range(fh, None if split.stop is None else split.stop - split.start)
+                data = LineRange(fh, None if split.stop is None else split.stop - split.start)
             reader = pa_csv.open_csv(_WithTail(data, sentinel) if sentinel else data,
                                      read_options=read_options,
                                      parse_options=self._parse_options(None),
@@ -435,7 +264,6 @@ class CsvReader(FileSource):
     def _read_text(self, split: Split) -> Iterator[Block]:
         """The file in regions of whole lines (one chunk of the line scan, plus the lines of a
         row still open at the end of the last region), each parsed by `_Careful`."""
-        from etl.sources.text_source import split_lines  # noqa: PLC0415 (it imports this module)
 
         path = split.path
         names = self._names(path)
@@ -480,7 +308,7 @@ class CsvReader(FileSource):
 
 
 def _row_end(run: Any, block: Block, path: str) -> int | None:
-    """Block.end_offset of a careful-path block taken while `run` (a text_source.LineRun) is
+    """Block.end_offset of a careful-path block taken while `run` (an etl.sources.lines.LineRun) is
     parsed: the end of the line its last row starts on, in the file's own bytes (gzip:
     compressed, pro rata within the run's read), so a run of many blocks moves progress
     block by block."""
@@ -868,9 +696,8 @@ class _QuoteScan:
 
     def boundary(self, fh: Any, target: int, previous: int) -> int | None:
         """The first provable record start at or after `target` (None: none found)."""
-        from etl.sources.text_source import _next_line_start  # noqa: PLC0415
 
-        k = _next_line_start(fh, target, previous)
+        k = next_line_start(fh, target, previous)
         if k is None:
             return None
         q = self._last_quote(fh, previous, k)

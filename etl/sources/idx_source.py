@@ -28,7 +28,7 @@ import numpy as np
 from etl.errors import BadInputError, BadRecord
 from etl.idx import IdxHeader, check_end, open_idx, read_block
 from etl.sources.base import Block, Source, Split, options, position, record_splits
-from etl.sources.csv_source import PairedFiles, block_rows
+from etl.sources.files import PairedFiles, block_rows
 
 
 class IdxReader(Source):
@@ -48,7 +48,7 @@ class IdxReader(Source):
         return self.pairs.key_column
 
     def files(self) -> list[str]:
-        keys = self.pairs.keys()
+        keys = self.pairs.key_files()
         for key in keys:  # headers only: a broken file fails the run before any work
             with ExitStack() as stack:
                 self._open(key, stack)

@@ -35,7 +35,7 @@ import pyarrow as pa
 from etl import fs
 from etl.errors import BadRecord, ConfigError
 from etl.sources.base import Block, open_file
-from etl.sources.csv_source import FileSource, bool_option, join
+from etl.sources.files import FileSource, bool_option, join
 
 if TYPE_CHECKING:
     from etl.schema import Schema

@@ -23,8 +23,9 @@ import pyarrow.json as pa_json
 
 from etl.errors import BadRecord
 from etl.sources.base import Block, Split
-from etl.sources.csv_source import excerpt, utf8_bad_rows
-from etl.sources.text_source import LineBlock, LineSource, line_blocks, line_end
+from etl.sources.files import excerpt, utf8_bad_rows
+from etl.sources.lines import LineBlock, line_blocks, line_end
+from etl.sources.text_source import LineSource
 
 
 class JsonlReader(LineSource):

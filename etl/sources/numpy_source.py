@@ -30,7 +30,7 @@ import numpy as np
 from etl import fs
 from etl.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, Source, Split, open_file, options, record_splits
-from etl.sources.csv_source import PairedFiles, block_rows, expand_each, path_list
+from etl.sources.files import PairedFiles, block_rows, expand_each, path_list
 
 _Array = tuple[str, tuple[int, ...], "_Rows"]  # (what to call it, shape, its rows)
 
@@ -73,7 +73,7 @@ class NumpyReader(Source):
 
     def files(self) -> list[str]:
         units = expand_each(self.patterns, self.base_dir, self.where) if self.npz \
-            else self.pairs.keys()
+            else self.pairs.key_files()
         for unit in units:  # headers only: a broken file fails the run before any work
             with ExitStack() as stack:
                 self._open(unit, stack)

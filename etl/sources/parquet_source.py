@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from etl.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, Split, open_file
-from etl.sources.csv_source import FileSource
+from etl.sources.files import FileSource
 
 
 class ParquetReader(FileSource):

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from etl.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, open_file
-from etl.sources.csv_source import FileSource, bool_option
+from etl.sources.files import FileSource, bool_option
 from etl.tfrecord import COMPRESSIONS, BrokenStreamError, compression_of, scan_records
 
 if TYPE_CHECKING:
