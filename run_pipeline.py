@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"OK {report['path']}: {report['records']} records "
                   + ", ".join(f"{k}={v}" for k, v in report["splits"].items()))
         else:
-            from etl.config import parse_duration  # noqa: PLC0415
+            from etl.units import parse_duration  # noqa: PLC0415
 
             stale = (None if args.lock_stale_after is None
                      else parse_duration(args.lock_stale_after, "--lock-stale-after"))

@@ -22,7 +22,7 @@ from etl import columns as cols
 from etl import wire
 from etl.errors import BadRecord, RecordError, quote
 from etl.schema import Feature, Schema
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES
+from etl.units import DEFAULT_MAX_RECORD_BYTES
 
 Batch = Mapping[str, Any] | pa.RecordBatch | pa.Table
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from etl.config import format_size
+from etl.units import format_size
 
 MODES = ("auto", "bar", "lines", "none")
 DEFAULT_EVERY = 10.0  # seconds between plain lines

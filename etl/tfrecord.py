@@ -16,6 +16,7 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 
+from etl import fs
 from etl.errors import VerifyError
 
 _MASK_DELTA = 0xA282EAD8
@@ -172,9 +173,7 @@ def iter_records(
 
 def read_file(path: str, compression: str = "none", check_crc: bool = True) -> Iterator[tuple[int, bytes]]:
     """All records of one TFRecord file (local or any FileSystems path)."""
-    from etl.sources.base import open_file  # noqa: PLC0415
-
-    with open_file(path) as fh:
+    with fs.open_read(path) as fh:
         yield from iter_records(decompressing_reader(fh, compression), path, check_crc)
 
 

@@ -11,9 +11,10 @@ import textwrap
 
 import pytest
 
-from etl.config import job_from_dict, parse_duration
+from etl.config import job_from_dict
 from etl.error_wire import original_error, storage_error, wire_errors, worker_errors
 from etl.errors import BadInputError, ConfigError, EtlError, RecordError, StorageError
+from etl.units import parse_duration
 from tests.helpers import IDS_SCHEMA as SCHEMA
 from tests.helpers import cli
 

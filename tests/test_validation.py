@@ -18,7 +18,7 @@ from PIL import Image
 
 from etl.codec import EncodedBatch, Encoder
 from etl.schema import Schema, schema_from_dict
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES
+from etl.units import DEFAULT_MAX_RECORD_BYTES
 
 I64_MAX = 2**63 - 1
 

@@ -41,8 +41,9 @@ from etl.shuffle import engine, files, keys
 from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
 from etl.shuffle.runs import SortedRun, sorted_run
 from etl.shuffle.shard_writer import ShardResult
-from etl.sources.base import DEFAULT_MAX_RECORD_BYTES, Block
+from etl.sources.base import Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
+from etl.units import DEFAULT_MAX_RECORD_BYTES
 from etl.wire import binary_column
 from transforms import beam_fixes
 from transforms import coders as _coders  # noqa: F401 - registers the shuffle's coders

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from etl.config import format_size
 from etl.images import display_png
 from etl.manifest import REPORT_GENERATOR
+from etl.units import format_size
 
 BAR = "#2a6fdb"  # every plot's bars (the screenshot test looks for this colour)
 FLAG = "#c62828"

@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from etl.errors import BadRecord
+from etl.errors import BadRecord, ConfigError
+from etl.units import DEFAULT_MAX_RECORD_BYTES
 
 DEFAULT_BLOCK_ROWS = 65536
-# A record (raw line or field, or serialized proto) above this is rejected as `oversized_record`
-# before the shuffle; the job option `max_record_bytes` changes it.
-DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -169,23 +167,7 @@ def position(fh: Any) -> int | None:
         return None
 
 
-def open_file(path: str) -> Any:
-    """Binary read handle for a local or remote path (etl.fs.open_read)."""
-    from etl import fs  # noqa: PLC0415
-
-    return fs.open_read(path)
-
-
-def expand(patterns: list[str] | str) -> list[str]:
-    """Expand globs, local and remote alike; sorted, de-duplicated (etl.fs.expand)."""
-    from etl import fs  # noqa: PLC0415
-
-    return fs.expand(patterns)
-
-
 def options(config: Mapping[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
-    from etl.errors import ConfigError  # noqa: PLC0415
-
     unknown = set(config) - allowed - {"format", "paths"}
     if unknown:
         raise ConfigError(f"{where}: unknown option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")

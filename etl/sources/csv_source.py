@@ -53,11 +53,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
+from etl import fs
 from etl.errors import BadRecord, ConfigError
 from etl.sources.base import (
     Block,
     Split,
-    open_file,
     position,
 )
 from etl.sources.files import FileSource, bool_option, excerpt, int_option, utf8_bad_rows
@@ -133,7 +133,7 @@ class CsvReader(FileSource):
         parsed on its own: a bad row further on must not stop the names being read)."""
         if self.columns is not None:
             return list(self.columns)
-        with open_file(path) as raw, (gzip.GzipFile(fileobj=raw) if path.endswith(".gz")
+        with fs.open_read(path) as raw, (gzip.GzipFile(fileobj=raw) if path.endswith(".gz")
                                       else contextlib.nullcontext(raw)) as fh:
             for _ in range(self.skip_rows):
                 fh.readline()
@@ -147,7 +147,7 @@ class CsvReader(FileSource):
 
     def data_start(self, path: str) -> int:
         """Byte offset of the first data line (after `skip_rows` and the header line)."""
-        with open_file(path) as fh:
+        with fs.open_read(path) as fh:
             for _ in range(self._header_lines):
                 if not fh.readline():
                     break
@@ -204,7 +204,7 @@ class CsvReader(FileSource):
         newlines = 0  # quoted newlines in the rows before `cursor`
         first_line = (self._header_lines if first else split.first_line) + 1
         sentinel = self._sentinel(len(names))
-        with open_file(path) as fh:
+        with fs.open_read(path) as fh:
             data: Any = fh
             if not split.whole:
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from etl import fs
 from etl.errors import ConfigError
-from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, expand, options
+from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, options
 
 
 def join(base_dir: str, path: str) -> str:
@@ -30,7 +30,7 @@ def expand_each(patterns: Sequence[str], base_dir: str, where: str) -> list[str]
     for pattern in patterns:
         full = join(base_dir, pattern)
         try:
-            matched = expand(full)
+            matched = fs.expand(full)
         except OSError as e:  # e.g. no such bucket
             raise ConfigError(f"{where}: cannot list {full!r}: {_first_line(e)}") from e
         if not matched:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from etl import fs
 from etl.errors import BadInputError, BadRecord
 from etl.idx import IdxHeader, check_end, open_idx, read_block
 from etl.sources.base import Block, Source, Split, options, position, record_splits
@@ -159,6 +160,4 @@ class _Place:
 
 
 def _size(path: str) -> int:
-    from etl import fs  # noqa: PLC0415
-
     return fs.size(path)

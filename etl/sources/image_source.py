@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from etl import fs
 from etl.errors import BadRecord, ConfigError
-from etl.sources.base import Block, open_file
+from etl.sources.base import Block
 from etl.sources.files import FileSource, bool_option, join
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class ImageFolderReader(FileSource):
                         end_offset=int(ends[start + len(chunk) - 1]))
 
     def _load(self, f: str) -> bytes:
-        with open_file(f) as fh:
+        with fs.open_read(f) as fh:
             try:
                 size = fh.seek(0, 2)
                 fh.seek(0)

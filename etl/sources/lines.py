@@ -15,15 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from etl import fs
 from etl.errors import BadInputError, BadRecord
 from etl.sources.base import (
-    DEFAULT_MAX_RECORD_BYTES,
     Split,
-    open_file,
     position,
     target_starts,
 )
 from etl.sources.files import excerpt, utf8_bad_rows
+from etl.units import DEFAULT_MAX_RECORD_BYTES
 
 _CHUNK_BYTES = 1 << 24
 _WHITESPACE = np.array([ord(" "), ord("\t"), ord("\r"), ord("\n")], np.uint8)
@@ -75,11 +75,9 @@ def line_splits(path: str, target_bytes: int, data_start: int = 0,
     count of the newlines before the last boundary (NumPy, ~3.8 GB/s from the page cache)."""
     if path.endswith(".gz"):
         return [Split(path)]
-    from etl import fs  # noqa: PLC0415
-
     size = fs.size(path)
     cuts: list[int] = []
-    with open_file(path) as fh:
+    with fs.open_read(path) as fh:
         for target in target_starts(size, target_bytes, data_start):
             if cuts and target <= cuts[-1]:
                 continue
@@ -143,7 +141,7 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     """
     chunk_bytes = chunk_bytes or _CHUNK_BYTES
     gz = path.endswith(".gz")
-    with open_file(path) as raw:
+    with fs.open_read(path) as raw:
         stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
         if start or stop is not None:  # a split of a plain file: whole lines [start, stop)
             raw.seek(start)

@@ -29,7 +29,7 @@ import numpy as np
 
 from etl import fs
 from etl.errors import BadInputError, BadRecord, ConfigError
-from etl.sources.base import Block, Source, Split, open_file, options, record_splits
+from etl.sources.base import Block, Source, Split, options, record_splits
 from etl.sources.files import PairedFiles, block_rows, expand_each, path_list
 
 _Array = tuple[str, tuple[int, ...], "_Rows"]  # (what to call it, shape, its rows)
@@ -148,13 +148,13 @@ class NumpyReader(Source):
         """column -> (file, shape, rows) for the pair `path` names."""
         out = {}
         for name, f in self.pairs.partners(path).items():
-            fh = stack.enter_context(open_file(f))
+            fh = stack.enter_context(fs.open_read(f))
             out[name] = (f, *_npy_rows(fh, f, mmap=not fs.is_remote(f)))
         return out
 
     def _open_npz(self, path: str, stack: ExitStack) -> dict[str, _Array]:
         """column -> (archive[array], shape, rows) of the selected arrays."""
-        fh = stack.enter_context(open_file(path))
+        fh = stack.enter_context(fs.open_read(path))
         try:
             archive = stack.enter_context(zipfile.ZipFile(fh))
         except (zipfile.BadZipFile, OSError, EOFError) as e:

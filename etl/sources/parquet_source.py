@@ -21,8 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from etl import fs
 from etl.errors import BadInputError, BadRecord, ConfigError
-from etl.sources.base import Block, Split, open_file
+from etl.sources.base import Block, Split
 from etl.sources.files import FileSource
 
 
@@ -51,7 +52,7 @@ class ParquetReader(FileSource):
         return super().files()
 
     def _open(self, path: str, stack: ExitStack) -> pq.ParquetFile:
-        fh = stack.enter_context(open_file(path))
+        fh = stack.enter_context(fs.open_read(path))
         try:
             parquet = stack.enter_context(pq.ParquetFile(fh))
         except (pa.ArrowException, OSError) as e:

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from etl import fs
 from etl.errors import BadInputError, BadRecord, ConfigError
-from etl.sources.base import Block, open_file
+from etl.sources.base import Block
 from etl.sources.files import FileSource, bool_option
 from etl.tfrecord import COMPRESSIONS, BrokenStreamError, compression_of, scan_records
 
@@ -70,7 +71,7 @@ class TFRecordReader(FileSource):
         offsets: list[int] = []
         bad: list[BadRecord] = []
         size = 0
-        with open_file(path) as fh:
+        with fs.open_read(path) as fh:
             frames = scan_records(fh, compression, self.check_crc, self.max_record_bytes)
             try:
                 for frame in frames:
