@@ -28,10 +28,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from etl import fs
-from etl.config import format_size
 from etl.errors import ConfigError, StorageError
 from etl.manifest import MANIFEST, PRODUCER, SUCCESS, belongs
 from etl.run_lock import RunInfo, why_dead
+from etl.units import format_size
 
 log = logging.getLogger(__name__)
 MARKER = "_ETL_RUN.json"

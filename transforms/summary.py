@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from etl import fs
-from etl.config import JobConfig, format_size, load_job
+from etl.config import JobConfig, load_job
 from etl.manifest import dataset_dir
 from etl.progress import DEFAULT_EVERY, resolve
 from etl.quiet import native_stderr_quiet
 from etl.spans import Span
+from etl.units import format_size
 from transforms.backfill import check_inputs, not_selected, report_span, skip_if_current
 
 
