@@ -5,16 +5,23 @@ span (transforms.backfill.report_span)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, TextIO
 
-from etl import fs
+from etl import fs, signals
 from etl.config import JobConfig, load_job
 from etl.manifest import dataset_dir
 from etl.progress import DEFAULT_EVERY, resolve
 from etl.quiet import native_stderr_quiet
 from etl.spans import Span
 from etl.units import format_size
-from transforms.backfill import check_inputs, not_selected, report_span, skip_if_current
+from transforms.backfill import (
+    check_inputs,
+    not_selected,
+    record_interrupted,
+    report_span,
+    skip_if_current,
+)
 
 
 def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
@@ -22,7 +29,8 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
                    debug: bool = False, span: Span | None = None, force: bool = False,
                    allow_missing: bool = False, only: str = "all", verbose: bool = False,
                    progress: str = "none", progress_every: float = DEFAULT_EVERY,
-                   progress_stream: TextIO | None = None, report: bool = False) -> int:
+                   progress_stream: TextIO | None = None, report: bool = False,
+                   verify_full: bool = False) -> int:
     """One span (or a job without placeholders). Without `debug`, worker tracebacks go to the
     run's log file only (see run_job). A skipped span prints one line saying why: exit 0.
     `progress` (auto, bar, lines, none) is drawn on `progress_stream`: the real stderr, a
@@ -30,7 +38,34 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
     `report` (`run --report`): after the data is published, or when the span is skipped as
     current, its report (etl.report.for_run); a failing report raises ReportFailed (the
     report error's exit code) saying the data was published."""
-    job = load_job(job_path, output=output, span=span)
+    started = time.time()
+    job = load_job(job_path, output=output, span=span, verify_full=verify_full)
+    try:
+        ran = _before_run(job, output, beam_args, force, allow_missing, only, verbose, report)
+    except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published
+        stopped = signals.as_interrupted(e, signals.UNCHANGED)
+        record_interrupted(job, started, stopped)
+        raise stopped from None
+    if ran is not None:
+        return ran
+    from transforms.job import run_job  # noqa: PLC0415 - Beam: only when something runs
+
+    stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
+    shown = resolve(progress, progress_stream, progress_every)
+    result = run_job(job, beam_args, force=force, break_lock=break_lock,
+                     capture_stderr=not debug, progress=shown, **stale)
+    try:
+        return _after_run(job, result, output, sample, verbose, report)
+    except KeyboardInterrupt as e:  # run_job is done: say whether its output is in place
+        published = not (getattr(result, "skipped", "") or result.launched)
+        raise signals.as_interrupted(
+            e, signals.PUBLISHED if published else signals.UNCHANGED) from None
+
+
+def _before_run(job: JobConfig, output: str | None, beam_args: list[str], force: bool,
+                allow_missing: bool, only: str, verbose: bool, report: bool) -> int | None:
+    """What happens before a span runs (left out, no inputs, current): its exit code, or
+    None when run_job has work to do."""
     label = f"{job.span} ({job.output})" if job.span else job.output
     left_out = not_selected(job, only) if only != "all" else ""
     if left_out:
@@ -46,12 +81,13 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
         if report:
             _print_report(job, output, not verbose, keep_current=True)
         return 0
-    from transforms.job import run_job  # noqa: PLC0415 - Beam: only when something runs
+    return None
 
-    stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
-    shown = resolve(progress, progress_stream, progress_every)
-    result = run_job(job, beam_args, force=force, break_lock=break_lock,
-                     capture_stderr=not debug, progress=shown, **stale)
+
+def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, verbose: bool,
+               report: bool) -> int:
+    """The summary of a run_job result (skipped, launched or published), and its report."""
+    label = f"{job.span} ({job.output})" if job.span else job.output
     if getattr(result, "skipped", ""):
         print(f"Skipped {label}: {result.skipped}")
         if report:
@@ -121,3 +157,4 @@ def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:
 
 def _bytes(split: dict[str, Any]) -> int:
     return int(split.get("num_bytes") or sum(int(s.get("num_bytes", 0)) for s in split["shards"]))
+
