@@ -104,6 +104,12 @@ class VerifyError(EtlError):
     exit_code = EXIT_BAD_INPUT
 
 
+class ForeignEntries(VerifyError):
+    """A published output whose data is whole but which holds entries its manifest does not
+    list (a user's file, an empty folder): `verify` fails, a rerun still skips it as current
+    (nothing of the data is lost) and warns; a rebuild refuses to replace it."""
+
+
 # Why a record was rejected: a fixed list, so `by_reason` in the manifest counts by code and a
 # user can filter the dead-letter file. The message of each BadRecord says the details.
 REASONS: dict[str, str] = {

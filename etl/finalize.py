@@ -19,7 +19,8 @@ from typing import Any
 from etl import fs
 from etl.accounting import account
 from etl.errors import EtlError
-from etl.manifest import MANIFEST, REJECTED_FILE, build_manifest, file_entry
+from etl.layout import MANIFEST, REJECTED_FILE, SCHEMA_FILE, TFMD_FILE
+from etl.manifest import build_manifest, file_entry
 from etl.schema import Schema
 from etl.shuffle.shard_writer import ATTEMPT_SUFFIX, ShardResult
 from etl.tfmd import to_pbtxt
@@ -41,8 +42,7 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
                            "nothing published")
     remove_attempts(staging, [r.name for r in shards])
     acc = account(reports, shards, expected_reads)
-    published = {"schema.yaml": schema.to_yaml().encode(),
-                 "schema.pbtxt": to_pbtxt(schema).encode()}
+    published = {SCHEMA_FILE: schema.to_yaml().encode(), TFMD_FILE: to_pbtxt(schema).encode()}
     if acc.rejected:
         published[REJECTED_FILE] = "".join(json.dumps(b, sort_keys=True) + "\n"
                                            for b in acc.rejected).encode()

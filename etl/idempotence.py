@@ -20,16 +20,19 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from etl import fs
-from etl.errors import VerifyError
+from etl.errors import ForeignEntries, VerifyError
 from etl.fingerprint import NONE, with_fingerprints
-from etl.manifest import MANIFEST, SUCCESS, dataset_dir, load_manifest, verify
+from etl.layout import MANIFEST, SUCCESS
+from etl.manifest import dataset_dir, load_manifest, verify
 
+log = logging.getLogger(__name__)
 SKIPPED = "already published and current (inputs, schema and job unchanged)"
 OLD_MANIFEST = "published without input fingerprints (by an older version): rebuilt once"
 JOB_CHANGED = "the job file changed (or its span)"
@@ -206,6 +209,9 @@ def damage(output: str, full: bool = False) -> str | None:
     next scheduled run."""
     try:
         verify(output, quick=not full)
+    except ForeignEntries as e:  # the data is whole: still current, but say what is in there
+        log.warning("%s (a rebuild of this output would refuse to replace it)", e)
+        return None
     except VerifyError as e:
         return str(e)
     except (OSError, ValueError, KeyError, TypeError) as e:  # an unreadable manifest

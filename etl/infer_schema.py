@@ -20,6 +20,7 @@ from etl.errors import BadInputError, ConfigError
 from etl.infer.guess import Guess, Sampled, Unsupported, combine, guess, image_facts, image_spec
 from etl.infer.render import job_yaml, schema_yaml
 from etl.infer.sample import Sample, sample
+from etl.layout import SCHEMA_FILE
 from etl.schema import schema_from_dict
 from etl.tfrecord import compression_of
 
@@ -202,7 +203,7 @@ def infer(fmt: str, source: dict[str, Any], n: int, name: str) -> str:
 
 def _written_with(paths: list[str]) -> list[str]:
     """A note when the TFRecords lie in an output of this tool: its schema.yaml is exact."""
-    beside = sorted({fs.join(fs.dirname(p), "schema.yaml") for p in paths})
+    beside = sorted({fs.join(fs.dirname(p), SCHEMA_FILE) for p in paths})
     found = [s for s in beside if fs.exists(s)]
     if not found:
         return []

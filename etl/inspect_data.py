@@ -24,10 +24,10 @@ import numpy as np
 from etl import fs
 from etl.errors import EXIT_CONFIG, EtlError
 from etl.images import is_image, png_bytes
+from etl.layout import SCHEMA_FILE, SUCCESS
 from etl.schema import Feature, Schema, load_schema
 from etl.tfrecord import compression_of, read_file
 
-SCHEMA_FILE = "schema.yaml"
 MAX_TEXT_LINES = 60  # per record, for raw proto text
 MAX_BYTES_SHOWN = 48  # per bytes value
 
@@ -373,7 +373,6 @@ def _relative_to(folder: str, path: str) -> str:
 def _outputs_of(items: list[str], files: list[str]) -> list[str]:
     """Folders holding a published output that the inspected files belong to (DIR must not be
     inside one): the directories named, and the folders of files with a `_SUCCESS` beside."""
-    from etl.manifest import SUCCESS  # noqa: PLC0415
 
     outs = [i for i in items if fs.isdir(i)]
     for folder in dict.fromkeys(fs.dirname(f) for f in files):

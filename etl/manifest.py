@@ -27,18 +27,19 @@ from collections.abc import Iterable
 from typing import Any
 
 from etl import fs
-from etl.errors import VerifyError
+from etl.errors import ForeignEntries, VerifyError
+from etl.layout import (
+    MANIFEST,
+    META_FILES,
+    PRODUCER,
+    REJECTED_DIR,
+    REPORT_FILES,
+    SUCCESS,
+)
 from etl.shuffle.shard_writer import ShardResult
 from etl.tfrecord import compression_of, decompressing_reader, iter_records
 
-MANIFEST = "manifest.json"
-SUCCESS = "_SUCCESS"
-META_FILES = ("schema.yaml", "schema.pbtxt", MANIFEST, SUCCESS)
-REJECTED_DIR = "rejected"
-REJECTED_FILE = f"{REJECTED_DIR}/rejected.jsonl"
-PRODUCER = "tfrecord-etl"
 FORMAT_VERSION = 2
-REPORT_FILES = ("report.json", "report.html")
 REPORT_GENERATOR = f"{PRODUCER} report"
 # what each report file carries in its first bytes (etl.report writes them there)
 _REPORT_MARKS = {"report.json": f'"generator": "{REPORT_GENERATOR}"'.encode(),
@@ -205,7 +206,7 @@ def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[s
     if missing:
         raise VerifyError(f"{path}: missing file(s) listed in the manifest: {missing}")
     if extra:
-        raise VerifyError(f"{path}: file(s) not in the manifest: {extra}")
+        raise ForeignEntries(f"{path}: file(s) not in the manifest: {extra}")
     if not fs.is_remote(path):
         # the next run's own test of "ours" (empty directories, links to directories, the
         # producer tag): verify passes exactly the outputs a run would replace
@@ -213,7 +214,7 @@ def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[s
 
         foreign = foreign_content(path)
         if foreign:
-            raise VerifyError(f"{path}: {foreign}; the next run would refuse to replace it")
+            raise ForeignEntries(f"{path}: {foreign}; the next run would refuse to replace it")
     return {"path": path, "records": total, "splits": {k: v["num_records"] for k, v in
                                                        manifest["splits"].items()}}
 

@@ -29,7 +29,8 @@ from typing import Any
 
 from etl import fs
 from etl.errors import ConfigError, StorageError
-from etl.manifest import MANIFEST, PRODUCER, SUCCESS, belongs
+from etl.layout import MANIFEST, PRODUCER, SUCCESS
+from etl.manifest import belongs
 from etl.run_lock import RunInfo, why_dead
 from etl.units import format_size
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from etl import fs, signals
 from etl.errors import LockedError, StorageError
-from etl.manifest import MANIFEST, PRODUCER, SUCCESS
+from etl.layout import MANIFEST, PRODUCER, SUCCESS
 from etl.pause import pause
+from etl.run_lock import check_held
 
 
 def publish(staging: str, output: str, run_id: str, aside: str | None = None) -> None:
@@ -42,6 +43,7 @@ def publish(staging: str, output: str, run_id: str, aside: str | None = None) ->
     with signals.critical():
         pause("publish:start")
         signals.raise_pending(signals.UNCHANGED)
+        check_held(run_id)  # stopped since the run's last check and taken over: publish nothing
         moved = placed = False
         try:
             if os.path.lexists(output):

@@ -32,11 +32,10 @@ from tensorflow.python.data.ops import dataset_ops, iterator_ops
 
 from etl import fs
 from etl.errors import EtlError, VerifyError
+from etl.layout import MANIFEST, SCHEMA_FILE
 from etl.schema import Schema, load_schema
 from etl.tfrecord import compression_of, read_file
 
-SCHEMA_FILE = "schema.yaml"
-MANIFEST_FILE = "manifest.json"
 AUTOTUNE = tf.data.AUTOTUNE
 
 _READ_BLOCK = 64  # records a parallel file read hands over at a time
@@ -291,7 +290,7 @@ def split_files(root: str, split: str) -> list[str]:
 
 def _split_shards(root: str, split: str) -> tuple[list[str], int | None]:
     """`split_files` and the split's record count (None without a manifest saying it)."""
-    manifest_path = _join(root, MANIFEST_FILE)
+    manifest_path = _join(root, MANIFEST)
     if tf.io.gfile.exists(manifest_path):
         with tf.io.gfile.GFile(manifest_path, "r") as fh:
             try:
@@ -301,27 +300,27 @@ def _split_shards(root: str, split: str) -> tuple[list[str], int | None]:
         splits = manifest.get("splits") if isinstance(manifest, dict) else None
         if isinstance(splits, dict):
             if split not in splits:
-                raise DatasetError(f"{root}: split {split!r} not in {MANIFEST_FILE}; "
+                raise DatasetError(f"{root}: split {split!r} not in {MANIFEST}; "
                                    f"available splits: {sorted(splits)}")
             shards = (splits[split] or {}).get("shards") or []
             files = [_join(root, s["path"]) if _relative(s["path"]) else s["path"]
                      for s in shards]
             if not files:
-                raise DatasetError(f"{root}: split {split!r} has no shards in {MANIFEST_FILE}")
+                raise DatasetError(f"{root}: split {split!r} has no shards in {MANIFEST}")
             # local shards only: on an object store one request per shard would delay the
             # first batch (`verify` checks remote shards; TensorFlow fails on a missing one)
             local = [(f, entry) for f, entry in zip(files, shards, strict=True)
                      if not fs.is_remote(f)]
             missing = [f for f, _ in local if not os.path.exists(f)]
             if missing:
-                raise DatasetError(f"{root}: {len(missing)} shard(s) listed in {MANIFEST_FILE} "
+                raise DatasetError(f"{root}: {len(missing)} shard(s) listed in {MANIFEST} "
                                    f"are missing, e.g. {missing[0]}")
             # A truncated gzip shard reads as a shorter file in TensorFlow, without an error:
             # the sizes the manifest lists catch that (and a replaced shard) for one stat each.
             for f, entry in local:
                 want = entry.get("num_bytes")
                 if isinstance(want, int) and os.path.getsize(f) != want:
-                    raise DatasetError(f"{f}: shard is {os.path.getsize(f)} bytes, {MANIFEST_FILE} "
+                    raise DatasetError(f"{f}: shard is {os.path.getsize(f)} bytes, {MANIFEST} "
                                        f"lists {want}: truncated or replaced (`verify` checks "
                                        f"every shard)")
             counts = [entry.get("num_records") for entry in shards]

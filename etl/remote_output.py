@@ -29,7 +29,7 @@ from typing import Any
 
 from etl import fs, signals
 from etl.errors import ConfigError, StorageError
-from etl.manifest import PRODUCER, SUCCESS
+from etl.layout import PRODUCER, SUCCESS
 from etl.object_store import Conflict, ObjectInfo, Store, split
 from etl.publish import publish_version
 from etl.run_lock import DEFAULT_STALE_AFTER, ObjectLock, RunInfo, why_dead

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from etl.manifest import SUCCESS, dataset_dir, verify
+from etl.layout import SUCCESS
+from etl.manifest import dataset_dir, verify
 from etl.run_lock import RunInfo
 from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy

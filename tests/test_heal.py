@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from etl import history
-from etl.manifest import SUCCESS, dataset_dir, verify
+from etl.layout import SUCCESS
+from etl.manifest import dataset_dir, verify
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
 
@@ -74,7 +75,10 @@ def test_a_lost_shard_is_rebuilt_by_the_next_run(tmp_path: Path) -> None:
            "unchanged)\n")
 
 
-def test_a_truncated_shard_or_an_extra_file_is_damage_too(tmp_path: Path) -> None:
+def test_a_truncated_shard_is_damage_a_users_file_is_not(tmp_path: Path) -> None:
+    """A shard of another size is rebuilt. A file the user put inside: `verify` fails (the
+    output is not only ours), but the data is whole, so the rerun still skips it, warns, and
+    touches nothing (a rebuild would refuse to replace it: test_output_safety)."""
     out = tmp_path / "out"
     job = job_file(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
@@ -91,9 +95,13 @@ def test_a_truncated_shard_or_an_extra_file_is_damage_too(tmp_path: Path) -> Non
     quick = cli("verify", str(out), "--quick")
     assert (quick.returncode, quick.stderr) == (
         3, f"error: {out}: file(s) not in the manifest: ['notes.txt']\n")
-    refused = cli("run", job)
-    assert refused.returncode == 2
-    assert (out / "notes.txt").read_text() == "mine"
+    skipped = cli("run", job)
+    assert (skipped.returncode, skipped.stdout) == (
+        0, f"Skipped {out}: already published and current (inputs, schema and job "
+           "unchanged)\n")
+    assert skipped.stderr == (f"WARNING {out}: file(s) not in the manifest: ['notes.txt'] (a "
+                              "rebuild of this output would refuse to replace it)\n")
+    assert (out / "notes.txt").read_text() == "mine" and shas(out) == good
 
 
 def test_a_flipped_byte_needs_the_full_check(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ import pytest
 from etl import fingerprint, fs, idempotence
 from etl.config import job_from_dict, load_job
 from etl.errors import LockedError
-from etl.manifest import MANIFEST, load_manifest, verify
+from etl.layout import MANIFEST
+from etl.manifest import load_manifest, verify
 from etl.output_guard import MARKER, work_dir
 from etl.read_plan import plan_units
 from etl.run_lock import LOCK, RunInfo, process_start

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from etl import history
-from etl.manifest import SUCCESS, dataset_dir, verify
+from etl.layout import SUCCESS
+from etl.manifest import dataset_dir, verify
 from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import IDS_SCHEMA, ROOT, RUN

@@ -370,7 +370,7 @@ class Decision:
 
 
 def published(job: JobConfig) -> bool:
-    from etl.manifest import SUCCESS  # noqa: PLC0415 - etl.manifest imports the shuffle code
+    from etl.layout import SUCCESS  # noqa: PLC0415 - etl.manifest imports the shuffle code
 
     return fs.exists(fs.join(job.output, SUCCESS))
 

@@ -47,7 +47,8 @@ from etl.error_wire import describe_unexpected, original_error, storage_error
 from etl.errors import BadInputError, ConfigError, EtlError, LockedError
 from etl.finalize import first_rejected
 from etl.fingerprint import with_fingerprints
-from etl.manifest import MANIFEST, REJECTED_FILE, SUCCESS, record_run
+from etl.layout import MANIFEST, REJECTED_FILE, SUCCESS
+from etl.manifest import record_run
 from etl.progress import ProgressConfig, Tally
 from etl.publish import publish
 from etl.read_plan import ReadPlan, needs_scan, plan_units

@@ -25,16 +25,8 @@ import numpy as np
 
 from etl import fs
 from etl.errors import BadInputError, ConfigError, EtlError, StorageError
-from etl.manifest import (
-    MANIFEST,
-    PRODUCER,
-    REPORT_FILES,
-    REPORT_GENERATOR,
-    SUCCESS,
-    dataset_dir,
-    load_manifest,
-    report_is_ours,
-)
+from etl.layout import MANIFEST, PRODUCER, REPORT_FILES, SUCCESS
+from etl.manifest import REPORT_GENERATOR, dataset_dir, load_manifest, report_is_ours
 
 BATCH = 1024
 REPORT_FORMAT = 1
