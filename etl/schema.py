@@ -385,7 +385,43 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
     if representation not in REPRESENTATIONS:
         raise fail(f"representation must be one of {list(REPRESENTATIONS)}, got {representation!r}")
     fixed = all(d >= 0 for d in shape)
+    _check_encoding(dtype, shape, encoding, representation, is_sequence, fail)
 
+    allow_nan = spec.get("allow_nan", False)
+    if not isinstance(allow_nan, bool):
+        raise fail(f"allow_nan must be true or false, got {allow_nan!r}")
+    if allow_nan and dtype not in _FLOAT_DTYPES:
+        raise fail(f"allow_nan applies to float dtypes only, got {dtype!r}")
+
+    vocabulary = _vocabulary(spec, fail, base_dir)
+    if vocabulary and dtype not in _INT_DTYPES[1:]:
+        raise fail(f"a vocabulary maps labels to integer ids; dtype must be an integer, got {dtype!r}")
+    if vocabulary and encoding != "values":
+        raise fail("a vocabulary needs encoding: values")
+    oov_id = spec.get("oov_id")
+    if oov_id is not None and not vocabulary:
+        raise fail("oov_id needs a vocabulary")
+
+    default = spec.get("default")
+    required = bool(spec.get("required", default is None))
+    _check_default(default, required, dtype, encoding, fixed, is_sequence, vocabulary, allow_nan,
+                   fail)
+
+    source_t = _source_columns(spec.get("source", name), shape, fixed, fail)
+
+    return Feature(
+        name=name, dtype=dtype, shape=shape, encoding=encoding, default=default,
+        required=required, source=source_t, vocabulary=vocabulary,
+        oov_id=None if oov_id is None else int(oov_id), representation=representation,
+        is_sequence=is_sequence, description=str(spec.get("description", "")),
+        allow_nan=allow_nan,
+    )
+
+
+def _check_encoding(dtype: str, shape: tuple[int, ...], encoding: str, representation: str,
+                    is_sequence: bool, fail: Any) -> None:
+    """What each encoding and representation needs of the dtype and shape."""
+    fixed = all(d >= 0 for d in shape)
     if encoding == "values":
         if dtype == "float64":
             raise fail("float64 values would be rounded to float32 by tf.train.FloatList; "
@@ -411,23 +447,11 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
     if representation == "sparse" and (fixed or len(shape) != 1 or is_sequence):
         raise fail("representation: sparse (VarLenFeature) needs shape [-1] on a context feature")
 
-    allow_nan = spec.get("allow_nan", False)
-    if not isinstance(allow_nan, bool):
-        raise fail(f"allow_nan must be true or false, got {allow_nan!r}")
-    if allow_nan and dtype not in _FLOAT_DTYPES:
-        raise fail(f"allow_nan applies to float dtypes only, got {dtype!r}")
 
-    vocabulary = _vocabulary(spec, fail, base_dir)
-    if vocabulary and dtype not in _INT_DTYPES[1:]:
-        raise fail(f"a vocabulary maps labels to integer ids; dtype must be an integer, got {dtype!r}")
-    if vocabulary and encoding != "values":
-        raise fail("a vocabulary needs encoding: values")
-    oov_id = spec.get("oov_id")
-    if oov_id is not None and not vocabulary:
-        raise fail("oov_id needs a vocabulary")
-
-    default = spec.get("default")
-    required = bool(spec.get("required", default is None))
+def _check_default(default: Any, required: bool, dtype: str, encoding: str, fixed: bool,
+                   is_sequence: bool, vocabulary: tuple[str, ...] | None, allow_nan: bool,
+                   fail: Any) -> None:
+    """A default makes a feature optional; only fixed-shape context values can have one."""
     if default is not None and required:
         raise fail("a feature with a default cannot be required")
     if default is not None:
@@ -446,7 +470,9 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
     if not required and encoding != "values":
         raise fail(f"encoding {encoding!r} features must be required")
 
-    source = spec.get("source", name)
+
+def _source_columns(source: Any, shape: tuple[int, ...], fixed: bool, fail: Any) -> tuple[str, ...]:
+    """`source:` as a tuple of column names (several pack into one vector)."""
     if isinstance(source, str):
         source_t: tuple[str, ...] = (source,)
     elif isinstance(source, Sequence) and source and all(isinstance(s, str) for s in source):
@@ -456,14 +482,7 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
                        f"got {list(shape)}")
     else:
         raise fail(f"source must be a column name or a list of names, got {source!r}")
-
-    return Feature(
-        name=name, dtype=dtype, shape=shape, encoding=encoding, default=default,
-        required=required, source=source_t, vocabulary=vocabulary,
-        oov_id=None if oov_id is None else int(oov_id), representation=representation,
-        is_sequence=is_sequence, description=str(spec.get("description", "")),
-        allow_nan=allow_nan,
-    )
+    return source_t
 
 
 def _shape(raw: Any, fail: Any) -> tuple[int, ...]:
