@@ -175,31 +175,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     if "schema" not in doc:
         raise ConfigError(f"{path}: missing 'schema' (path of the schema YAML)")
     span = _span_for(doc, path, output, span)
-    fractions: dict[str, float] = {}
-    if ("sources" in doc) == ("source" in doc):
-        raise ConfigError(f"{path}: give either 'sources' (one per split) or 'source' + 'split'")
-    if "sources" in doc:
-        sources = doc["sources"]
-        if not isinstance(sources, Mapping) or not sources:
-            raise ConfigError(f"{path}: 'sources' must map split names to source entries")
-        if "split" in doc:
-            raise ConfigError(f"{path}: 'split' fractions go with a single 'source'")
-        sources = {str(k): _source(v, f"{path}: sources.{k}") for k, v in sources.items()}
-    else:
-        sources = {"*": _source(doc["source"], f"{path}: source")}
-        split = doc.get("split") or {"train": 1.0}
-        if not isinstance(split, Mapping) or not split:
-            raise ConfigError(f"{path}: 'split' must map split names to fractions")
-        fractions = {str(k): _number(split, k, 0.0, f"{path}: split") for k in split}
-        if any(v <= 0 for v in fractions.values()) or abs(sum(fractions.values()) - 1) > 1e-6:
-            raise ConfigError(f"{path}: split fractions must be positive and sum to 1, "
-                              f"got {fractions}")
-    if span is not None:
-        sources = {k: _fill_paths(v, span, f"{path}: {'source' if k == '*' else 'sources.' + k}")
-                   for k, v in sources.items()}
-    for name in list(sources) + list(fractions):
-        if name != "*" and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
-            raise ConfigError(f"{path}: split name {name!r} must be letters, digits, _ or .")
+    sources, fractions = _sources(doc, path, span)
     schema = _string(doc, "schema", path)
     if output is None and "output" in doc:
         out = _string(doc, "output", path)
@@ -209,25 +185,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         raise ConfigError(f"{path}: missing 'output' (or pass --output)")
     if span is not None:
         out = fill(out, span, f"{path}: {'--output' if output else 'output'}")
-    shuffle = doc.get("shuffle", {"seed": 0})
-    via = None
-    if shuffle is False:
-        seed = None
-    elif shuffle is True:
-        seed = 0
-    elif isinstance(shuffle, Mapping) and set(shuffle) <= {"seed", "via"}:
-        # `seed: null` (with `via`): input order through the chosen strategy
-        seed = shuffle.get("seed", 0)
-        if isinstance(seed, str) and span is not None and placeholders(seed):
-            seed = _filled_seed(seed, span, path)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ConfigError(f"{path}: shuffle.seed must be an integer, got {seed!r}")
-        via = shuffle.get("via")
-        if via is not None and via not in ("engine", "files"):
-            raise ConfigError(f"{path}: shuffle.via must be 'engine' or 'files', got {via!r}")
-    else:
-        raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N, via: engine|files}}, "
-                          f"got {shuffle!r}")
+    seed, via = _shuffle(doc.get("shuffle", {"seed": 0}), path, span)
     if "shards" in doc and "shard_size" in doc:
         raise ConfigError(f"{path}: give 'shards' or 'shard_size', not both")
     shards = doc.get("shards")
@@ -278,6 +236,61 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         shuffle_via=via, verify=verify, allow_empty=allow_empty, raw=dict(doc),
         span=span.name if span is not None else None,
     )
+
+
+def _sources(doc: Mapping[str, Any], path: str, span: Span | None
+             ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """(split -> source entry, or "*" -> the one source; split -> fraction for that one),
+    their paths filled for the span."""
+    fractions: dict[str, float] = {}
+    if ("sources" in doc) == ("source" in doc):
+        raise ConfigError(f"{path}: give either 'sources' (one per split) or 'source' + 'split'")
+    if "sources" in doc:
+        sources = doc["sources"]
+        if not isinstance(sources, Mapping) or not sources:
+            raise ConfigError(f"{path}: 'sources' must map split names to source entries")
+        if "split" in doc:
+            raise ConfigError(f"{path}: 'split' fractions go with a single 'source'")
+        sources = {str(k): _source(v, f"{path}: sources.{k}") for k, v in sources.items()}
+    else:
+        sources = {"*": _source(doc["source"], f"{path}: source")}
+        split = doc.get("split") or {"train": 1.0}
+        if not isinstance(split, Mapping) or not split:
+            raise ConfigError(f"{path}: 'split' must map split names to fractions")
+        fractions = {str(k): _number(split, k, 0.0, f"{path}: split") for k in split}
+        if any(v <= 0 for v in fractions.values()) or abs(sum(fractions.values()) - 1) > 1e-6:
+            raise ConfigError(f"{path}: split fractions must be positive and sum to 1, "
+                              f"got {fractions}")
+    if span is not None:
+        sources = {k: _fill_paths(v, span, f"{path}: {'source' if k == '*' else 'sources.' + k}")
+                   for k, v in sources.items()}
+    for name in list(sources) + list(fractions):
+        if name != "*" and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
+            raise ConfigError(f"{path}: split name {name!r} must be letters, digits, _ or .")
+    return sources, fractions
+
+
+def _shuffle(shuffle: Any, path: str, span: Span | None) -> tuple[int | None, str | None]:
+    """`shuffle:` as (seed, or None to keep input order; strategy, or None for the default)."""
+    via = None
+    if shuffle is False:
+        seed = None
+    elif shuffle is True:
+        seed = 0
+    elif isinstance(shuffle, Mapping) and set(shuffle) <= {"seed", "via"}:
+        # `seed: null` (with `via`): input order through the chosen strategy
+        seed = shuffle.get("seed", 0)
+        if isinstance(seed, str) and span is not None and placeholders(seed):
+            seed = _filled_seed(seed, span, path)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"{path}: shuffle.seed must be an integer, got {seed!r}")
+        via = shuffle.get("via")
+        if via is not None and via not in ("engine", "files"):
+            raise ConfigError(f"{path}: shuffle.via must be 'engine' or 'files', got {via!r}")
+    else:
+        raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N, via: engine|files}}, "
+                          f"got {shuffle!r}")
+    return seed, via
 
 
 def _fill_paths(cfg: dict[str, Any], span: Span, where: str) -> dict[str, Any]:
