@@ -32,6 +32,18 @@ class Conflict(Exception):
     """A generation precondition did not hold (HTTP 412), or the object is gone (404)."""
 
 
+class MissingBucket(ConfigError):
+    """A gs:// path whose bucket does not exist (a typo, or not created yet): a setting to fix
+    (exit 2), not a store failure to retry; the store itself answers only "404"."""
+
+
+def missing_bucket(bucket: str, role: str = "", path: str = "") -> MissingBucket:
+    """`bucket gs://B does not exist (ROLE PATH); create it or fix the path`."""
+    where = f" ({role} {path})" if role else ""
+    return MissingBucket(f"bucket {SCHEME}{bucket} does not exist{where}; create it or fix "
+                         "the path")
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     url: str  # gs://bucket/name
@@ -192,14 +204,37 @@ class Store:
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Every object whose name starts with `prefix` (a gs:// URL; end it with "/" for a
-        folder), sorted by name."""
+        folder), sorted by name. MissingBucket when its bucket does not exist (a listing is
+        answered 404 for nothing else)."""
         bucket, name = split(prefix)
 
         def listing(**kwargs: Any) -> list[Any]:
             return list(self._client.list_blobs(bucket, prefix=name, **kwargs))
 
-        blobs = self._call(prefix, "list", listing)
+        try:
+            blobs = self._call(prefix, "list", listing)
+        except Conflict:
+            raise missing_bucket(bucket) from None
         return sorted((_info(bucket, b) for b in blobs), key=lambda o: o.url)
+
+    def bucket_exists(self, bucket: str) -> bool:
+        """Whether `bucket` exists, asked by listing at most one object: the permission a run
+        needs anyway (objects.list); looking the bucket up (buckets.get) is refused to the
+        object-level roles many service accounts have. A 403 says it exists (a missing
+        bucket is 404 to everyone): whether the run may read it is for the run to find."""
+
+        def first(**kwargs: Any) -> list[Any]:
+            return list(self._client.list_blobs(bucket, max_results=1, **kwargs))
+
+        try:
+            self._call(f"{SCHEME}{bucket}", "list", first)
+        except Conflict:
+            return False
+        except StorageError as e:
+            if isinstance(e.__cause__, self._exceptions.Forbidden):
+                return True
+            raise
+        return True
 
 
 def _info(bucket: str, blob: Any) -> ObjectInfo:

@@ -91,11 +91,63 @@ def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> 
     if fs.within(cwd or os.getcwd(), here):
         raise ConfigError(f"refusing output {output}: it is the current directory or one of "
                           "its parents; choose a directory of its own")
+    outer = published_ancestor(here)
+    if outer:
+        raise ConfigError(f"refusing output {output}: it is inside {outer}, a published output "
+                          f"of {PRODUCER}, which would then hold files its {MANIFEST} does not "
+                          "list; choose a path outside it")
     if os.path.isdir(here):
         foreign = foreign_content(here)
+        inner = published_inside(here) if foreign else None
+        if inner:
+            raise ConfigError(f"refusing output {output}: it holds {inner}, a published output "
+                              f"of {PRODUCER}; it is replaced as a whole, so choose a directory "
+                              "that holds no dataset")
         if foreign:
             raise ConfigError(f"refusing output {output}: {foreign}; it is replaced as a whole, "
                               "so choose a new or empty directory (or remove it yourself)")
+
+
+def is_published(path: str) -> bool:
+    """The directory `path` holds a dataset written by us (our manifest; `_SUCCESS` beside a
+    format 1 one). Not whether it is whole: that is verify's job."""
+    manifest = _load_json(os.path.join(path, MANIFEST))
+    return manifest is not None and _ours(manifest, os.path.exists(os.path.join(path, SUCCESS)))
+
+
+def published_ancestor(path: str) -> str | None:
+    """The nearest directory above `path` that is a published output of ours, or None. An
+    output inside one adds files (and a work dir) its manifest does not list: that dataset's
+    verify fails and its next run refuses it."""
+    here = os.path.abspath(path)
+    while True:
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        if is_published(parent):
+            return parent
+        here = parent
+
+
+def published_inside(path: str) -> str | None:
+    """The first published output of ours strictly below the directory `path` (shallowest
+    first, then by name), or None: what makes `path` itself no dataset to replace."""
+    level = [path]
+    while level:
+        below = []
+        for folder in level:
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                child = os.path.join(folder, name)
+                if os.path.isdir(child) and not os.path.islink(child):
+                    if is_published(child):
+                        return child
+                    below.append(child)
+        level = below
+    return None
 
 
 def foreign_content(path: str) -> str | None:

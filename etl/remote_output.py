@@ -24,13 +24,22 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from etl import fs, signals
 from etl.errors import ConfigError, StorageError
 from etl.layout import PRODUCER, SUCCESS
-from etl.object_store import Conflict, ObjectInfo, Store, split
+from etl.object_store import (
+    Conflict,
+    MissingBucket,
+    ObjectInfo,
+    Store,
+    is_gcs,
+    missing_bucket,
+    split,
+)
 from etl.publish import publish_version
 from etl.run_lock import DEFAULT_STALE_AFTER, ObjectLock, RunInfo, why_dead
 
@@ -127,14 +136,23 @@ def markers(store: Store, output: str) -> list[Marker]:
 
 def check_output(store: Store, output: str, inputs: list[str]) -> None:
     """Refuse (ConfigError) unless every object under the prefix is the pointer or named by a
-    run marker of ours; inputs must not live under it."""
+    run marker of ours; inputs must not live under it, and it must not lie inside another
+    published output of ours (its next run would refuse the objects we add)."""
     base = output_prefix(output)
     work_prefix(output)  # refuses a bucket root
     for path in inputs:
         if path.startswith(base):
             raise ConfigError(f"refusing output {output}: it holds the input {path}; choose a "
                               "prefix of its own")
-    found = [o.url[len(base):] for o in store.list(base)]
+    try:
+        found = [o.url[len(base):] for o in store.list(base)]
+    except MissingBucket as e:
+        raise missing_bucket(split(output)[0], "output", output) from e
+    outer = published_ancestor(store, output)
+    if outer:
+        raise ConfigError(f"refusing output {output}: it is inside {outer}, a published output "
+                          f"of {PRODUCER}, which would then hold objects its runs did not "
+                          "create; choose a prefix outside it")
     if not found:
         return
     if SUCCESS in found:
@@ -142,9 +160,107 @@ def check_output(store: Store, output: str, inputs: list[str]) -> None:
     claimed = {f"{m.version}/{name}" for m in markers(store, output) for name in m.objects}
     foreign = [f for f in found if f != SUCCESS and f not in claimed]
     if foreign:
+        inner = published_inside(store, output, foreign)
+        if inner:
+            raise ConfigError(f"refusing output {output}: it holds {inner}, a published output "
+                              f"of {PRODUCER}; choose a prefix that holds no dataset")
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
         raise ConfigError(f"refusing output {output}: it holds {foreign[0]}{more}, which no run "
                           f"of {PRODUCER} created; choose a new prefix (or remove it yourself)")
+
+
+def is_pointer(store: Store, url: str) -> bool:
+    """`url` is a `_SUCCESS` version pointer written by us (read_pointer's test, no error)."""
+    found = store.read(url)
+    if found is None:
+        return False
+    try:
+        doc = json.loads(found[0])
+    except ValueError:
+        return False
+    return (isinstance(doc, dict) and doc.get("producer") == PRODUCER
+            and isinstance(doc.get("version"), str))
+
+
+def published_ancestor(store: Store, output: str) -> str | None:
+    """The nearest prefix above `output` (within its bucket) that is a published output of
+    ours (our `_SUCCESS` pointer in it), or None: one stat per level."""
+    bucket, name = split(output.rstrip("/"))
+    parts = name.split("/")
+    for depth in range(len(parts) - 1, 0, -1):
+        above = f"gs://{bucket}/{'/'.join(parts[:depth])}"
+        if is_pointer(store, output_prefix(above) + SUCCESS):
+            return above
+    return None
+
+
+NESTED_LOOKUPS = 20  # pointers read at most when naming a dataset inside a refused prefix
+
+
+def published_inside(store: Store, output: str, names: list[str]) -> str | None:
+    """The shallowest published output of ours among `names` (relative to `output`): one
+    whose `_SUCCESS` pointer is among them; None if none of the first NESTED_LOOKUPS is."""
+    pointers = sorted((n for n in names if n.endswith("/" + SUCCESS)),
+                      key=lambda n: (n.count("/"), n))
+    base = output_prefix(output)
+    for name in pointers[:NESTED_LOOKUPS]:
+        if is_pointer(store, base + name):
+            return base + name[:-len(SUCCESS) - 1]
+    return None
+
+
+def job_places(output: str, sources: Mapping[str, Any], base_dir: str,
+               temp_location: str | None) -> list[tuple[str, str]]:
+    """(role, path) of every place a run reads or writes: its `output`, each source path or
+    glob of `sources` (a job's `sources:`, as resolved against the job's `base_dir`), its
+    `temp_location` (the job's, else the runner options')."""
+    places = [("output", output)]
+    for cfg in sources.values():
+        for text in _strings(cfg.get("paths") if isinstance(cfg, Mapping) else None):
+            try:
+                places.append(("input", fs.resolve(base_dir, text)))
+            except ValueError:
+                continue  # refused by the source's own check, with its own message
+    if temp_location:
+        places.append(("temp location", temp_location))
+    return places
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string inside a `paths:` value (a string, a list, or a mapping of them)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+_FOUND: set[str] = set()  # buckets seen to exist in this process: each is asked once
+
+
+def check_buckets(places: list[tuple[str, str]], store: Store | None = None) -> None:
+    """Every gs:// place's bucket exists, else MissingBucket (exit 2) naming the first missing
+    one and the path that needs it: before anything is matched, locked or written. Without
+    it a missing bucket shows as "no input files match", or as a 404 deep inside a run after
+    its lock and marker were written. Other paths, and buckets spelt with a glob, are left
+    to their own checks."""
+    for role, path in places:
+        if not is_gcs(path):
+            continue
+        bucket, _ = split(path)
+        if bucket in _FOUND or any(c in bucket for c in "*?["):
+            continue
+        store = store or Store()
+        if not store.bucket_exists(bucket):
+            raise missing_bucket(bucket, role, path)
+        _FOUND.add(bucket)
+
+
+def version_dir(output: str, version: str) -> str:
+    """`OUT/V`: the folder of version V of a gs:// output."""
+    return output_prefix(output) + version
 
 
 def remove_run(store: Store, output: str, marker: Marker) -> bool:

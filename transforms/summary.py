@@ -10,9 +10,11 @@ from typing import Any, TextIO
 
 from etl import fs, signals
 from etl.config import JobConfig, load_job
+from etl.layout import REJECTED_FILE
 from etl.manifest import dataset_dir
 from etl.progress import DEFAULT_EVERY, resolve
 from etl.quiet import native_stderr_quiet
+from etl.remote_output import check_buckets, job_places, version_dir
 from etl.spans import Span
 from etl.units import format_size
 from transforms.backfill import (
@@ -67,6 +69,8 @@ def _before_run(job: JobConfig, output: str | None, beam_args: list[str], force:
     """What happens before a span runs (left out, no inputs, current): its exit code, or
     None when run_job has work to do."""
     label = f"{job.span} ({job.output})" if job.span else job.output
+    check_buckets(job_places(job.output, job.sources, job.base_dir,  # before inputs match
+                             job.temp_location or temp_location(beam_args)))
     left_out = not_selected(job, only) if only != "all" else ""
     if left_out:
         print(f"Skipped {label}: {left_out}")
@@ -101,11 +105,15 @@ def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, ve
         return 0
     print(f"Wrote {result.output}{f' (span {job.span})' if job.span else ''} "
           f"in {result.seconds:.1f}s")
+    folder = result.output
+    if fs.is_remote(result.output) and result.run_id:  # gs://: the version this run published
+        folder = version_dir(result.output, result.run_id)
+        print(f"  published    version {result.run_id}: {folder}")
     for line in summary_table(result.manifest, result.seconds):
         print(line)
     if result.rejected["num_records"]:
         print(f"  rejected     {result.rejected['num_records']:>10,} records "
-              f"(see {result.output}/rejected/): {result.rejected['by_reason']}")
+              f"(see {fs.join(folder, REJECTED_FILE)}): {result.rejected['by_reason']}")
     first = next(iter(result.splits))
     if sample:
         from etl.inspect_data import inspect  # noqa: PLC0415 - imports TensorFlow
@@ -158,3 +166,14 @@ def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:
 def _bytes(split: dict[str, Any]) -> int:
     return int(split.get("num_bytes") or sum(int(s.get("num_bytes", 0)) for s in split["shards"]))
 
+
+def temp_location(beam_args: list[str]) -> str | None:
+    """`--temp_location` among Beam's arguments (`--temp_location=X` or `--temp_location X`;
+    the last one wins, as in Beam), without importing Beam: a skipped span stays cheap."""
+    found = None
+    for i, arg in enumerate(beam_args):
+        if arg.startswith("--temp_location="):
+            found = arg.split("=", 1)[1]
+        elif arg == "--temp_location" and i + 1 < len(beam_args):
+            found = beam_args[i + 1]
+    return found
