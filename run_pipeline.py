@@ -189,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"  # our default, not the user's: all of it
 
     try:
+        if args.command in ("run", "demo") and not (getattr(args, "dry_run", False)
+                                                     or getattr(args, "estimate", False)):
+            from etl.error_wire import check_open_files  # noqa: PLC0415
+
+            check_open_files()  # `ulimit -n` too low: one line now, not gRPC's errors later
         if args.command == "spec":
             from etl.inspect_data import spec_text  # noqa: PLC0415
 
@@ -223,9 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                   else f"no runs recorded in {args.root}")
         elif args.command == "verify":
             from etl.manifest import verify  # noqa: PLC0415
+            from etl.run_lock import read_settled  # noqa: PLC0415
 
             _imports_done()
-            report = verify(args.path, quick=args.quick)
+            # an output a live run is publishing is exit 4, not damage (etl.run_lock)
+            report = read_settled(args.path, lambda: verify(args.path, quick=args.quick))
             print(f"OK {report['path']}: {report['records']} records "
                   + ", ".join(f"{k}={v}" for k, v in report["splits"].items()))
         else:

@@ -27,6 +27,7 @@ from etl import fs
 from etl.errors import BadInputError, ConfigError, EtlError, StorageError
 from etl.layout import MANIFEST, PRODUCER, REPORT_FILES, SUCCESS
 from etl.manifest import REPORT_GENERATOR, dataset_dir, load_manifest, report_is_ours
+from etl.pause import pause
 
 BATCH = 1024
 REPORT_FORMAT = 1
@@ -34,12 +35,25 @@ JSON_NAME, HTML_NAME = REPORT_FILES
 
 
 def command(args: argparse.Namespace) -> int:
-    """The CLI entry: build, compare, write, and print where the files went."""
-    report, samples = build(args.path)
-    if getattr(args, "against", None) and add_drift(report, args.against):
+    """The CLI entry: build, compare, write, and print where the files went.
+
+    Made consistent with a run publishing the output meanwhile (etl.run_lock.read_settled):
+    a read that a publish replaced the output under is done again on the new version, and an
+    output caught half-published is exit 4 ("another run is publishing OUT"), never a false
+    count mismatch (exit 3). The write is inside the settled read, so a report written just
+    as the output was replaced is written again beside the new data."""
+    from etl.run_lock import read_settled  # noqa: PLC0415
+
+    def make() -> tuple[dict[str, Any], list[str], bool]:
+        report, samples = build(args.path)
+        reused = bool(getattr(args, "against", None)) and add_drift(report, args.against)
+        target = args.out or report["dataset_dir"]
+        return report, write(report, samples, target, beside_data=not args.out,
+                             output=args.path), reused
+
+    report, written, reused = read_settled(args.path, make)
+    if reused:
         print(f"compared with the report.json of {args.against} (made from its current data)")
-    target = args.out or report["dataset_dir"]
-    written = write(report, samples, target, beside_data=not args.out, output=args.path)
     total = sum(s["num_records"] for s in report["splits"].values())
     print(f"report of {args.path}: {total} records in {len(report['splits'])} split(s), "
           f"{len(report['features'])} feature(s)")
@@ -131,6 +145,7 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
     ddir = dataset_dir(out)
     manifest = _manifest(out, ddir)
     schema = load_schema(fs.join(ddir, "schema.yaml"))
+    pause("report:read")  # tests: a publish between the manifest and the shards (etl.pause)
     splits: dict[str, Any] = {}
     per_split: dict[str, SplitStats] = {}
     for split, info in manifest["splits"].items():
