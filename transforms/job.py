@@ -369,7 +369,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
             run_log.failure(failure)
             if not isinstance(failure, Exception):
                 raise failure  # KeyboardInterrupt, SystemExit: as they are
-            raise user_error(failure, log_file) from failure
+            raise user_error(failure, log_file, run_id) from failure
         run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
         return result
 
@@ -560,20 +560,27 @@ def _clean_up(tmp: str, run_log: RunLog, output: str | None = None) -> None:
         log.warning("could not remove %s (the next run removes it): %s", tmp, e)
 
 
-def user_error(exc: BaseException, log_file: str | None = None) -> EtlError:
+def user_error(exc: BaseException, log_file: str | None = None,
+               run_id: str | None = None) -> EtlError:
     """What a user sees of a failure: our error (found again inside what the runner raised),
-    a storage error naming the path, or an unexpected error in one line; naming the log."""
+    a storage error naming the path, or an unexpected error in one line; naming the log only
+    when it holds something (etl.error_wire.naming_log). A run whose lock was taken over
+    while it was stopped failed because of that, whatever broke next (its run dir removed
+    under it): exit 4 naming the taker (etl.run_lock.lock_lost). An unexpected failure whose
+    log shows gRPC out of file descriptors is `ulimit -n`'s (exit 5)."""
+    from etl.error_wire import fds_ran_out, naming_log, too_many_open_files  # noqa: PLC0415
+    from etl.run_lock import lock_lost  # noqa: PLC0415
+
     err = original_error(exc)
+    if run_id and not isinstance(err, LockedError):  # one that says more is kept
+        err = lock_lost(run_id) or err
     if err is None and isinstance(exc, OSError) and exc.errno is not None:
         err = storage_error(exc)
+    if err is None and fds_ran_out(log_file):
+        err = too_many_open_files()
     if err is None:
         err = EtlError(f"unexpected error: {describe_unexpected(exc)}")
-    if not log_file:
-        return err
-    try:
-        return type(err)(f"{err} (full log: {log_file})")
-    except TypeError:
-        return EtlError(f"{err} (full log: {log_file})")
+    return naming_log(err, log_file)
 
 
 def empty_inputs(manifest: dict[str, Any], read: int, allow_empty: bool) -> None:
