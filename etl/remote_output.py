@@ -209,20 +209,16 @@ def published_inside(store: Store, output: str, names: list[str]) -> str | None:
     return None
 
 
-def job_places(output: str, sources: Mapping[str, Any], base_dir: str,
-               temp_location: str | None) -> list[tuple[str, str]]:
-    """(role, path) of every place a run reads or writes: its `output`, each source path or
-    glob of `sources` (a job's `sources:`, as resolved against the job's `base_dir`), its
-    `temp_location` (the job's, else the runner options')."""
-    places = [("output", output)]
+def input_places(sources: Mapping[str, Any], base_dir: str) -> list[tuple[str, str]]:
+    """("input", path) of each source path or glob of a job's `sources:`, resolved against
+    the job's `base_dir`: what check_buckets looks at before anything is matched."""
+    places = []
     for cfg in sources.values():
         for text in _strings(cfg.get("paths") if isinstance(cfg, Mapping) else None):
             try:
                 places.append(("input", fs.resolve(base_dir, text)))
             except ValueError:
                 continue  # refused by the source's own check, with its own message
-    if temp_location:
-        places.append(("temp location", temp_location))
     return places
 
 
@@ -242,10 +238,10 @@ _FOUND: set[str] = set()  # buckets seen to exist in this process: each is asked
 
 def check_buckets(places: list[tuple[str, str]], store: Store | None = None) -> None:
     """Every gs:// place's bucket exists, else MissingBucket (exit 2) naming the first missing
-    one and the path that needs it: before anything is matched, locked or written. Without
-    it a missing bucket shows as "no input files match", or as a 404 deep inside a run after
-    its lock and marker were written. Other paths, and buckets spelt with a glob, are left
-    to their own checks."""
+    one and the path that needs it: inputs before they are matched (else "no input files
+    match"), the temp location at preflight (else a 404 deep inside the run, after its lock
+    and marker were written); the output's own listing says the same (check_output). Other
+    paths, and buckets spelt with a glob, are left to their own checks."""
     for role, path in places:
         if not is_gcs(path):
             continue

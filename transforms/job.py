@@ -52,7 +52,7 @@ from etl.manifest import record_run
 from etl.progress import ProgressConfig, Tally
 from etl.publish import publish
 from etl.read_plan import ReadPlan, needs_scan, plan_units
-from etl.remote_output import RemoteRun, check_buckets, job_places, work_prefix
+from etl.remote_output import RemoteRun, check_buckets, input_places, work_prefix
 from etl.run_lock import DEFAULT_STALE_AFTER, LOCK, RunInfo, RunLock
 from etl.run_log import RunLog
 from etl.schema import load_schema
@@ -229,8 +229,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     args = default_beam_args(beam_args)
     given = PipelineOptions(args)
     fs.use_options(given)  # the launcher's own reads use the user's file-system options
-    check_buckets(job_places(job.output, job.sources, job.base_dir, job.temp_location
-                             or given.view_as(GoogleCloudOptions).temp_location))
+    check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
     runner = given.view_as(StandardOptions).runner
     attempt.runner = str(getattr(runner, "__name__", runner) or "")
     schema = load_schema(job.schema_path)
@@ -526,6 +525,7 @@ def preflight(job: JobConfig, inputs: list[dict[str, Any]], temp_root: str | Non
     the output's file system, or on a local temp location)."""
     output_guard.check_inputs_readable([i["path"] for i in inputs])
     output_guard.check_output(job.output, _protected(job, inputs))
+    check_buckets([("temp location", temp_root or "")])  # a missing one: exit 2
     needed = sum(i["num_bytes"] for i in inputs)
     if not fs.is_remote(job.output):
         output_guard.check_writable(job.output)

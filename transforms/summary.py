@@ -14,7 +14,7 @@ from etl.layout import REJECTED_FILE
 from etl.manifest import dataset_dir
 from etl.progress import DEFAULT_EVERY, resolve
 from etl.quiet import native_stderr_quiet
-from etl.remote_output import check_buckets, job_places, version_dir
+from etl.remote_output import check_buckets, input_places, version_dir
 from etl.spans import Span
 from etl.units import format_size
 from transforms.backfill import (
@@ -69,8 +69,7 @@ def _before_run(job: JobConfig, output: str | None, beam_args: list[str], force:
     """What happens before a span runs (left out, no inputs, current): its exit code, or
     None when run_job has work to do."""
     label = f"{job.span} ({job.output})" if job.span else job.output
-    check_buckets(job_places(job.output, job.sources, job.base_dir,  # before inputs match
-                             job.temp_location or temp_location(beam_args)))
+    check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
     left_out = not_selected(job, only) if only != "all" else ""
     if left_out:
         print(f"Skipped {label}: {left_out}")
@@ -165,15 +164,3 @@ def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:
 
 def _bytes(split: dict[str, Any]) -> int:
     return int(split.get("num_bytes") or sum(int(s.get("num_bytes", 0)) for s in split["shards"]))
-
-
-def temp_location(beam_args: list[str]) -> str | None:
-    """`--temp_location` among Beam's arguments (`--temp_location=X` or `--temp_location X`;
-    the last one wins, as in Beam), without importing Beam: a skipped span stays cheap."""
-    found = None
-    for i, arg in enumerate(beam_args):
-        if arg.startswith("--temp_location="):
-            found = arg.split("=", 1)[1]
-        elif arg == "--temp_location" and i + 1 < len(beam_args):
-            found = beam_args[i + 1]
-    return found
