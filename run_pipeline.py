@@ -30,6 +30,7 @@ Exit codes (a range exits with its worst span's, mildest first: 0 < 4 < 5 < 3 < 
   3  bad input: more rejected records than max_bad_fraction allows, or unreadable rest of a file
   4  another run holds the span's output (its lock names the holder)
   5  storage error: disk full, permission, read-only, I/O, too little free space
+  130, 143  stopped by SIGINT (Ctrl-C) or SIGTERM; the line says whether the new output is in place
 Errors are one line; --debug adds the full traceback, which a run's log file always holds.
 """
 
@@ -351,6 +352,11 @@ def _main_handling_signals() -> int:
 
 
 if __name__ == "__main__":
-    code = _main_handling_signals()
+    try:
+        code = _main_handling_signals()
+    except KeyboardInterrupt:  # Ctrl-C while Python imported our modules, before any handler
+        print("error: interrupted by SIGINT before publishing: nothing was published, the "
+              "previous output is unchanged", file=sys.stderr)
+        code = 130
     gc.freeze()  # nothing left to collect that the OS will not reclaim faster at exit
     sys.exit(code)

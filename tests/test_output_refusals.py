@@ -199,6 +199,25 @@ def test_a_missing_bucket_is_one_line_and_creates_nothing(
     assert objects(gcs_emulator, gcs_bucket) == {}
 
 
+def test_a_range_with_inputs_in_a_missing_bucket_fails_each_span(
+        tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
+    """Dated inputs in a bucket that does not exist are not "no input files for the span":
+    not even --allow-missing skips them; every span fails with the bucket's line, exit 2."""
+    path = f"gs://{MISSING}/in/{{date}}.csv"
+    job = make_job(tmp_path / "job", f"{gcs_bucket}/out/{{date}}",
+                   sources={"train": {"format": "csv", "paths": [path]}})
+    proc = cli("run", job, "--from", "2026-11-01", "--to", "2026-11-02", "--allow-missing",
+               env=gcs_emulator.env())
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stdout.splitlines()
+    for day, line in zip(("01", "02"), lines, strict=False):
+        assert line.startswith(f"2026-11-{day}  failed (exit 2)"), line
+        assert line.endswith(f"bucket gs://{MISSING} does not exist (input gs://{MISSING}/in/"
+                             f"2026-11-{day}.csv); create it or fix the path"), line
+    assert lines[-1] == "2 span(s): 0 ok, 0 skipped, 2 failed (exit 2)"
+    assert objects(gcs_emulator, gcs_bucket) == {}
+
+
 # ------------------------------------------------ local inputs to a gs:// output
 
 

@@ -51,6 +51,7 @@ from etl.errors import (
     EtlError,
 )
 from etl.pause import pause
+from etl.remote_output import check_buckets, input_places
 from etl.spans import Span, fill, parse_date, placeholders, span_range, strings_in
 
 log = logging.getLogger(__name__)
@@ -299,6 +300,7 @@ def run_span(req: Request) -> Outcome:
         job = load_job(req.job_path, req.output, parse_date(span) if span else None,
                        req.verify_full)
         span = job.span
+        check_buckets(input_places(job.sources, job.base_dir))  # else "no input files"
         skipped = check_inputs(job, req.allow_missing)
         if skipped:
             return Outcome(span, "skipped", output=job.output, reason=skipped,
