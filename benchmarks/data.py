@@ -123,9 +123,9 @@ def _write_idx_streaming(images_path: str, labels_path: str, n: int) -> None:
 
 
 def write_idx_pair(images_path: str, labels_path: str, n: int) -> None:
-    """Write the image and label IDX files; uses etl.idx.write_idx when the project has it."""
+    """Write the image and label IDX files; uses etl.formats.idx.write_idx when the project has it."""
     try:
-        from etl.idx import write_idx  # noqa: PLC0415 - optional project helper
+        from etl.formats.idx import write_idx  # noqa: PLC0415 - optional project helper
     except ImportError:
         write_idx = None
     if write_idx is None:

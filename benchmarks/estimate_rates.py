@@ -1,5 +1,5 @@
-"""Measure the per-core rates the launch estimate (`run JOB --estimate`, etl/estimate.py) uses,
-and write them to etl/estimate_rates.json.
+"""Measure the per-core rates the launch estimate (`run JOB --estimate`, etl/job/estimate.py) uses,
+and write them to etl/job/estimate_rates.json.
 
 For each input kind, a large job and a tiny job of the same format run through the CLI on the
 local runner (`via: files`, the local default) and the CPU seconds of each (user + system of
@@ -27,7 +27,7 @@ import yaml
 from benchmarks.data import ensure_csv, ensure_images
 
 ROOT = Path(__file__).resolve().parent.parent
-RATES = ROOT / "etl" / "estimate_rates.json"
+RATES = ROOT / "etl" / "job" / "estimate_rates.json"
 
 
 def cpu_of(job: Path) -> float:

@@ -1,16 +1,16 @@
-"""Reader benchmark: the usual per-record tf.data reader against `etl.reader.make_dataset`.
+"""Reader benchmark: the usual per-record tf.data reader against `etl.read.dataset.make_dataset`.
 
     python -m benchmarks.reader_bench [--records N] [--json PATH] [--batch-size B]
                                       [--shuffle-buffer S] [--shards K] [--workdir DIR]
                                       [--repeat R] [--only seed|make_dataset]
 
 Writes N small records (8 float32 + 2 int64 + a short bytes feature; our Encoder and
-`etl.tfrecord.frame_all`, K shards, a pipeline-style directory with schema.yaml and
+`etl.formats.tfrecord.frame_all`, K shards, a pipeline-style directory with schema.yaml and
 manifest.json) and then, in this one process, iterates the whole data once with:
 
 - seed:          TFRecordDataset(files) -> map(parse_single_example) -> shuffle -> batch
                  (the reader most projects start from: one parse op per record)
-- make_dataset:  etl.reader.make_dataset(dir): interleaved shards -> shuffle -> batch ->
+- make_dataset:  etl.read.dataset.make_dataset(dir): interleaved shards -> shuffle -> batch ->
                  one vectorised parse_and_decode per batch -> prefetch
 
 Both use the same batch size and shuffle buffer. Each timing covers building the dataset
@@ -50,9 +50,9 @@ def write_dataset(root: str, n: int, shards: int) -> dict[str, Any]:
     """A pipeline-style directory: schema.yaml, train-i-of-k shards, manifest.json."""
     import pyarrow as pa
 
-    from etl.codec import Encoder
-    from etl.schema import schema_from_dict
-    from etl.tfrecord import frame_all
+    from etl.contract.codec import Encoder
+    from etl.contract.schema import schema_from_dict
+    from etl.formats.tfrecord import frame_all
 
     schema = schema_from_dict(SCHEMA_DOC)
     encoder = Encoder(schema)
@@ -101,7 +101,7 @@ def seed_reader(files: list[str], batch_size: int, shuffle_buffer: int) -> Any:
     """The common starting point: one parse op per record, then shuffle and batch."""
     import tensorflow as tf
 
-    from etl.schema import schema_from_dict
+    from etl.contract.schema import schema_from_dict
 
     spec = schema_from_dict(SCHEMA_DOC).parse_spec()
     ds = tf.data.TFRecordDataset(files)
@@ -110,7 +110,7 @@ def seed_reader(files: list[str], batch_size: int, shuffle_buffer: int) -> Any:
 
 
 def ours(root: str, batch_size: int, shuffle_buffer: int) -> Any:
-    from etl.reader import make_dataset
+    from etl.read.dataset import make_dataset
 
     return make_dataset(root, batch_size=batch_size, shuffle_buffer=shuffle_buffer, seed=SEED)
 

@@ -91,7 +91,7 @@ def command(variant: str, dataset: str, inputs: dict[str, str], output: str, wor
 # ---- output check ------------------------------------------------------------------------
 def _count_file(path: str, compression: str) -> int:
     try:
-        from etl.tfrecord import read_file  # noqa: PLC0415
+        from etl.formats.tfrecord import read_file  # noqa: PLC0415
     except ImportError:  # pragma: no cover - the project module is expected
         read_file = None
     if read_file is not None:

@@ -3,7 +3,7 @@
     python -m benchmarks.shuffle_ops [--sizes 16,64,256] [--rows-per-block 1000]
                                      [--planning-blocks 1000000] [--workdir DIR]
 
-Operations: every call into etl.fs is counted by a wrapper installed in this process, and the
+Operations: every call into etl.storage.fs is counted by a wrapper installed in this process, and the
 pipeline runs on FnApiRunner in `in_memory` mode, so every call is made here. A generated
 CSV of blocks × rows-per-block rows is read in blocks of `block_rows` and written to as many
 shards as blocks, once with `shuffle.via: files` and once with `via: engine`. Held spills are
@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from etl import fs
+from etl.storage import fs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class CountingFs:
-    """Wraps etl.fs's functions in place; counts per category of path."""
+    """Wraps etl.storage.fs's functions in place; counts per category of path."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -144,8 +144,8 @@ def make_job(workdir: str, blocks: int, rows_per_block: int, via: str) -> str:
 
 
 def count_ops(workdir: str, blocks: int, rows_per_block: int, via: str) -> dict[str, Any]:
-    from etl.config import load_job  # noqa: PLC0415
-    from transforms.job import run_job  # noqa: PLC0415
+    from cli.run import run_job  # noqa: PLC0415
+    from etl.job.config import load_job  # noqa: PLC0415
 
     job = load_job(make_job(workdir, blocks, rows_per_block, via))
     counting = CountingFs()

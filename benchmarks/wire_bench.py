@@ -1,4 +1,4 @@
-"""Serialisation alone: etl.wire against tfx_bsl's C++ RecordBatchToExamplesEncoder.
+"""Serialisation alone: etl.formats.proto_wire against tfx_bsl's C++ RecordBatchToExamplesEncoder.
 
     python -m benchmarks.wire_bench [--rows 1000000] [--block 65536]
 
@@ -17,9 +17,9 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from etl import columns as cols
-from etl import wire
-from etl.schema import load_schema
+from etl.contract import columns as cols
+from etl.contract.schema import load_schema
+from etl.formats import proto_wire
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     blocks = stored_blocks(args.rows, args.block)
     t = time.perf_counter()
-    ours = [wire.serialize_examples(b) for b in blocks]
+    ours = [proto_wire.serialize_examples(b) for b in blocks]
     ours_s = time.perf_counter() - t
 
     batches = [pa.RecordBatch.from_arrays([c for _, _, c in b], [name for name, _, _ in b])
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     size = sum(len(x.buffers()[2]) for x in ours) / args.rows
     print(f"{args.rows:,} records, {size:.0f} B each, blocks of {args.block:,}")
-    print(f"etl.wire            {ours_s:6.2f} s  {args.rows / ours_s:12,.0f} records/s")
+    print(f"etl.formats.proto_wire            {ours_s:6.2f} s  {args.rows / ours_s:12,.0f} records/s")
     print(f"tfx_bsl encoder     {tfx_s:6.2f} s  {args.rows / tfx_s:12,.0f} records/s")
     print(f"ratio               {tfx_s / ours_s:6.2f}x")
     return 0

@@ -1,21 +1,22 @@
-"""Raw training data -> TFRecords, driven by one schema file.
-
-`import etl` stays light: TensorFlow (make_dataset) and pyarrow (Encoder) load on first use.
+"""Raw training data -> TFRecords, driven by one schema file: the public face (Schema,
+load_schema, Encoder, make_dataset). Nothing inside etl imports this module; it imports the
+packages below it. `import etl` stays light: TensorFlow (make_dataset) and pyarrow (Encoder)
+load on first use.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from etl.schema import Feature, Schema, load_schema
+from etl.contract.schema import Feature, Schema, load_schema
 
 if TYPE_CHECKING:
-    from etl.codec import Encoder
-    from etl.reader import make_dataset
+    from etl.contract.codec import Encoder
+    from etl.read.dataset import make_dataset
 
 __all__ = ["Encoder", "Feature", "Schema", "load_schema", "make_dataset"]
 
-_LAZY = {"Encoder": "etl.codec", "make_dataset": "etl.reader"}
+_LAZY = {"Encoder": "etl.contract.codec", "make_dataset": "etl.read.dataset"}
 
 
 def __getattr__(name: str) -> Any:

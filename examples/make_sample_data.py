@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from etl.idx import write_idx
+from etl.formats.idx import write_idx
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 

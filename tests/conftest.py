@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
-from etl.tfrecord import COMPRESSIONS, Compressor, frame_all  # noqa: E402
+from etl.formats.tfrecord import COMPRESSIONS, Compressor, frame_all  # noqa: E402
 from tests.gcs_emulator import GcsEmulator  # noqa: E402
 
 

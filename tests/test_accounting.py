@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from etl.accounting import account, check_threshold
-from etl.errors import BadInputError, BadRecord, EtlError
+from etl.base.errors import BadInputError, BadRecord, EtlError
+from etl.output.accounting import account, check_threshold
 from etl.shuffle.shard_writer import ShardResult
 
 

@@ -16,9 +16,9 @@ import sys
 import time
 from typing import Any
 
-from etl.errors import EXIT_BAD_INPUT, EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_OTHER, EXIT_STORAGE
+from cli.ranges import worst
+from etl.base.errors import EXIT_BAD_INPUT, EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_OTHER, EXIT_STORAGE
 from tests.helpers import IDS_SCHEMA, ROOT, cli
-from transforms.backfill import worst
 
 DAYS = ["2026-11-19", "2026-11-20", "2026-11-21", "2026-11-22"]
 LINE = re.compile(r"^(\d{4}-\d{2}-\d{2})  (ok|skipped|failed \(exit \d\))\s+(.*)$")
@@ -259,9 +259,9 @@ def test_a_current_span_is_skipped_without_importing_beam(tmp_path: Any) -> None
     start-up): the CLI's one-span path, checked in a fresh interpreter."""
     job = make_job(str(tmp_path), ["2026-11-20"])
     assert cli("run", job, "--date", "2026-11-20").returncode == 0
-    code = ("import sys; from transforms.summary import run_and_report; "
+    code = ("import sys; from cli.summary import run_and_report; "
             f"rc = run_and_report({job!r}, None, ['--runner=FnApiRunner'], sample=False, "
-            "span=__import__('etl.spans', fromlist=['x']).parse_date('2026-11-20')); "
+            "span=__import__('etl.job.spans', fromlist=['x']).parse_date('2026-11-20')); "
             "print(rc, 'apache_beam' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)

@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from etl.codec import Encoder
-from etl.errors import BadInputError, BadRecord
-from etl.record_check import RecordChecker, top_level_fields
-from etl.schema import load_schema, schema_from_dict
+from etl.base.errors import BadInputError, BadRecord
+from etl.contract.codec import Encoder
+from etl.contract.record_check import RecordChecker, top_level_fields
+from etl.contract.schema import load_schema, schema_from_dict
+from etl.formats.proto_wire import binary_column
+from etl.formats.tfrecord import frame_all
 from etl.sources import make_reader
 from etl.sources.base import Block
-from etl.tfrecord import frame_all
-from etl.wire import binary_column
 from tests.helpers import column
 
 WHERE = "jobs/t.yaml: sources.train"
@@ -298,7 +298,7 @@ def test_truncated_png_is_bad_image(tmp_path: Path) -> None:
 
 # ---- IDX ------------------------------------------------------------------------------------------
 def idx_pair(tmp_path: Path, n: int = 10, gz: bool = True) -> dict[str, Any]:
-    from etl.idx import write_idx  # noqa: PLC0415
+    from etl.formats.idx import write_idx  # noqa: PLC0415
 
     suffix = ".gz" if gz else ""
     write_idx(str(tmp_path / f"images{suffix}"), np.arange(n * 4, dtype=np.uint8).reshape(n, 2, 2))
@@ -344,7 +344,7 @@ def test_idx_longer_than_dims_and_count_mismatch(tmp_path: Path) -> None:
                                             r"bytes, the file has 60: the dims do not match"):
         make_reader(config, str(tmp_path), WHERE).files()
     config = idx_pair(tmp_path)
-    from etl.idx import write_idx  # noqa: PLC0415
+    from etl.formats.idx import write_idx  # noqa: PLC0415
 
     write_idx(str(tmp_path / "labels.gz"), np.zeros(9, np.uint8))
     with pytest.raises(BadInputError, match=r"different numbers of records .*images\.gz has 10, "

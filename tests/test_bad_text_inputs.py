@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from etl.codec import Encoder
-from etl.config import job_from_dict
-from etl.errors import BadInputError
-from etl.schema import schema_from_dict
+from cli.run import run_job
+from etl.base.errors import BadInputError
+from etl.contract.codec import Encoder
+from etl.contract.schema import schema_from_dict
+from etl.job.config import job_from_dict
 from etl.sources import make_reader
 from etl.sources.base import Block
-from transforms.job import run_job
 
 MiB = 1 << 20
 NUMBERS = schema_from_dict({"name": "t", "kind": "example", "features": {
@@ -233,7 +233,7 @@ def test_truncated_gzip_fails_naming_file_and_line(tmp_path: Path, fmt: str, bod
 # ---- one huge record, for real: bounded memory -------------------------------------------------
 HUGE = textwrap.dedent("""
     import resource, sys
-    from etl.schema import schema_from_dict
+    from etl.contract.schema import schema_from_dict
     from etl.sources import make_reader
     fmt, path = sys.argv[1], sys.argv[2]
     schema = schema_from_dict({"name": "t", "kind": "example", "features": {

@@ -2,9 +2,9 @@
 
 A 10 MB field that fails to convert used to be copied whole into the error line, the run
 history (_runs.jsonl) and the rejected record's reason. Values now go through one helper,
-`etl.errors.quote`: repr-like text of at most QUOTE_LIMIT (200) characters, and a longer value
+`etl.base.errors.quote`: repr-like text of at most QUOTE_LIMIT (200) characters, and a longer value
 cut there and followed by `… (N bytes)`. The history's `error` and a BadRecord's `reason` are
-also cut to 1,000 characters whatever built them (a safety net: `etl.errors.bounded`). The
+also cut to 1,000 characters whatever built them (a safety net: `etl.base.errors.bounded`). The
 dead-letter record keeps its raw row excerpt (200 characters).
 """
 
@@ -19,11 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from etl import history
-from etl.codec import Encoder
-from etl.errors import QUOTE_LIMIT, BadRecord, bounded, quote
-from etl.manifest import verify
-from etl.schema import schema_from_dict
+from etl.base.errors import QUOTE_LIMIT, BadRecord, bounded, quote
+from etl.contract.codec import Encoder
+from etl.contract.schema import schema_from_dict
+from etl.output.manifest import verify
+from etl.schedule import history
 from tests.helpers import IDS_SCHEMA, cli
 
 BIG = 10_000_000

@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
-from etl.config import job_from_dict
-from etl.error_wire import original_error, storage_error, wire_errors, worker_errors
-from etl.errors import BadInputError, ConfigError, EtlError, RecordError, StorageError
-from etl.units import parse_duration
+from etl.base.errors import BadInputError, ConfigError, EtlError, RecordError, StorageError
+from etl.base.units import parse_duration
+from etl.base.worker_errors import original_error, storage_error, wire_errors, worker_errors
+from etl.job.config import job_from_dict
 from tests.helpers import IDS_SCHEMA as SCHEMA
 from tests.helpers import cli
 
@@ -200,9 +200,9 @@ def test_error_inside_a_worker_is_one_line_with_its_exit_code(tmp_path, mode) ->
 def test_original_error_is_found_in_what_runners_raise() -> None:
     """Runners raise RuntimeError(traceback text) or re-raise our class with a suffix."""
     text = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
-            "etl.errors.RecordError: a.idx: not an IDX file (magic bytes 00 01)\n\n"
+            "etl.base.errors.RecordError: a.idx: not an IDX file (magic bytes 00 01)\n\n"
             "During handling of the above exception, another exception occurred:\n\n"
-            "etl.errors.RecordError: a.idx: not an IDX file (magic bytes 00 01) "
+            "etl.base.errors.RecordError: a.idx: not an IDX file (magic bytes 00 01) "
             "[while running 'Convert/ReadEncodeSpill']\n")
     err = original_error(RuntimeError(text))
     assert type(err) is RecordError and str(err) == "a.idx: not an IDX file (magic bytes 00 01)"

@@ -14,10 +14,10 @@ import time
 import pytest
 import yaml
 
-from etl import yaml_load
-from etl.errors import ConfigError, SchemaError
-from etl.schema import load_schema
-from etl.yaml_load import load_yaml
+from etl.base import yaml_load
+from etl.base.errors import ConfigError, SchemaError
+from etl.base.yaml_load import load_yaml
+from etl.contract.schema import load_schema
 from tests.helpers import IDS_SCHEMA as SCHEMA
 from tests.helpers import RUN, cli
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from etl.codec import Encoder
-from etl.schema import schema_from_dict
+from etl.contract.codec import Encoder
+from etl.contract.schema import schema_from_dict
 from etl.sources import make_reader
 from etl.sources.base import Split
 

@@ -13,13 +13,13 @@ from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.pipeline_context import PipelineContext
 
-from etl.config import job_from_dict
-from etl.schema import load_schema
+from cli.run import plan_reads
+from etl.contract.schema import load_schema
+from etl.job.config import job_from_dict
 from etl.shuffle import engine, files, strategy_for
 from tests.helpers import cli
 from transforms.coders import ChunkCoder, PlainDataclassCoder, SortedRunCoder
 from transforms.convert import ConvertSpec, ConvertToShards
-from transforms.job import plan_reads
 
 DATAFLOW = ["--runner=DataflowRunner", "--project=my-project-123", "--region=us-central1",
             "--temp_location=gs://my-bucket/tmp", "--dry_run=True", "--no_auth"]

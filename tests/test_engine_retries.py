@@ -11,8 +11,8 @@ import apache_beam as beam
 import numpy as np
 import pytest
 
-from etl.errors import EtlError
-from etl.finalize import unique_results
+from etl.base.errors import EtlError
+from etl.output.finalize import unique_results
 from etl.shuffle import engine, shard_writer
 from etl.shuffle.planning import ShuffleStats, make_plan
 from etl.shuffle.runs import sorted_run

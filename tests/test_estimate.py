@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.data import write_csv
-from etl.config import load_job
-from etl.estimate import estimate
-from etl.read_plan import plan_units
-from etl.schema import load_schema
+from etl.contract.schema import load_schema
+from etl.job.config import load_job
+from etl.job.estimate import estimate
+from etl.job.read_plan import plan_units
 from tests.test_pipeline import write_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,5 +103,5 @@ def test_local_estimate_names_this_machine_and_the_rates(job) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"on this machine ({os.cpu_count()} cores)" in proc.stdout
-    assert "etl/estimate_rates.json" in proc.stdout and "cost" not in proc.stdout
+    assert "etl/job/estimate_rates.json" in proc.stdout and "cost" not in proc.stdout
     assert not (job.parent / "never").exists()

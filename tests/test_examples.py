@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import etl
-from etl.config import load_job
-from etl.manifest import verify
-from transforms.job import run_job
+from cli.run import run_job
+from etl.job.config import load_job
+from etl.output.manifest import verify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,4 @@
-"""etl.fs: durable local files written with O_DIRECT hold exactly the bytes given; path
+"""etl.storage.fs: durable local files written with O_DIRECT hold exactly the bytes given; path
 arithmetic for local and remote paths; remote reads, listings and errors through the GCS
 emulator; Beam's credential lookup skipped for an emulator only."""
 
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from etl import fs
-from etl.fs import _DirectFile
+from etl.storage import fs
+from etl.storage.fs import _DirectFile
 from tests.helpers import ROOT
 
 
@@ -163,7 +163,7 @@ def test_missing_remote_objects_raise_file_not_found(gcs_bucket: str) -> None:
 
 
 def _credentials_state(env: dict[str, str]) -> str:
-    code = ("from etl import fs; fs._fs(); from apache_beam.internal.gcp import auth; "
+    code = ("from etl.storage import fs; fs._fs(); from apache_beam.internal.gcp import auth; "
             "print(auth._Credentials._credentials_init, auth._Credentials._credentials)")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
@@ -181,7 +181,7 @@ def test_beams_credential_lookup_is_skipped_only_for_an_emulator() -> None:
 
 def test_remote_gs_access_in_a_fresh_process_takes_seconds(gcs_emulator, gcs_bucket: str) -> None:
     fs.write_bytes(f"{gcs_bucket}/x.bin", b"12345")
-    code = f"from etl import fs; print(fs.read_bytes('{gcs_bucket}/x.bin').decode())"
+    code = f"from etl.storage import fs; print(fs.read_bytes('{gcs_bucket}/x.bin').decode())"
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", code], env=gcs_emulator.env(),
                           capture_output=True, text=True, timeout=120, cwd=ROOT)

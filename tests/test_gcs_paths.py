@@ -30,15 +30,15 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from etl import fs
-from etl.config import load_job
-from etl.errors import ConfigError, SchemaError
-from etl.idx import write_idx
-from etl.manifest import dataset_dir
-from etl.schema import load_schema
+from etl.base.errors import ConfigError, SchemaError
+from etl.contract.schema import load_schema
+from etl.formats.idx import write_idx
+from etl.formats.tfrecord import frame_all
+from etl.job.config import load_job
+from etl.output.manifest import dataset_dir
 from etl.sources import make_reader
 from etl.sources.base import Block
-from etl.tfrecord import frame_all
+from etl.storage import fs
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, cli
 
@@ -396,11 +396,11 @@ def test_cli_errors_on_gs_paths_exit_2_with_one_line(
 
 # ---- make_dataset('gs://…'): path building only (TensorFlow cannot reach the emulator) -------
 def test_reader_builds_gs_paths_without_touching_the_store() -> None:
-    from etl import reader
+    from etl.read import dataset
 
-    assert reader._join("gs://b/out/v1", "manifest.json") == "gs://b/out/v1/manifest.json"
-    assert reader._join("gs://b/out/", "x") == "gs://b/out/x"
-    assert not reader._relative("gs://b/out/train-00000-of-00001.tfrecord")
-    assert reader._relative("train-00000-of-00001.tfrecord")
-    assert not reader._relative("/abs/train.tfrecord")
+    assert dataset._join("gs://b/out/v1", "manifest.json") == "gs://b/out/v1/manifest.json"
+    assert dataset._join("gs://b/out/", "x") == "gs://b/out/x"
+    assert not dataset._relative("gs://b/out/train-00000-of-00001.tfrecord")
+    assert dataset._relative("train-00000-of-00001.tfrecord")
+    assert not dataset._relative("/abs/train.tfrecord")
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from etl.layout import SUCCESS
-from etl.manifest import dataset_dir, verify
-from etl.run_lock import RunInfo
+from etl.output.layout import SUCCESS
+from etl.output.lock import RunInfo
+from etl.output.manifest import dataset_dir, verify
 from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli

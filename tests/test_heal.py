@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from etl import history
-from etl.layout import SUCCESS
-from etl.manifest import dataset_dir, verify
+from etl.output.layout import SUCCESS
+from etl.output.manifest import dataset_dir, verify
+from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from etl import history, idempotence
-from etl.config import load_job
-from etl.errors import BadInputError, ConfigError
+from cli.run import run_job
+from etl.base.errors import BadInputError, ConfigError
+from etl.job.config import load_job
+from etl.schedule import history, idempotence
 from tests.helpers import IDS_SCHEMA, ROOT
-from transforms.job import run_job
 
 BEAM = ["--runner=FnApiRunner"]
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00"
@@ -96,7 +96,7 @@ def test_a_misconfigured_first_run_creates_nothing(tmp_path: Path) -> None:
 
 APPENDER = """
 import sys, time
-from etl import history
+from etl.schedule import history
 who, root, at = sys.argv[1], sys.argv[2], float(sys.argv[3])
 time.sleep(max(0.0, at - time.time()))  # both start together
 for i in range(50):

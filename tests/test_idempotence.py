@@ -22,18 +22,18 @@ from typing import Any
 import google_crc32c
 import pytest
 
-from etl import fingerprint, fs, idempotence
-from etl.config import job_from_dict, load_job
-from etl.errors import LockedError
-from etl.layout import MANIFEST
-from etl.manifest import load_manifest, verify
-from etl.output_guard import MARKER, work_dir
-from etl.read_plan import plan_units
-from etl.run_lock import LOCK, RunInfo, process_start
-from etl.schema import load_schema
+from cli.run import run_job
+from etl.base.errors import LockedError
+from etl.contract.schema import load_schema
+from etl.job.config import job_from_dict, load_job
+from etl.job.read_plan import plan_units
+from etl.output.layout import MANIFEST, MARKER, work_dir
+from etl.output.lock import LOCK, RunInfo, process_start
+from etl.output.manifest import load_manifest, verify
+from etl.schedule import fingerprint, idempotence
+from etl.storage import fs
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, cli
-from transforms.job import run_job
 
 BEAM = ["--runner=FnApiRunner"]
 
@@ -242,7 +242,7 @@ def test_gcs_fingerprints_from_metadata_skip_and_history(tmp_path: Path, gcs_emu
     rebuilt = run_job(job, BEAM)
     assert rebuilt.skipped == "" and rebuilt.run_key != first.run_key
 
-    from etl import history  # noqa: PLC0415
+    from etl.schedule import history  # noqa: PLC0415
 
     entries = history.read(f"{gcs_bucket}/out")
     assert [(e["status"], e["run_id"]) for e in entries] == [

@@ -22,7 +22,7 @@ DATA = os.path.join(ROOT, "examples", "data")
 
 def infer_and_run(tmp_path, *sources: str, extra: tuple[str, ...] = ()) -> tuple[str, dict]:
     """infer-schema SOURCES -o schema --job job; run the job; every record of both splits."""
-    from etl.reader import load_records  # noqa: PLC0415 - TensorFlow only where needed
+    from etl.read.dataset import load_records  # noqa: PLC0415 - TensorFlow only where needed
 
     schema, job, out = (str(tmp_path / n) for n in ("schema.yaml", "job.yaml", "out"))
     r = cli("infer-schema", *sources, "--output", schema, "--job", job, *extra)
@@ -246,7 +246,7 @@ def test_unknown_format_asks_for_format(tmp_path, name) -> None:
 
 # ---- TFRecord files of tf.train.Example --------------------------------------------------------
 def _frames(path: str) -> list[bytes]:
-    from etl.tfrecord import compression_of, read_file  # noqa: PLC0415
+    from etl.formats.tfrecord import compression_of, read_file  # noqa: PLC0415
 
     return [data for _, data in read_file(path, compression_of(path))]
 
@@ -258,7 +258,7 @@ def _shard_records(out: str) -> list[bytes]:
 
 def test_tfrecord_reshard_of_the_demo_output(tmp_path) -> None:
     """The realistic use: re-shuffle/re-shard existing TFRecords (here the demo's output)."""
-    from etl.reader import load_records  # noqa: PLC0415
+    from etl.read.dataset import load_records  # noqa: PLC0415
 
     src = str(tmp_path / "digits")
     r = cli("run", os.path.join(ROOT, "examples", "demo.yaml"), "--output", src)
@@ -300,8 +300,8 @@ def _png(rng: np.random.Generator) -> bytes:
 
 def _mixed_examples() -> tuple[list[bytes], list[dict]]:
     """40 Examples from two schemas: the last 10 lack `note` and `weight`."""
-    from etl.codec import Encoder  # noqa: PLC0415
-    from etl.schema import schema_from_dict  # noqa: PLC0415
+    from etl.contract.codec import Encoder  # noqa: PLC0415
+    from etl.contract.schema import schema_from_dict  # noqa: PLC0415
 
     rng = np.random.default_rng(13)
     full = {"id": {"dtype": "int64", "shape": []},
@@ -335,7 +335,7 @@ def test_tfrecord_gzip_examples_with_missing_features(tmp_path) -> None:
 
     from PIL import Image  # noqa: PLC0415
 
-    from etl.tfrecord import frame_all  # noqa: PLC0415
+    from etl.formats.tfrecord import frame_all  # noqa: PLC0415
 
     records, rows = _mixed_examples()
     path = tmp_path / "mixed.tfrecord.gz"
@@ -382,9 +382,9 @@ def test_tfrecord_refusals(tmp_path) -> None:
     that are not Examples name their file, record and byte offset (exit 3)."""
     import zlib  # noqa: PLC0415
 
-    from etl.codec import Encoder  # noqa: PLC0415
-    from etl.schema import schema_from_dict  # noqa: PLC0415
-    from etl.tfrecord import frame, frame_all  # noqa: PLC0415
+    from etl.contract.codec import Encoder  # noqa: PLC0415
+    from etl.contract.schema import schema_from_dict  # noqa: PLC0415
+    from etl.formats.tfrecord import frame, frame_all  # noqa: PLC0415
 
     seq = schema_from_dict({"name": "s", "kind": "sequence_example",
                             "context": {"n": {"dtype": "int64", "shape": []}},
@@ -423,13 +423,13 @@ def test_tfrecord_inference_imports_no_tensorflow(tmp_path) -> None:
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    from etl.infer_schema import plan  # noqa: PLC0415
-    from etl.tfrecord import frame_all  # noqa: PLC0415
+    from etl.formats.tfrecord import frame_all  # noqa: PLC0415
+    from etl.tools.infer.command import plan  # noqa: PLC0415
 
     records, _ = _mixed_examples()
     path = tmp_path / "m.tfrecord"
     path.write_bytes(frame_all(records))
-    code = ("import sys, types\nfrom etl.infer_schema import command\n"
+    code = ("import sys, types\nfrom etl.tools.infer.command import command\n"
             f"command(types.SimpleNamespace(sources=[{str(path)!r}], format=None, sample=10000, "
             "output=None, job=None, name=None))\n"
             "print('tensorflow' in sys.modules, 'apache_beam' in sys.modules, file=sys.stderr)\n")
@@ -447,8 +447,8 @@ _SPEC = re.compile(r"^  (\S+):\n(?:    #.*\n)*((?:    \w+: .*\n)+)", re.M)  # na
 
 
 def test_tfrecord_on_gcs(tmp_path, gcs_emulator, gcs_bucket) -> None:
-    """gs:// TFRecords (glob, gzip) are sampled through etl.fs like local ones."""
-    from etl.tfrecord import frame_all  # noqa: PLC0415
+    """gs:// TFRecords (glob, gzip) are sampled through etl.storage.fs like local ones."""
+    from etl.formats.tfrecord import frame_all  # noqa: PLC0415
 
     records, _ = _mixed_examples()
     for i, part in enumerate((records[:25], records[25:])):

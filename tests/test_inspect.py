@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from etl.inspect_data import IMAGES_MARKER, ImagesDirError, image_features, inspect, png_bytes
-from etl.manifest import dataset_dir
-from etl.schema import load_schema
+from etl.contract.schema import load_schema
+from etl.output.manifest import dataset_dir
+from etl.tools.inspect import IMAGES_MARKER, ImagesDirError, image_features, inspect, png_bytes
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import ROOT, cli
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from etl.manifest import SUCCESS
+from etl.output.manifest import SUCCESS
 from tests.gcs_emulator import GcsEmulator, split_url
 from tests.helpers import IDS_SCHEMA, cli
 
@@ -223,7 +223,7 @@ def test_a_range_with_inputs_in_a_missing_bucket_fails_each_span(
 
 def test_local_inputs_are_refused_when_workers_run_elsewhere(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
-    """Already so before issue 20 (transforms.job.check_worker_access): pinned here. Dataflow
+    """Already so before issue 20 (cli.run.check_worker_access): pinned here. Dataflow
     options are only parsed: the refusal comes before anything is submitted or staged."""
     job = make_job(tmp_path / "job", f"{gcs_bucket}/out")
     proc = cli("run", job, "--runner=DataflowRunner", "--project=my-project-123",
@@ -281,7 +281,7 @@ def test_a_bucket_we_may_not_list_is_not_called_missing() -> None:
     only grant on objects): the run goes on and meets its real permission, if any."""
     from google.api_core import exceptions  # noqa: PLC0415
 
-    from etl.object_store import Store  # noqa: PLC0415
+    from etl.storage.object_store import Store  # noqa: PLC0415
 
     class Client:
         def __init__(self, error: Exception):

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from etl import output_guard
-from etl.errors import ConfigError
-from etl.manifest import verify
-from etl.run_lock import RunInfo, RunLock
+from etl.base.errors import ConfigError
+from etl.output import guard, layout
+from etl.output.lock import RunInfo, RunLock
+from etl.output.manifest import verify
 from tests.helpers import IDS_SCHEMA as SCHEMA
 from tests.helpers import ROOT, RUN, cli
 
@@ -222,53 +222,53 @@ def test_what_counts_as_ours(tmp_path) -> None:
     subfolder or a file the manifest does not list: not ours."""
     out = tmp_path / "out"
     out.mkdir()
-    assert output_guard.foreign_content(str(out)) is None
+    assert guard.foreign_content(str(out)) is None
     old = {"format_version": 1, "splits": {"train": {"shards": [{"path": "train-00000-of-00001"
                                                                          ".tfrecord"}]}}}
     (out / "manifest.json").write_text(json.dumps(old))
     (out / "train-00000-of-00001.tfrecord").write_bytes(b"")
     (out / "schema.yaml").write_text("x")
-    assert "not one written by tfrecord-etl" in output_guard.foreign_content(str(out))
+    assert "not one written by tfrecord-etl" in guard.foreign_content(str(out))
     (out / "_SUCCESS").write_bytes(b"")
-    assert output_guard.foreign_content(str(out)) is None
+    assert guard.foreign_content(str(out)) is None
     (out / "rejected").mkdir()
     (out / "rejected" / "rejected.jsonl").write_text("{}\n")  # format 1: rejected/ unlisted
-    assert output_guard.foreign_content(str(out)) is None
+    assert guard.foreign_content(str(out)) is None
     (out / "plots").mkdir()
-    assert output_guard.foreign_content(str(out)) == (
+    assert guard.foreign_content(str(out)) == (
         "it holds plots/, which its manifest.json does not list")
     with pytest.raises(ConfigError, match="it holds plots/"):
-        output_guard.check_output(str(out), [])
+        guard.check_output(str(out), [])
     # a symlink at the output path is refused (replacing it would not touch its target)
     os.symlink(out, tmp_path / "link")
     with pytest.raises(ConfigError, match="symbolic link"):
-        output_guard.check_output(str(tmp_path / "link"), [])
+        guard.check_output(str(tmp_path / "link"), [])
 
 
 def test_leftover_run_dirs_go_only_with_our_marker_and_a_dead_run(tmp_path) -> None:
     out = str(tmp_path / "out")
-    work = output_guard.work_dir(out)
+    work = layout.work_dir(out)
     assert work == str(tmp_path / ".out.etl")
     dead = RunInfo("20200101T000000-dead0001", os.uname().nodename, 2**22 + 7, None, time.time())
     alive = RunInfo.current("20200101T000000-live0001")
     for info in (dead, alive):
-        path = output_guard.create_run_dir(work, info)
+        path = guard.create_run_dir(work, info)
         os.makedirs(os.path.join(path, "staging"))
     # the dead run died between the two renames of its publish: its old output is put back
     os.makedirs(os.path.join(work, "run-20200101T000000-dead0001", "previous-output"))
     open(os.path.join(work, "run-20200101T000000-dead0001", "previous-output", "_SUCCESS"),
          "w").close()
     os.makedirs(os.path.join(work, "run-unmarked"))  # not provably ours: left alone
-    removed = output_guard.recover_leftovers(work, out, stale_after=3600)
+    removed = guard.recover_leftovers(work, out, stale_after=3600)
     assert removed == [os.path.join(work, "run-20200101T000000-dead0001")]
     assert sorted(os.listdir(work)) == ["run-20200101T000000-live0001", "run-unmarked"]
     assert os.listdir(out) == ["_SUCCESS"]
     # a run on another host can only go by age
     other = RunInfo("20200101T000000-away0001", "another-host", os.getpid(), None,
                     time.time() - 7200)
-    output_guard.create_run_dir(work, other)
-    assert output_guard.recover_leftovers(work, out, stale_after=3 * 3600) == []
-    assert output_guard.recover_leftovers(work, out, stale_after=3600) == [
+    guard.create_run_dir(work, other)
+    assert guard.recover_leftovers(work, out, stale_after=3 * 3600) == []
+    assert guard.recover_leftovers(work, out, stale_after=3600) == [
         os.path.join(work, "run-20200101T000000-away0001")]
 
 
@@ -362,7 +362,7 @@ def test_stale_lock_recovery_admits_exactly_one(tmp_path) -> None:
     # b judged the same stale content, but the file now holds a's lock: b must not remove it
     assert b._take_aside(stale) is False
     assert json.load(open(a.path))["run_id"] == "a"
-    from etl.errors import LockedError
+    from etl.base.errors import LockedError
 
     with pytest.raises(LockedError, match="locked by run a "):
         b.acquire()
@@ -454,20 +454,20 @@ def test_disk_full_exits_5_naming_the_path_and_keeps_the_old_output(tmp_path, ho
         # 1.3 MB of small numbers: under the free space, but ~10 MB of Examples
         big = make_job(str(tmp_path / "big"), out, rows=200_000, spill_in_memory=0)
         write_csv(str(tmp_path / "big" / "ids.csv"), 200_000, row="{m},{m},{m}")
-        env["ETL_TEST_ENOSPC_UNDER"] = output_guard.work_dir(out)
+        env["ETL_TEST_ENOSPC_UNDER"] = layout.work_dir(out)
         proc = cli("run", big, env=env)
         assert proc.returncode == 5, proc.stderr
         lines = error_lines(proc.stderr)
         assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert re.fullmatch(
-            rf"error: {re.escape(output_guard.work_dir(out))}/run-[^/]+/(staging|spill)/\S+: "
+            rf"error: {re.escape(layout.work_dir(out))}/run-[^/]+/(staging|spill)/\S+: "
             r"(writing|reading or writing) failed: no space left on the device; free some space "
             r"or choose another location \[errno ENOSPC\] \(full log: \S+\.log\)", lines[0]), lines[0]
         after = listing(parent)
         # the work dir and the run history (which records the failure) may change
         assert {k: v for k, v in after.items() if not _ours_beside(k)} == {
             k: v for k, v in before.items() if not _ours_beside(k)}
-        assert sorted(os.listdir(output_guard.work_dir(out))) == ["logs"]  # run dir removed
+        assert sorted(os.listdir(layout.work_dir(out))) == ["logs"]  # run dir removed
         check = cli("verify", out)
         assert check.returncode == 0 and check.stdout.startswith(f"OK {out}: 500 records")
     finally:
@@ -482,21 +482,21 @@ def test_not_enough_free_space_is_refused_before_any_work(tmp_path, monkeypatch)
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 9 * 10**5, 10**5))
-    from etl.errors import StorageError
+    from etl.base.errors import StorageError
 
     with pytest.raises(StorageError) as e:
-        output_guard.check_free_space([(str(tmp_path / "out"), "output")], 2_500_000)
+        guard.check_free_space([(str(tmp_path / "out"), "output")], 2_500_000)
     assert str(e.value) == (
         f"not enough free space for the output {tmp_path / 'out'}: 100.0 KB free on its file "
         f"system ({tmp_path}), the inputs total 2.5 MB; free some space or choose another "
         "location")
     assert e.value.exit_code == 5
-    output_guard.check_free_space([(str(tmp_path / "out"), "output")], 100_000)
+    guard.check_free_space([(str(tmp_path / "out"), "output")], 100_000)
 
 
 
 def test_prune_logs_keeps_the_newest_runs_with_their_dead_letter_files(tmp_path) -> None:
-    from etl.output_guard import prune_logs  # noqa: PLC0415
+    from etl.output.guard import prune_logs  # noqa: PLC0415
 
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import etl
-from etl.config import job_from_dict
-from etl.errors import EtlError, VerifyError
-from etl.manifest import verify
+from cli.run import run_job
+from etl.base.errors import EtlError, VerifyError
+from etl.job.config import job_from_dict
+from etl.output.manifest import verify
 from etl.shuffle.files import HeldSpills
-from transforms.job import run_job
 
 IDS_SCHEMA = {"name": "ids", "kind": "example",
               "features": {"id": {"dtype": "int64", "shape": []},
@@ -121,7 +121,7 @@ def test_jsonl_to_sequence_example(tmp_path, via) -> None:
 
 @pytest.mark.parametrize("via", VIAS)
 def test_idx_train_test(tmp_path, via) -> None:
-    from etl.idx import write_idx
+    from etl.formats.idx import write_idx
 
     rng = np.random.default_rng(0)
     data = {}
@@ -358,7 +358,7 @@ def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
 
 
 def test_local_default_uses_every_core_and_explicit_options_win() -> None:
-    from transforms.job import default_beam_args, shares_process  # noqa: PLC0415
+    from cli.run import default_beam_args, shares_process  # noqa: PLC0415
 
     cores = f"--direct_num_workers={max(os.cpu_count() or 1, 1)}"
     assert default_beam_args([]) == ["--runner=FnApiRunner",

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from benchmarks.data import write_csv
-from etl.manifest import load_manifest
-from etl.progress import READ_SHARE, ProgressConfig, Snapshot, Tally, TaskBytes, format_line
-from etl.read_plan import byte_bounds
+from etl.job.read_plan import byte_bounds
+from etl.output.manifest import load_manifest
+from etl.schedule.progress import READ_SHARE, ProgressConfig, Snapshot, Tally, TaskBytes, format_line
 from etl.sources.base import Split
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
 
@@ -122,7 +122,7 @@ class _ScriptedResult:
 
 
 def test_metrics_feed_polls_a_running_job() -> None:
-    from transforms.progress import MetricsFeed, Reporter  # noqa: PLC0415
+    from transforms.progress_feed import MetricsFeed, Reporter  # noqa: PLC0415
 
     steps = [{"records_read": 1000 * i, "bytes_read": 100 * i, "records_encoded": 1000 * i}
              for i in range(1, 6)]
@@ -151,9 +151,9 @@ def test_metrics_feed_polls_a_running_job() -> None:
 def test_metrics_feed_reads_the_local_runners_counters(tmp_path, monkeypatch) -> None:
     """multi_processing: no shared memory, so the run is watched on the clock and the runner's
     real result is read once p.run() returns: its counters equal the manifest's."""
-    from etl.config import load_job  # noqa: PLC0415
-    from transforms import progress as live  # noqa: PLC0415
-    from transforms.job import run_job  # noqa: PLC0415
+    from cli.run import run_job  # noqa: PLC0415
+    from etl.job.config import load_job  # noqa: PLC0415
+    from transforms import progress_feed as live  # noqa: PLC0415
 
     feeds: list[live.MetricsFeed] = []
 
@@ -229,8 +229,8 @@ def test_model_math_on_exact_numbers() -> None:
 def _bytes_steps(job_path: str, monkeypatch) -> tuple[list[int], dict[str, int]]:
     """Run a job in this process (the local runner's in-memory mode: the DoFns add to the
     run's live tally) and record every `bytes` the read stage credits; (steps, counts)."""
-    from etl.config import load_job  # noqa: PLC0415
-    from transforms.job import run_job  # noqa: PLC0415
+    from cli.run import run_job  # noqa: PLC0415
+    from etl.job.config import load_job  # noqa: PLC0415
 
     steps: list[int] = []
     tallies: list[Tally] = []
@@ -255,7 +255,7 @@ def test_image_folder_bytes_are_its_image_files(tmp_path, monkeypatch) -> None:
     credited block by block as the files are read."""
     from PIL import Image  # noqa: PLC0415
 
-    from etl.read_plan import plan_units  # noqa: PLC0415
+    from etl.job.read_plan import plan_units  # noqa: PLC0415
     from etl.sources import make_reader  # noqa: PLC0415
 
     root = tmp_path / "imgs"

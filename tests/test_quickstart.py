@@ -94,7 +94,7 @@ def test_the_quick_start_trains_as_written(checkout: Path) -> None:
 def test_as_supervised_batches_and_known_steps(checkout: Path) -> None:
     import tensorflow as tf  # noqa: PLC0415
 
-    from etl.reader import DatasetError, load_records, make_dataset  # noqa: PLC0415
+    from etl.read.dataset import DatasetError, load_records, make_dataset  # noqa: PLC0415
 
     demo = str(checkout / "out" / "demo")
     want = load_records(demo, "test")

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl.codec import Encoder
-from etl.errors import EtlError
-from etl.inspect_data import inspect, spec_text
-from etl.reader import DatasetError, load_records, make_dataset
-from etl.schema import Schema, load_schema, schema_from_dict
-from etl.tfrecord import Compressor, frame_all
+from etl.base.errors import EtlError
+from etl.contract.codec import Encoder
+from etl.contract.schema import Schema, load_schema, schema_from_dict
+from etl.formats.tfrecord import Compressor, frame_all
+from etl.read.dataset import DatasetError, load_records, make_dataset
+from etl.tools.inspect import inspect, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = schema_from_dict({"name": "toy", "kind": "example", "features": {

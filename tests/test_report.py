@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from etl.errors import ConfigError, VerifyError
-from etl.manifest import dataset_dir, load_manifest, verify
-from etl.output_guard import foreign_content
-from etl.report import command
-from etl.report.html import BAR, GRID_BG
-from etl.report.stats import SAMPLE_IMAGES, caption, label_feature
-from etl.schema import Feature
+from etl.base.errors import ConfigError, VerifyError
+from etl.contract.schema import Feature
+from etl.output.manifest import dataset_dir, load_manifest, verify
+from etl.output.ownership import foreign_content
+from etl.tools.report import command
+from etl.tools.report.html import BAR, GRID_BG
+from etl.tools.report.stats import SAMPLE_IMAGES, caption, label_feature
 from tests import chromium
 from tests.helpers import ROOT, cli
 

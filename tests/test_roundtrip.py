@@ -1,8 +1,8 @@
 """Round trip per feature kind and dtype: Encoder -> TFRecord file -> make_dataset -> exact values.
 
 Every case builds a one-feature (or few-feature) schema with `schema_from_dict`, encodes the
-input columns, frames the records with `etl.tfrecord.frame_all`, reads them back through
-`etl.reader.make_dataset` with shuffling off, and compares with the input exactly (dtype,
+input columns, frames the records with `etl.formats.tfrecord.frame_all`, reads them back through
+`etl.read.dataset.make_dataset` with shuffling off, and compares with the input exactly (dtype,
 shape and values). JPEG is lossy: see `test_jpeg_*` for why the cases there are exact or
 within one grey level.
 """
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl.codec import Encoder
-from etl.reader import load_records, make_dataset
-from etl.schema import Schema, schema_from_dict
-from etl.tfrecord import Compressor, frame_all
+from etl.contract.codec import Encoder
+from etl.contract.schema import Schema, schema_from_dict
+from etl.formats.tfrecord import Compressor, frame_all
+from etl.read.dataset import load_records, make_dataset
 
 RNG = np.random.default_rng(1234)
 

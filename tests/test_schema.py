@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from etl.codec import Encoder
-from etl.errors import RecordError, SchemaError
-from etl.schema import load_schema, schema_from_dict
+from etl.base.errors import RecordError, SchemaError
+from etl.contract.codec import Encoder
+from etl.contract.schema import load_schema, schema_from_dict
 
 SCHEMAS = os.path.join(os.path.dirname(__file__), os.pardir, "schemas")
 

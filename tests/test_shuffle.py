@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from etl.formats.tfrecord import read_file
 from etl.shuffle import engine, files, keys, strategy_for
 from etl.shuffle.files import HELD_PREFIX, HeldSpills, read_index, spills_for, write_spill
 from etl.shuffle.planning import (
@@ -15,7 +16,6 @@ from etl.shuffle.planning import (
     num_shards_for,
 )
 from etl.shuffle.runs import sorted_run
-from etl.tfrecord import read_file
 
 
 def test_keys_are_deterministic_and_distinct_within_a_file() -> None:

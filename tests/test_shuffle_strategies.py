@@ -13,11 +13,11 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import etl
-from etl.config import job_from_dict
-from etl.idx import write_idx
+from cli.run import plan_reads
+from etl.formats.idx import write_idx
+from etl.job.config import job_from_dict
 from tests.test_pipeline import RUNNER, convert, manifest, shard_hashes, write_csv, write_yaml
 from transforms.convert import ConvertSpec, ConvertToShards
-from transforms.job import plan_reads
 
 MULTI = RUNNER + ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 

@@ -1,7 +1,7 @@
 """SIGINT and SIGTERM at every phase of a run, as a scheduler or an operator sends them.
 
 Each case starts `run_pipeline.py run` in a subprocess that pauses at a named phase
-(etl/pause.py: ETL_PAUSE_AT), signals it there, and checks what the contract promises
+(etl/base/pause.py: ETL_PAUSE_AT), signals it there, and checks what the contract promises
 (README, "Running unattended"): exit 130 / 143, one line on stderr, the previous output
 intact byte for byte (or, once `_SUCCESS` is written, the new one complete), a history entry
 "interrupted" with the exit code, no lock and no run directory left, and for ranges no span
@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from etl import history
-from etl.layout import SUCCESS
-from etl.manifest import dataset_dir, verify
+from etl.output.layout import SUCCESS
+from etl.output.manifest import dataset_dir, verify
+from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import IDS_SCHEMA, ROOT, RUN

@@ -3,7 +3,7 @@
 Every file here is written by the test itself (deterministic bytes), read back through
 `make_reader`, and checked value by value; the bad-input cases assert the exact file, line or
 record index and reason, and that the good records around them still come through. The last
-tests push one block of each reader through `etl.codec.Encoder` under a fitting schema.
+tests push one block of each reader through `etl.contract.codec.Encoder` under a fitting schema.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from etl import fs
-from etl.codec import Encoder
-from etl.errors import BadInputError, BadRecord, ConfigError, RecordError
-from etl.idx import read_idx, write_idx
-from etl.schema import load_schema, schema_from_dict
+from etl.base.errors import BadInputError, BadRecord, ConfigError, RecordError
+from etl.contract.codec import Encoder
+from etl.contract.schema import load_schema, schema_from_dict
+from etl.formats.idx import read_idx, write_idx
+from etl.formats.tfrecord import frame_all
 from etl.sources import make_reader
 from etl.sources.base import Block, Split
-from etl.tfrecord import frame_all
+from etl.storage import fs
 from tests.helpers import column
 
 WHERE = "jobs/t.yaml: sources.train"

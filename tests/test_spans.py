@@ -1,4 +1,4 @@
-"""Date spans in job files (etl.spans, etl.config): placeholders filled in source paths,
+"""Date spans in job files (etl.job.spans, etl.job.config): placeholders filled in source paths,
 output and shuffle seed; `{span}` counted as TFX counts it; yesterday in UTC by default; a
 typo'd placeholder, a bad date or a day without inputs fails with exit 2 naming it (or is
 skipped with --allow-missing), and nothing is published."""
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from etl.config import job_from_dict, load_job
-from etl.errors import ConfigError
-from etl.spans import Span, default_span, fill, parse_date, span_range
+from etl.base.errors import ConfigError
+from etl.job.config import job_from_dict, load_job
+from etl.job.spans import Span, default_span, fill, parse_date, span_range
 from tests.helpers import IDS_SCHEMA, cli
 
 D = parse_date("2026-11-21")

@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from etl.config import DEFAULT_SPLIT_BYTES, job_from_dict
-from etl.idx import write_idx
-from etl.read_plan import all_tasks, needs_scan
+from cli.run import plan_reads, read_split_bytes
+from etl.formats.idx import write_idx
+from etl.job.config import DEFAULT_SPLIT_BYTES, job_from_dict
+from etl.job.read_plan import all_tasks, needs_scan
 from tests.test_pipeline import RUNNER, convert, manifest, shard_hashes
-from transforms.job import plan_reads, read_split_bytes
 
 IDS = {"name": "ids", "kind": "example",
        "features": {"id": {"dtype": "int64", "shape": []},

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from etl.idx import write_idx
+from etl.formats.idx import write_idx
 from etl.sources import make_reader
 from etl.sources.base import Block, Source, Split
 
@@ -334,7 +334,7 @@ def test_tfrecord_images_and_python_are_one_split_per_unit(tmp_path: Path) -> No
     replayed from its start (its `num_shards` option is the way to parallelise it)."""
     from PIL import Image  # noqa: PLC0415
 
-    from etl.tfrecord import frame_all  # noqa: PLC0415
+    from etl.formats.tfrecord import frame_all  # noqa: PLC0415
 
     (tmp_path / "x.tfrecord").write_bytes(frame_all([b"a" * 10, b"b" * 20, b"c"]))
     for k in range(2):

@@ -34,7 +34,7 @@ def declared_dependencies() -> dict[str, str]:
 def source_modules() -> set[str]:
     """Every module file of the packages pyproject.toml ships, plus run_pipeline.py."""
     out = {"run_pipeline.py"}
-    for package in ("etl", "transforms", "benchmarks"):
+    for package in ("etl", "transforms", "cli", "benchmarks"):
         for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, package)):
             dirnames[:] = [d for d in dirnames if d != "__pycache__"]
             out.update(os.path.relpath(os.path.join(dirpath, f), ROOT).replace(os.sep, "/")

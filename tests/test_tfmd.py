@@ -11,9 +11,9 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.tfxio import tensor_representation_util as tru
 
-from etl.codec import Encoder
-from etl.schema import load_schema, schema_from_dict
-from etl.tfmd import SEQUENCE_STRUCT, schema_to_tfmd, to_pbtxt
+from etl.contract.codec import Encoder
+from etl.contract.schema import load_schema, schema_from_dict
+from etl.contract.tfmd import SEQUENCE_STRUCT, schema_to_tfmd, to_pbtxt
 
 SCHEMAS = os.path.join(os.path.dirname(__file__), os.pardir, "schemas")
 

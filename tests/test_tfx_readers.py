@@ -1,6 +1,6 @@
-"""What we publish is readable by TFX's own readers: `schema.pbtxt` (etl.tfmd) is accepted by
+"""What we publish is readable by TFX's own readers: `schema.pbtxt` (etl.contract.tfmd) is accepted by
 `tfx_bsl.public.tfxio.TFExampleRecord` / `TFSequenceExampleRecord` for every feature kind the
-schema language has, and the values they read equal `etl.reader.make_dataset`'s.
+schema language has, and the values they read equal `etl.read.dataset.make_dataset`'s.
 
 Data for each schema is generated from the schema itself (deterministic RNG), encoded with our
 Encoder, framed into a TFRecord file and read three ways: tfx_bsl's Arrow path
@@ -26,11 +26,11 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from etl.codec import Encoder
-from etl.reader import load_records, make_dataset
-from etl.schema import Feature, Schema, load_schema, schema_from_dict
-from etl.tfmd import to_pbtxt
-from etl.tfrecord import Compressor, frame_all
+from etl.contract.codec import Encoder
+from etl.contract.schema import Feature, Schema, load_schema, schema_from_dict
+from etl.contract.tfmd import to_pbtxt
+from etl.formats.tfrecord import Compressor, frame_all
+from etl.read.dataset import load_records, make_dataset
 from tests.test_tfmd import EVERY_KIND
 
 SCHEMAS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), os.pardir, "schemas", "*.yaml")))

@@ -1,7 +1,7 @@
 """Unattended runs: inputs that change while they are read, outputs damaged after they
 were published, and the one-line refusals a scheduled job needs (issue 20).
 
-Inputs are pinned (etl/input_pin.py): a run paused while reading (ETL_PAUSE_AT=read) has
+Inputs are pinned (etl/schedule/input_pin.py): a run paused while reading (ETL_PAUSE_AT=read) has
 its input truncated, appended to, rewritten with the same size and the old mtime, or its
 gs:// object overwritten; it must fail with exit 2 naming the file, publish nothing, and the
 next run must publish the final bytes.
@@ -19,8 +19,8 @@ from pathlib import Path
 import google_crc32c
 import pytest
 
-from etl import history
-from etl.manifest import verify
+from etl.output.manifest import verify
+from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
 from tests.test_signals import digest, leftovers, write_rows

@@ -10,7 +10,7 @@
 4. `ulimit -n 20`: one line naming the limit, exit 5, instead of gRPC's "Channel closed
    prematurely"; a run that runs out of descriptors later says the same about its file.
 
-Every run is a real `run_pipeline.py` subprocess; runs stop at named phases (etl/pause.py),
+Every run is a real `run_pipeline.py` subprocess; runs stop at named phases (etl/base/pause.py),
 never at a moment picked by a sleep.
 """
 
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from etl import history
-from etl.error_wire import fds_ran_out, original_error
-from etl.errors import EXIT_LOCKED, EXIT_STORAGE, StorageError
-from etl.manifest import verify
+from etl.base.errors import EXIT_LOCKED, EXIT_STORAGE, StorageError
+from etl.base.worker_errors import fds_ran_out, original_error
+from etl.output.manifest import verify
+from etl.schedule import history
 from tests.helpers import ROOT, RUN, cli
 from tests.test_signals import digest, leftovers, write_rows
 from tests.test_unattended import job_file, paused_run, resume
@@ -320,7 +320,7 @@ def test_grpc_out_of_descriptors_is_named_from_its_words_or_the_log(tmp_path: Pa
     log.write_text("E1125 posix_interface_posix.cc:168] socket(10, 1, 0) returned -1 with error:"
                    " |Too many open files|.\nRuntimeError: Channel closed prematurely.\n")
     assert fds_ran_out(str(log)) and not fds_ran_out(str(tmp_path / "absent.log"))
-    from transforms.job import user_error  # noqa: PLC0415 - Beam: only this test needs it
+    from cli.run import user_error  # noqa: PLC0415 - Beam: only this test needs it
 
     closed = RuntimeError("Traceback ...\nRuntimeError: Channel closed prematurely.")
     assert original_error(closed) is None

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
-from etl.codec import EncodedBatch, Encoder
-from etl.schema import Schema, schema_from_dict
-from etl.units import DEFAULT_MAX_RECORD_BYTES
+from etl.base.units import DEFAULT_MAX_RECORD_BYTES
+from etl.contract.codec import EncodedBatch, Encoder
+from etl.contract.schema import Schema, schema_from_dict
 
 I64_MAX = 2**63 - 1
 

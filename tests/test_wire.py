@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from etl.codec import Encoder
-from etl.schema import schema_from_dict
+from etl.contract.codec import Encoder
+from etl.contract.schema import schema_from_dict
 
 
 def _feature(values, kind):

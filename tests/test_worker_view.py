@@ -133,7 +133,7 @@ def test_the_staged_wheel_holds_every_module_of_the_source_tree(staged_wheel) ->
     """What the fresh venv imports is the whole tree: no module left out of the wheel."""
     with zipfile.ZipFile(staged_wheel) as whl:
         names = set(whl.namelist())
-    for package in ("etl", "transforms", "benchmarks"):
+    for package in ("etl", "transforms", "cli", "benchmarks"):
         for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, package)):
             dirnames[:] = [d for d in dirnames if d != "__pycache__"]
             for f in filenames:

@@ -19,7 +19,7 @@ import struct
 import apache_beam as beam
 import numpy as np
 
-from etl.read_plan import ReadTask
+from etl.job.read_plan import ReadTask
 from etl.shuffle.engine import Chunk
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import SortedRun

@@ -8,7 +8,7 @@ to shards: `files` writes spill files and each shard reads its range of every sp
 small metadata moves through Beam); `engine` cuts each run into one chunk per overlapping
 shard and groups them by shard with Beam's GroupByKey (the runner's shuffle moves the data).
 
-The input files arrive as one read-plan file (etl.read_plan), cut into read tasks on the
+The input files arrive as one read-plan file (etl.job.read_plan), cut into read tasks on the
 workers, so the job graph does not grow with their number. Accounting: stage 1 reports, per
 read task, how many records it read and every record it rejected; stage 2 reports, per shard,
 how many records of each input file it wrote; the finalize step (side inputs: no Flatten,
@@ -29,24 +29,27 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.utils.shared import Shared
 
-from etl import fs, signals
-from etl.codec import Encoder
-from etl.error_wire import wire_errors
-from etl.finalize import finalize_run
-from etl.pause import pause
-from etl.prefetch import ordered_map, prefetch
-from etl.progress import Tally, TaskBytes
-from etl.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
+from etl.base import signals
+from etl.base.pause import pause
+from etl.base.units import DEFAULT_MAX_RECORD_BYTES
+from etl.base.worker_errors import wire_errors
+from etl.contract.codec import Encoder
+from etl.contract.schema import schema_from_dict
+from etl.formats.proto_wire import binary_column
+from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
+from etl.output.finalize import finalize_run
+from etl.schedule.progress import Tally, TaskBytes
 from etl.shuffle import engine, files, keys
 from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
 from etl.shuffle.runs import SortedRun, sorted_run
 from etl.shuffle.shard_writer import ShardResult
+from etl.sources import make_reader
 from etl.sources.base import Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
-from etl.units import DEFAULT_MAX_RECORD_BYTES
-from etl.wire import binary_column
+from etl.storage import fs
 from transforms import beam_fixes
 from transforms import coders as _coders  # noqa: F401 - registers the shuffle's coders
+from transforms.prefetch import ordered_map, prefetch
 
 _KEYED_CHUNK = tuple[tuple[str, int], engine.Chunk]  # (split, shard index), chunk
 
@@ -70,7 +73,7 @@ class ConvertSpec:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # larger records: oversized_record
     spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
     via: str = files.NAME  # the shuffle strategy (etl.shuffle.strategy_for)
-    # the read plan (etl.read_plan.ReadPlan): every input file, in one file the pipeline
+    # the read plan (etl.job.read_plan.ReadPlan): every input file, in one file the pipeline
     # reads, so the job graph does not grow with the number of inputs
     read_plan: str = ""
     split_bytes: int = 0  # read tasks of about this size (0: whole files)
@@ -94,7 +97,6 @@ class _SplitFilesFn(beam.DoFn):
         self.spec = spec
 
     def setup(self) -> None:
-        from etl.sources import make_reader  # noqa: PLC0415
 
         self.readers = {name: make_reader(cfg, self.spec.base_dir, f"sources.{name}")
                         for name, cfg in self.spec.sources.items()}
@@ -117,8 +119,6 @@ class _ReadEncodeFn(beam.DoFn):
     def setup(self) -> None:
         import yaml  # noqa: PLC0415
 
-        from etl.schema import schema_from_dict  # noqa: PLC0415
-        from etl.sources import make_reader  # noqa: PLC0415
 
         schema = schema_from_dict(yaml.safe_load(self.spec.schema_yaml))
         self.encoder = Encoder(schema, max_record_bytes=self.spec.max_record_bytes)
@@ -202,7 +202,7 @@ def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | 
 
 def _tally(handle: Shared | None) -> Tally | None:
     """This run's live progress tally (the launcher's object: every stage in its process),
-    None when the run shows no progress or runs elsewhere (transforms/progress.py)."""
+    None when the run shows no progress or runs elsewhere (transforms/progress_feed.py)."""
     return None if handle is None else handle.acquire(Tally)
 
 
@@ -359,7 +359,7 @@ def _slim(ref: files.SpillRef) -> files.SpillRef:
 @wire_errors
 def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
               spec: ConvertSpec, tally: Shared | None = None) -> dict[str, Any]:
-    """Every shard result, read report and the plan's notes -> the manifest (etl.finalize)."""
+    """Every shard result, read report and the plan's notes -> the manifest (etl.output.finalize)."""
     import yaml  # noqa: PLC0415
 
     live = _tally(tally)
@@ -368,7 +368,6 @@ def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str
     signals.check_cancelled("finalizing")
     pause("finalize")
 
-    from etl.schema import schema_from_dict  # noqa: PLC0415
 
     read_plan = ReadPlan.load(spec.read_plan)
     return finalize_run(spec.staging_dir, schema_from_dict(yaml.safe_load(spec.schema_yaml)),
@@ -383,7 +382,7 @@ class ConvertToShards(beam.PTransform):
 
     `held`: a Shared handle of this run's held-spill store (files strategy, local runner in
     one process); None writes every spill to disk. `tally`: a Shared handle of this run's live
-    progress tally (etl.progress.Tally; local runner in one process), None counts Beam metrics
+    progress tally (etl.schedule.progress.Tally; local runner in one process), None counts Beam metrics
     only."""
 
     def __init__(self, spec: ConvertSpec, held: Shared | None = None,

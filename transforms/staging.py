@@ -46,8 +46,8 @@ from apache_beam.options.pipeline_options import (
 )
 from packaging.requirements import Requirement
 
-from etl import fs
-from etl.errors import ConfigError
+from etl.base.errors import ConfigError
+from etl.storage import fs
 
 log = logging.getLogger(__name__)
 

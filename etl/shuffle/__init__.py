@@ -12,13 +12,14 @@
 
 Both strategies use the same plan and the same shard writer, so they write the same bytes.
 The Beam steps that wire them are in transforms/convert.py. A strategy is chosen here only.
+Imports etl.base, etl.storage and etl.formats only (layer 4, beside etl.contract), never Beam.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from etl.errors import ConfigError
+from etl.base.errors import ConfigError
 from etl.shuffle import engine, files
 
 STRATEGIES: dict[str, ModuleType] = {files.NAME: files, engine.NAME: engine}

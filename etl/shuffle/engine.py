@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etl import fs
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import FileSlice, RunSlice, SortedRun, write_section
 from etl.shuffle.shard_writer import ShardResult, write_shard
+from etl.storage import fs
 
 NAME = "engine"
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from etl import fs
 from etl.shuffle.planning import BlockStats, ShardPlan
 from etl.shuffle.runs import MemorySlice, RunSlice, SortedRun, read_slice, write_section
 from etl.shuffle.shard_writer import ShardResult, write_shard
+from etl.storage import fs
 
 NAME = "files"
 HELD_PREFIX = "held:"  # a run held in the memory of the process that wrote it

@@ -16,10 +16,10 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from etl import fs
+from etl.formats.proto_wire import binary_column, data_of, offsets_of
+from etl.formats.tfrecord import frame_records
 from etl.shuffle.planning import BlockStats, block_stats
-from etl.tfrecord import frame_records
-from etl.wire import binary_column, data_of, offsets_of
+from etl.storage import fs
 
 
 def sort_block(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:

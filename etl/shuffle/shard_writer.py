@@ -18,13 +18,14 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from etl import fs, signals
+from etl.base import signals
+from etl.formats.proto_wire import BINARY, binary, data_of
+from etl.formats.tfrecord import COMPRESSIONS, Compressor
 from etl.shuffle.keys import ID_POSITION_BITS
 from etl.shuffle.merge import merged_batches
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import FileSlice, OpenFiles, RunSlice
-from etl.tfrecord import COMPRESSIONS, Compressor
-from etl.wire import BINARY, binary, data_of
+from etl.storage import fs
 
 CHUNK_BYTES = 16 << 20
 ATTEMPT_SUFFIX = ".attempt"  # a shard being written: <shard name>.<attempt id>.attempt

@@ -1,4 +1,6 @@
-"""Source formats by name. Each reader class takes (config, base_dir, where) and is Beam-free."""
+"""Source formats by name: one `Source` contract (base), shared file helpers (files) and line
+scanning (lines), one module per format. Each reader takes (config, base_dir, where).
+Imports layers 1-4 (base, storage, formats, contract) only, never Beam."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from etl.errors import ConfigError
+from etl.base.errors import ConfigError
 from etl.sources.base import Block, Source, Split
 
 READERS = {

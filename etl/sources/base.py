@@ -1,6 +1,6 @@
 """What every raw-source reader is (`Source`), how it splits a file (`Split`), what it yields (`Block`).
 
-Readers are Beam-free: they take a path (local, gs:// or any scheme etl.fs reads) and
+Readers are Beam-free: they take a path (local, gs:// or any scheme etl.storage.fs reads) and
 yield `Block`s of a few thousand to ~64k records as NumPy/Arrow columns. Rows a reader
 cannot even parse (a malformed CSV line, invalid JSON) come back as `BadRecord`s in the
 block, with the file and line; every other row still goes through.
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from etl.errors import BadRecord, ConfigError
-from etl.units import DEFAULT_MAX_RECORD_BYTES
+from etl.base.errors import BadRecord, ConfigError
+from etl.base.units import DEFAULT_MAX_RECORD_BYTES
 
 DEFAULT_BLOCK_ROWS = 65536
 
@@ -31,7 +31,7 @@ class Block:
     error reports, so a user can open the file at the right place.
     `bad` are the rows rejected while reading; `num_read` counts them with the good rows
     (an `unreadable_rest` entry counts as the records it stands for).
-    `end_offset`: how far into its file (bytes, as etl.fs reads it: compressed files count
+    `end_offset`: how far into its file (bytes, as etl.storage.fs reads it: compressed files count
     compressed bytes) the reader had got when it made the block, at or past its last record;
     None where the format cannot say cheaply. Progress figures only (percent, ETA): it never
     names a record.

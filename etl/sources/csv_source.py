@@ -53,8 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from etl import fs
-from etl.errors import BadRecord, ConfigError
+from etl.base.errors import BadRecord, ConfigError
 from etl.sources.base import (
     Block,
     Split,
@@ -62,6 +61,7 @@ from etl.sources.base import (
 )
 from etl.sources.files import FileSource, bool_option, excerpt, int_option, utf8_bad_rows
 from etl.sources.lines import LineRange, line_splits, next_line_start, split_lines
+from etl.storage import fs
 
 
 # ---- the CSV reader ----------------------------------------------------------------------------

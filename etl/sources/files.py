@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from etl import fs
-from etl.errors import ConfigError
+from etl.base.errors import ConfigError
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, options
+from etl.storage import fs
 
 
 def join(base_dir: str, path: str) -> str:

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from etl import fs
-from etl.errors import BadInputError, BadRecord
-from etl.idx import IdxHeader, check_end, open_idx, read_block
+from etl.base.errors import BadInputError, BadRecord
+from etl.formats.idx import IdxHeader, check_end, open_idx, read_block
 from etl.sources.base import Block, Source, Split, options, position, record_splits
 from etl.sources.files import PairedFiles, block_rows
+from etl.storage import fs
 
 
 class IdxReader(Source):
@@ -130,7 +130,7 @@ class IdxReader(Source):
 
 
 def _gzipped(stream: Any) -> bool:
-    """Whether etl.idx.open_idx decompresses this file (it tells gzip by the name or the magic
+    """Whether etl.formats.idx.open_idx decompresses this file (it tells gzip by the name or the magic
     bytes): known from the stream it gave, so no file is opened again to ask."""
     return isinstance(stream, gzip.GzipFile)  # isal's IGzipFile is one too
 

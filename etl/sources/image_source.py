@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from etl import fs
-from etl.errors import BadRecord, ConfigError
+from etl.base.errors import BadRecord, ConfigError
 from etl.sources.base import Block
 from etl.sources.files import FileSource, bool_option, join
+from etl.storage import fs
 
 if TYPE_CHECKING:
-    from etl.schema import Schema
+    from etl.contract.schema import Schema
 
 EXTENSIONS = (".png", ".jpg", ".jpeg")
 _MODES = {1: "L", 3: "RGB"}

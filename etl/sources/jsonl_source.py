@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from etl.errors import BadRecord
+from etl.base.errors import BadRecord
 from etl.sources.base import Block, Split
 from etl.sources.files import excerpt, utf8_bad_rows
 from etl.sources.lines import LineBlock, line_blocks, line_end

@@ -15,15 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl import fs
-from etl.errors import BadInputError, BadRecord
+from etl.base.errors import BadInputError, BadRecord
+from etl.base.units import DEFAULT_MAX_RECORD_BYTES
 from etl.sources.base import (
     Split,
     position,
     target_starts,
 )
 from etl.sources.files import excerpt, utf8_bad_rows
-from etl.units import DEFAULT_MAX_RECORD_BYTES
+from etl.storage import fs
 
 _CHUNK_BYTES = 1 << 24
 _WHITESPACE = np.array([ord(" "), ord("\t"), ord("\r"), ord("\n")], np.uint8)

@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from etl import fs
-from etl.errors import BadInputError, BadRecord, ConfigError
+from etl.base.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, Split
 from etl.sources.files import FileSource
+from etl.storage import fs
 
 
 class ParquetReader(FileSource):

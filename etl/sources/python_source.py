@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from etl.errors import BadRecord, ConfigError, RecordError, quote
+from etl.base.errors import BadRecord, ConfigError, RecordError, quote
 from etl.sources.base import Block, Source, options
 from etl.sources.files import block_rows, excerpt, int_option
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.errors import ConfigError
+from etl.base.errors import ConfigError
 from etl.sources.base import (
     Block,
     Split,

@@ -3,7 +3,7 @@
 Each good record's bytes go out unchanged in the `__serialized__` column (Arrow large_binary):
 the pipeline shuffles and reshards them without re-encoding. A record's position is its frame
 index in the file; every broken frame counts as one index, so fixing or losing one record never
-renumbers the others. What is rejected, and why (`etl.tfrecord.scan_records` does the framing):
+renumbers the others. What is rejected, and why (`etl.formats.tfrecord.scan_records` does the framing):
 
 - a frame whose data CRC fails: one `corrupt_record` (record index, byte offset of its frame);
   its length header was valid, so reading goes on with the next frame;
@@ -13,7 +13,7 @@ renumbers the others. What is rejected, and why (`etl.tfrecord.scan_records` doe
 - a file that ends inside a frame: one `corrupt_record`;
 - with `prepare(schema, ...)` (the pipeline always calls it): a record of the wrong proto kind,
   a feature of the wrong list type, a required feature missing, or a value count that does not
-  fit the shape: `schema_mismatch` / `missing_required` / `wrong_shape` (etl.record_check), so
+  fit the shape: `schema_mismatch` / `missing_required` / `wrong_shape` (etl.contract.record_check), so
   nothing `make_dataset` cannot parse is ever published.
 A gzip/zlib stream that cannot be decompressed past some point raises BadInputError naming the
 file and the uncompressed offset: how many records were lost is unknown, so the run fails.
@@ -27,15 +27,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from etl import fs
-from etl.errors import BadInputError, BadRecord, ConfigError
+from etl.base.errors import BadInputError, BadRecord, ConfigError
+from etl.contract.record_check import RecordChecker
+from etl.formats.tfrecord import COMPRESSIONS, BrokenStreamError, compression_of, scan_records
 from etl.sources.base import Block
 from etl.sources.files import FileSource, bool_option
-from etl.tfrecord import COMPRESSIONS, BrokenStreamError, compression_of, scan_records
+from etl.storage import fs
 
 if TYPE_CHECKING:
-    from etl.record_check import RecordChecker
-    from etl.schema import Schema
+    from etl.contract.record_check import RecordChecker
+    from etl.contract.schema import Schema
 
 SERIALIZED = "__serialized__"
 _BLOCK_BYTES = 64 << 20  # a block is cut at block_rows records or this many bytes
@@ -59,7 +60,6 @@ class TFRecordReader(FileSource):
     def prepare(self, schema: Schema, max_record_bytes: int) -> None:
         """Check every record against `schema` before it is passed on, and reject frames over
         `max_record_bytes` unread."""
-        from etl.record_check import RecordChecker  # noqa: PLC0415
 
         super().prepare(schema, max_record_bytes)
         self.checker = RecordChecker(schema)

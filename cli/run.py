@@ -1,0 +1,650 @@
+"""Run one job file end to end: preflight, lock, run the Beam pipeline, check, publish.
+
+Before any work: inputs exist and are readable, the output is not refused (etl.output.guard:
+only an empty directory or a previous output of ours is ever replaced), its location is
+writable and has room. Then the output's lock is taken (etl.output.lock), leftovers of dead
+runs are cleared, and the pipeline writes into this run's own directory in the work dir
+`.{name}.etl/` beside the output; only after every count and checksum is in, the manifest is
+written and the result is published, `_SUCCESS` last (etl.output.publish). A failed run leaves the
+previous output untouched. Every failure leaves as one EtlError with a clean message naming
+the run's log file, which holds the full traceback.
+
+Before any of that, a rerun whose output is published and current (the same job, span,
+schema and input bytes: etl.schedule.idempotence) is skipped: no lock, no pipeline. Every run, skipped
+or failed too, adds one entry to the run history beside the outputs (etl.schedule.history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+    StandardOptions,
+    TestOptions,
+)
+from apache_beam.utils.shared import Shared
+
+from etl.base import signals
+from etl.base.errors import BadInputError, ConfigError, EtlError, LockedError
+from etl.base.worker_errors import (
+    describe_unexpected,
+    fds_ran_out,
+    naming_log,
+    original_error,
+    storage_error,
+    too_many_open_files,
+)
+from etl.contract.schema import load_schema
+from etl.job.config import DEFAULT_SPLIT_BYTES, JobConfig
+from etl.job.read_plan import ReadPlan, needs_scan, plan_units
+from etl.output import guard, layout
+from etl.output.accounting import check_threshold
+from etl.output.finalize import first_rejected
+from etl.output.layout import MANIFEST, REJECTED_FILE, SUCCESS
+from etl.output.lock import DEFAULT_STALE_AFTER, LOCK, RunInfo, RunLock, lock_lost
+from etl.output.manifest import record_run
+from etl.output.publish import publish
+from etl.output.remote import RemoteRun, check_buckets, input_places, work_prefix
+from etl.schedule import history, idempotence, input_pin
+from etl.schedule.fingerprint import with_fingerprints
+from etl.schedule.progress import ProgressConfig, Tally
+from etl.schedule.run_log import RunLog
+from etl.shuffle import files, is_local, strategy_for
+from etl.storage import fs
+from etl.storage.object_store import Store
+from transforms import progress_feed as live
+from transforms.convert import ConvertSpec, ConvertToShards
+from transforms.staging import pipeline_options  # Beam options + our package for workers
+
+log = logging.getLogger(__name__)
+LOCAL_RUNNER = "FnApiRunner"  # DirectRunner in Beam 2.77 first tries to download Prism
+
+
+@dataclass
+class JobResult:
+    output: str
+    splits: dict[str, dict[str, Any]]
+    rejected: dict[str, Any]
+    seconds: float
+    manifest: dict[str, Any]
+    launched: str = ""  # a dry run or template build: what was done instead of a conversion
+    skipped: str = ""  # why nothing ran (output published and current); "" when it ran
+    run_key: str = ""  # names what the run was made from (etl.schedule.idempotence)
+    run_id: str = ""  # this attempt
+
+
+@dataclass
+class Attempt:
+    """What one run_job call has learnt so far, for its history entry (also when it fails)."""
+
+    started: float
+    span: str
+    run_key: str = ""
+    run_id: str = ""
+    runner: str = ""
+    dataflow_job_id: str = ""
+    accepted: bool = False  # the output passed preflight: a failure may be recorded beside it
+    published: bool = False  # the new output is in place (a later signal does not undo it)
+    counts: dict[str, int] | None = field(default=None)
+    rebuilt_reason: str = ""  # a current output found damaged (etl.schedule.idempotence.damage)
+
+
+def default_beam_args(beam_args: list[str]) -> list[str]:
+    """Our local default never downloads anything and uses every core: FnApiRunner with one
+    worker thread per CPU (stage 1 reads several files at once, stage 2 writes several shards
+    at once; the heavy work releases the GIL). Every explicit option wins."""
+    args = list(beam_args)
+    given = _given(args)
+    if "runner" not in given:
+        args.append(f"--runner={LOCAL_RUNNER}")
+    if _given(args).get("runner") == LOCAL_RUNNER:
+        if "direct_running_mode" not in given:
+            args.append("--direct_running_mode=multi_threading")
+        if "direct_num_workers" not in given:
+            args.append(f"--direct_num_workers={max(os.cpu_count() or 1, 1)}")
+    return args
+
+
+def _given(args: list[str]) -> dict[str, Any]:
+    """The runner options set explicitly in `args` (`--x=v` or `--x v`, parsed by argparse
+    as Beam does; an explicit value equal to Beam's default still counts as given)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in ("runner", "direct_running_mode", "direct_num_workers"):
+        parser.add_argument(f"--{name}", default=None)
+    known, _ = parser.parse_known_args(args)
+    return {k: v for k, v in vars(known).items() if v is not None}
+
+
+def shares_process(options: PipelineOptions | list[str]) -> bool:
+    """Whether every stage runs in this process (the local runner's in-memory and
+    multi-threaded modes), so stage 2 can read spills stage 1 held in memory."""
+    if isinstance(options, list):
+        options = PipelineOptions(options)
+    runner = options.view_as(StandardOptions).runner
+    return (runner == LOCAL_RUNNER
+            and options.view_as(DirectOptions).direct_running_mode in ("in_memory",
+                                                                        "multi_threading"))
+
+
+def plan_reads(job: JobConfig) -> ReadPlan:
+    """Every input file of the job, with its stable identity (etl.job.read_plan)."""
+    return plan_units(job.sources, job.base_dir, job.path)
+
+
+def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool = False,
+            break_lock: bool = False, lock_stale_after: float = DEFAULT_STALE_AFTER,
+            capture_stderr: bool = False, progress: ProgressConfig | None = None) -> JobResult:
+    """Convert `job`; raises only EtlError (exit code in `.exit_code`) for failures.
+
+    An output published and current is left as it is (JobResult.skipped says why, and its
+    splits and manifest are the published ones); `force` rebuilds it anyway.
+    `capture_stderr` (the command line without --debug): while the pipeline runs, file
+    descriptor 2 goes to the run's log file, because Beam's workers print each failing
+    bundle's traceback straight to stderr (threads and worker processes alike).
+    `progress` (default: none): a live bar or periodic lines while the pipeline runs, on the
+    config's stream (a duplicate of the real stderr: fd 2 may go to the log meanwhile); it
+    stops before run_job returns (transforms/progress_feed.py)."""
+    attempt = Attempt(time.time(), idempotence.span_label(job))
+    try:
+        result = _run(job, beam_args or [], attempt, force=force, break_lock=break_lock,
+                      lock_stale_after=lock_stale_after, capture_stderr=capture_stderr,
+                      progress=progress)
+    except BaseException as e:
+        failure = _as_interrupted(e, attempt)
+        record_history(job, attempt, failure=failure)
+        if failure is e:
+            raise
+        raise failure from e
+    record_history(job, attempt, result=result)
+    return result
+
+
+def _as_interrupted(e: BaseException, attempt: Attempt) -> BaseException:
+    """A signal is what stopped the run, whatever the runner made of it (a bundle that saw
+    the cancel flag fails with Cancelled inside the runner's own error); its message says
+    whether the output changed."""
+    signum = signals.received()
+    if isinstance(e, signals.Interrupted):
+        if not e.when:
+            e.when = signals.PUBLISHED if attempt.published else signals.UNCHANGED
+        return e
+    if isinstance(e, KeyboardInterrupt) or (signum is not None and not isinstance(e, EtlError)):
+        return signals.Interrupted(signum or signal.SIGINT,
+                                   signals.PUBLISHED if attempt.published else signals.UNCHANGED)
+    return e
+
+
+def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = None,
+                   failure: BaseException | None = None) -> None:
+    """One history entry for this run (etl.schedule.history). A failure is recorded when the output
+    passed preflight, or before that when a local history is there already: a misconfigured
+    or refused first run creates nothing beside a folder the project does not own, and a
+    config error never waits for a store. Never fails the run."""
+    root = history.history_root(job.output)
+    status, reason, code, error, counts = "ok", "", 0, "", attempt.counts
+    if result is not None and result.skipped:
+        status, reason, counts = "skipped", result.skipped, {"read": 0, "written": 0, "rejected": 0}
+    elif result is not None and result.launched:
+        status, reason = "launched", result.launched
+    elif failure is not None:
+        status = "failed"
+        if isinstance(failure, EtlError):
+            code = failure.exit_code
+        elif isinstance(failure, signals.Interrupted):
+            status, code = "interrupted", failure.exit_code
+        elif isinstance(failure, KeyboardInterrupt):
+            status, code = "interrupted", 130
+        elif isinstance(failure, SystemExit):
+            code = failure.code if isinstance(failure.code, int) else 1
+        else:
+            code = 1
+        error = fs.first_line(failure) if str(failure) else type(failure).__name__
+    try:
+        if failure is not None and not attempt.accepted and (
+                fs.is_remote(root) or not history.exists(root)):
+            return  # nothing known about the output yet: no storage call, nothing created
+        history.append(root, history.entry(
+            run_id=attempt.run_id or None, run_key=attempt.run_key or None,
+            span=attempt.span or None, start=history.iso(attempt.started),
+            end=history.iso(time.time()), status=status, skipped_reason=reason or None,
+            exit_code=code, error=error or None, counts=counts, output=job.output,
+            runner=attempt.runner or None, dataflow_job_id=attempt.dataflow_job_id or None,
+            rebuilt_reason=attempt.rebuilt_reason or None))
+    except Exception as e:  # noqa: BLE001 - the run's own outcome matters more
+        # a failed run (a full disk, a dead store) reports its own error in one line
+        log.log(logging.INFO if failure is not None else logging.WARNING,
+                "could not add the run to the history in %s: %s", root, e)
+
+
+def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
+         break_lock: bool, lock_stale_after: float, capture_stderr: bool,
+         progress: ProgressConfig | None = None) -> JobResult:
+    """run_job's work; `attempt` collects what the history entry needs as it goes."""
+    started = attempt.started
+    args = default_beam_args(beam_args)
+    given = PipelineOptions(args)
+    fs.use_options(given)  # the launcher's own reads use the user's file-system options
+    check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
+    runner = given.view_as(StandardOptions).runner
+    attempt.runner = str(getattr(runner, "__name__", runner) or "")
+    schema = load_schema(job.schema_path)
+    read_plan = plan_reads(job)
+    check_worker_access(job, read_plan.inputs, runner, given)  # before building for workers
+    guard.check_inputs_readable([i["path"] for i in read_plan.inputs])
+    # every input's content fingerprint: the skip check, the run key and the manifest;
+    # pinned first, so that a change before the last read is seen (etl.schedule.input_pin)
+    try:
+        pinned = input_pin.pins(i["path"] for i in read_plan.inputs)
+        read_plan = ReadPlan(read_plan.units, with_fingerprints(read_plan.inputs))
+    except FileNotFoundError as e:  # gone since it was listed
+        raise ConfigError(f"input {e.filename} does not exist") from e
+    except OSError as e:
+        raise user_error(e) from e
+    inputs = read_plan.inputs
+    ident = idempotence.identity(job, schema.sha256(), inputs)
+    attempt.run_key = ident.run_key
+    run_id = attempt.run_id = idempotence.new_run_id(ident.run_key)
+    published = None if force else idempotence.published_manifest(job.output)
+    skip = published is not None and idempotence.stale_reason(published, ident, inputs) is None
+    damaged = idempotence.damage(job.output, job.verify == "full") if skip else None
+    if damaged:  # current by its manifest, but not intact: heal it
+        skip = False
+        attempt.rebuilt_reason = idempotence.DAMAGED.format(damaged)
+        log.warning("%s; rebuilding it", attempt.rebuilt_reason)
+
+    def skipped() -> JobResult:
+        assert published is not None
+        return JobResult(job.output, _split_counts(published), published["rejected"],
+                         time.time() - started, published, skipped=idempotence.SKIPPED,
+                         run_key=ident.run_key, run_id=run_id)
+
+    local = not fs.is_remote(job.output)
+    if skip and not (local and guard.has_run_dirs(job.output)):
+        return skipped()  # no lock, no pipeline
+    options = pipeline_options(args)
+    temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
+    preflight(job, inputs, temp_root)
+    attempt.accepted = True
+    via = strategy_for(job.shuffle_via, runner).NAME
+    info = RunInfo.current(run_id)
+    with ExitStack() as stack:
+        remote: RemoteRun | None = None
+        if local:
+            workdir = layout.work_dir(job.output)
+            with same_run_named(job.output, ident.run_key):
+                lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
+                                                   output=job.output))
+            guard.recover_leftovers(workdir, job.output, lock_stale_after)
+            if skip and idempotence.stale_reason(idempotence.published_manifest(job.output),
+                                                 ident, inputs) is None:
+                return skipped()  # current: only a dead run's leftovers were to be cleared
+            guard.check_output(job.output, _protected(job, inputs))  # again, locked
+            tmp = guard.create_run_dir(workdir, info)
+            log_file = layout.log_path(workdir, run_id)
+        else:
+            # object stores: lock, marker, leftovers and a versioned publish (etl.output.remote)
+            with same_run_named(job.output, ident.run_key):
+                lock = remote = stack.enter_context(RemoteRun(
+                    job.output, info, temp_root, lock_stale_after, break_lock,
+                    inputs=_protected(job, inputs)))
+            tmp = remote.tmp
+            log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{run_id}.log")
+        run_log = stack.enter_context(RunLog(log_file))
+        run_log.note(f"run {run_id} pid {info.pid}: job {job.path} -> {job.output}; "
+                     f"beam args {args}; shuffle via {via}; {len(inputs)} input file(s), "
+                     f"{sum(i['num_bytes'] for i in inputs)} bytes")
+        held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
+        split_bytes = read_split_bytes(job, options)
+        spec = ConvertSpec(
+            schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
+            fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
+            staging_dir=fs.join(tmp, "staging"), compression=job.compression,
+            splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
+            max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
+            spill_in_memory=job.spill_in_memory if held else 0, via=via,
+            read_plan=fs.join(tmp, "read_plan.json"), split_bytes=split_bytes,
+            spread_files=needs_scan(read_plan.units, split_bytes) > 1,
+            # one file read whole: read it where it was listed (a stage less on a local run)
+            spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units, split_bytes) > 0,
+        )
+        read_plan.save(spec.read_plan)
+        # this run's held spills: shared by its DoFns in this process, dropped when it ends
+        held_handle = Shared() if held else None
+        store = held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
+            if held_handle else None
+        # this run's live progress tally: shared like the held spills, when every stage runs
+        # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
+        tally_handle = Shared() if progress is not None and shares_process(options) else None
+        tally = tally_handle.acquire(Tally) if tally_handle else None
+        bytes_total = sum(u.num_bytes for u in read_plan.units)
+        reporter: live.Reporter | None = None
+        failure: BaseException | None = None
+        submitted = None
+        try:
+            reporter = live.start(progress, tally, bytes_total)
+            with run_log.stderr_captured(capture_stderr):
+                p = beam.Pipeline(options=options)
+                _ = p | "Convert" >> ConvertToShards(spec, held_handle, tally_handle)
+                submitted = p.run()
+                if reporter is not None and tally is None:  # poll the runner's metrics
+                    reporter.attach(live.MetricsFeed(submitted, bytes_total))
+                attempt.dataflow_job_id = announce_job(submitted, options, run_log) or ""
+                submitted.wait_until_finish()
+            if reporter is not None:
+                reporter.stage("checking")
+            if lock is not None:
+                lock.verify()
+            launched = launch_only(options)
+            if not launched:
+                input_pin.check_unchanged(pinned)  # what was read is what was fingerprinted
+            if launched:  # nothing ran: nothing to check or publish
+                result = JobResult(job.output, {}, {"num_records": 0}, time.time() - started,
+                                   {}, launched)
+            else:
+                rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
+                fields = {**ident.manifest_fields(), "run_id": run_id}
+                result = _check_and_publish(job, spec, run_id, started, rejected_at, remote,
+                                            fields, reporter, attempt)
+            if reporter is not None:
+                reporter.stage("done")
+        except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
+            failure = _changed_input(e, pinned)
+            if isinstance(e, KeyboardInterrupt) and submitted is not None:
+                cancel_remote_job(submitted, options, run_log)
+        finally:
+            if reporter is not None:  # before anything else is printed: the summary, an error
+                reporter.stop(final=failure is None)
+            if store is not None:
+                store.release()
+            _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
+        if local:
+            guard.prune_logs(workdir)  # this run's log is the newest: always kept
+        if failure is not None:
+            run_log.failure(failure)
+            if not isinstance(failure, Exception):
+                raise failure  # KeyboardInterrupt, SystemExit: as they are
+            raise user_error(failure, log_file, run_id) from failure
+        run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
+        return result
+
+
+def _changed_input(failure: BaseException, pinned: dict[str, Any]) -> BaseException:
+    """A run that failed while an input changed under it (a truncated file read to a torn
+    last record, a replaced object) failed because of the change: say that."""
+    if not isinstance(failure, Exception) or isinstance(failure, input_pin.InputChanged):
+        return failure
+    try:
+        input_pin.check_unchanged(pinned)
+    except input_pin.InputChanged as changed:
+        return changed
+    except Exception:  # noqa: BLE001 - the store is down too: the run's own error stands
+        return failure
+    return failure
+
+
+def cancel_remote_job(submitted: Any, options: PipelineOptions, run_log: RunLog) -> None:
+    """A signal while a job runs elsewhere (Dataflow): cancel it, so nothing keeps running
+    and billing after the launcher is gone (best effort: its console link is in the log)."""
+    if is_local(options.view_as(StandardOptions).runner) or not hasattr(submitted, "cancel"):
+        return
+    try:
+        submitted.cancel()
+        run_log.note("cancelled the submitted job after a signal")
+        log.warning("cancelled the submitted job %s", getattr(submitted, "job_id", lambda: "")())
+    except Exception as e:  # noqa: BLE001 - the signal's own exit matters more
+        run_log.note(f"could not cancel the submitted job: {e}")
+        log.warning("could not cancel the submitted job (cancel it in the console): %s", e)
+
+
+def read_split_bytes(job: JobConfig, options: PipelineOptions) -> int:
+    """The job's `split_bytes`, or when it sets none: whole files on a local runner with at most
+    two workers, DEFAULT_SPLIT_BYTES elsewhere. One reader of a whole file already keeps two
+    cores busy (a prefetch thread reads, the encoder runs beside it), so on two cores split
+    reads only add readers' buffers (benchmarks/README.md: "Split reads on two cores")."""
+    if job.split_bytes is not None:
+        return job.split_bytes
+    if is_local(options.view_as(StandardOptions).runner):
+        workers = options.view_as(DirectOptions).direct_num_workers or 1
+        if workers <= 2:
+            return 0
+    return DEFAULT_SPLIT_BYTES
+
+
+def announce_job(result: Any, options: PipelineOptions, run_log: RunLog) -> str | None:
+    """A job running elsewhere (Dataflow): say which one, and where to watch it, before
+    waiting for it (Beam logs this only at INFO level, which the console does not show).
+    Returns its id (for the run history), None for a local run."""
+    job_id = getattr(result, "job_id", None)
+    if not callable(job_id) or is_local(options.view_as(StandardOptions).runner):
+        return None
+    ident = job_id()
+    if not ident:  # a dry run or template build: nothing submitted
+        return None
+    cloud = options.view_as(GoogleCloudOptions)
+    line = (f"submitted job {ident}; watch it at https://console.cloud.google.com/dataflow/"
+            f"jobs/{cloud.region}/{ident}?project={cloud.project}")
+    run_log.note(line)
+    log.warning(line)
+    return str(ident)
+
+
+@contextmanager
+def same_run_named(output: str, run_key: str) -> Iterator[None]:
+    """A LockedError while taking the output's lock says so when the holder is this very run
+    (same run key: same job, span and inputs) submitted again, e.g. by a retrying scheduler."""
+    try:
+        yield
+    except LockedError as e:
+        holder = _lock_holder(output)
+        if holder is None or not idempotence.same_run(holder.run_id, run_key):
+            raise
+        raise LockedError(f"{e}; it is the same run (run key {run_key}: same job, span and "
+                          "inputs) submitted again: let that one finish") from e
+
+
+def _lock_holder(output: str) -> RunInfo | None:
+    """Who holds the output's lock, if it can be read."""
+    try:
+        if fs.is_remote(output):
+
+            found = Store().read(work_prefix(output) + LOCK)
+            raw = found[0] if found else b""
+        else:
+            raw = fs.read_bytes(os.path.join(layout.work_dir(output), LOCK))
+        return RunInfo.from_json(json.loads(raw))
+    except (OSError, ValueError, EtlError):
+        return None
+
+
+def launch_only(options: PipelineOptions) -> str:
+    """What a run that converts nothing did instead: a Dataflow dry run (the job translated,
+    not submitted) or a template build (`--template_location`); '' for a real run."""
+    template = options.view_as(GoogleCloudOptions).template_location
+    if template:
+        return f"template written to {template}; nothing ran or was published"
+    if options.view_as(TestOptions).dry_run:
+        return "dry run: the job was translated, not submitted; nothing was published"
+    return ""
+
+
+def check_worker_access(job: JobConfig, inputs: list[dict[str, Any]], runner: Any,
+                        options: PipelineOptions | None = None) -> None:
+    """Off the local runner, workers run on other machines: every input and the output must be
+    on storage they reach (gs://...), not on this machine's disk. Unless the workers are on
+    this host (`workers_on_this_host`): a portable worker pool started here reads local
+    paths as the launcher does."""
+    if is_local(runner):
+        return
+    if options is not None and workers_on_this_host(options):
+        log.info("workers of runner %s run on this host (%s): local inputs and output allowed",
+                 runner, _environment(options))
+        return
+    local = [i["path"] for i in inputs if not fs.is_remote(i["path"])]
+    if local:
+        raise ConfigError(f"{job.path}: runner {runner} runs on other machines, which cannot "
+                          f"read {len(local)} local input file(s), e.g. {local[0]}; copy the "
+                          "inputs to a bucket (gs://...) and point the job's paths there")
+    if not fs.is_remote(job.output):
+        raise ConfigError(f"{job.path}: runner {runner} runs on other machines, which cannot "
+                          f"write the local output {job.output}; use a gs:// output")
+
+
+_THIS_HOST = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def workers_on_this_host(options: PipelineOptions) -> bool:
+    """A portable runner whose SDK workers run on this machine: `--environment_type=LOOPBACK`
+    (in the launcher) or `PROCESS` (started here), or `EXTERNAL` with a worker pool at a
+    loopback address (`--environment_config=localhost:PORT`, as the README's rehearsal of a
+    Dataflow job starts it). Dataflow and DOCKER workers never read this machine's disk."""
+    if "Dataflow" in str(options.view_as(StandardOptions).runner):
+        return False
+    kind, config = _environment(options)
+    if kind in ("LOOPBACK", "PROCESS"):
+        return True
+    if kind == "EXTERNAL":
+        host = config.rsplit(":", 1)[0] if ":" in config else config
+        return host.lower() in _THIS_HOST or host == socket.gethostname()
+    return False
+
+
+def _environment(options: PipelineOptions) -> tuple[str, str]:
+    portable = options.view_as(PortableOptions)
+    return ((portable.environment_type or "").upper(), str(portable.environment_config or ""))
+
+
+def preflight(job: JobConfig, inputs: list[dict[str, Any]], temp_root: str | None) -> None:
+    """Everything that can be known to fail before any work: unreadable inputs, a refused
+    output, an unwritable output location, too little free space (the inputs' total size on
+    the output's file system, or on a local temp location)."""
+    guard.check_inputs_readable([i["path"] for i in inputs])
+    guard.check_output(job.output, _protected(job, inputs))
+    check_buckets([("temp location", temp_root or "")])  # a missing one: exit 2
+    needed = sum(i["num_bytes"] for i in inputs)
+    if not fs.is_remote(job.output):
+        guard.check_writable(job.output)
+        guard.check_free_space([(job.output, "output")], needed)
+    elif temp_root and not fs.is_remote(temp_root):
+        guard.check_free_space([(temp_root, "temp location")], needed)
+
+
+def _protected(job: JobConfig, inputs: list[dict[str, Any]]) -> list[str]:
+    """What the output must never contain: every input, the job file and the schema file."""
+    extra = [os.path.abspath(p) for p in (job.path, job.schema_path)
+             if not fs.is_remote(p) and os.path.exists(p)]
+    return [i["path"] for i in inputs] + extra
+
+
+def _clean_up(tmp: str, run_log: RunLog, output: str | None = None) -> None:
+    """Remove the run's directory, unless it still holds the previous output of a publish
+    that could not be rolled back (then it is put back first, or kept for the next run)."""
+    aside = fs.join(tmp, layout.PREVIOUS)
+    if output is not None and not fs.is_remote(tmp) and os.path.isdir(aside):
+        if not os.path.lexists(output):
+            os.replace(aside, output)
+            log.warning("put the previous output back at %s", output)
+        elif not os.path.exists(os.path.join(output, SUCCESS)):
+            log.warning("kept %s: it holds the previous output of %s (the next run puts it "
+                        "back)", tmp, output)
+            return
+    try:
+        fs.delete_tree(tmp)
+    except Exception as e:  # noqa: BLE001 - a leftover is removed by the next run
+        run_log.note(f"could not remove {tmp}: {e}")
+        log.warning("could not remove %s (the next run removes it): %s", tmp, e)
+
+
+def user_error(exc: BaseException, log_file: str | None = None,
+               run_id: str | None = None) -> EtlError:
+    """What a user sees of a failure: our error (found again inside what the runner raised),
+    a storage error naming the path, or an unexpected error in one line; naming the log only
+    when it holds something (etl.base.worker_errors.naming_log). A run whose lock was taken over
+    while it was stopped failed because of that, whatever broke next (its run dir removed
+    under it): exit 4 naming the taker (etl.output.lock.lock_lost). An unexpected failure whose
+    log shows gRPC out of file descriptors is `ulimit -n`'s (exit 5)."""
+
+    err = original_error(exc)
+    if run_id and not isinstance(err, LockedError):  # one that says more is kept
+        err = lock_lost(run_id) or err
+    if err is None and isinstance(exc, OSError) and exc.errno is not None:
+        err = storage_error(exc)
+    if err is None and fds_ran_out(log_file):
+        err = too_many_open_files()
+    if err is None:
+        err = EtlError(f"unexpected error: {describe_unexpected(exc)}")
+    return naming_log(err, log_file)
+
+
+def empty_inputs(manifest: dict[str, Any], read: int, allow_empty: bool) -> None:
+    """A span that read no record is an upstream failure far more often than a quiet day:
+    refused (exit 2, nothing published) unless the job says `allow_empty: true`."""
+    if read:
+        return
+    names = [str(i.get("path")) for i in manifest.get("inputs", [])]
+    shown = ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
+    if not allow_empty:
+        raise ConfigError(f"no records read from the input{'s' if len(names) != 1 else ''} "
+                          f"({shown or 'none'}); nothing published. If an empty span is "
+                          "expected, set allow_empty: true in the job file")
+    log.warning("publishing 0 records: the inputs (%s) hold none (allow_empty: true)", shown)
+
+
+def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: {"num_records": v["num_records"], "shards": len(v["shards"])}
+            for k, v in manifest["splits"].items()}
+
+
+def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: float,
+                       rejected_at: str, remote: RemoteRun | None = None,
+                       fields: dict[str, Any] | None = None,
+                       reporter: live.Reporter | None = None,
+                       attempt: Attempt | None = None) -> JobResult:
+    """The finalize step left the manifest in staging (the run's one result): check the bad-
+    record threshold, then publish. A run that rejected more than allowed keeps its
+    dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
+    staging = spec.staging_dir
+    manifest = json.loads(fs.read_bytes(fs.join(staging, MANIFEST)))
+    rejected = manifest["rejected"]
+    read = sum(i["read"] for i in manifest["inputs"])
+    try:
+        check_threshold(rejected, read, first_rejected(staging), job.max_bad_fraction,
+                        rejected_at)
+    except BadInputError:
+        fs.write_bytes(rejected_at, fs.read_bytes(fs.join(staging, REJECTED_FILE)))
+        raise
+    empty_inputs(manifest, read, job.allow_empty)
+    for note in manifest["notes"]:
+        log.warning(note)
+    if fields:  # what the run was made from: the next run compares it (etl.schedule.idempotence)
+        manifest = record_run(staging, fields)
+    if attempt is not None:
+        attempt.counts = {"read": read,
+                          "written": sum(v["num_records"] for v in manifest["splits"].values()),
+                          "rejected": int(rejected["num_records"])}
+    if reporter is not None:
+        reporter.stage("publishing")
+    if remote is not None:  # object store: a new version, then the pointer
+        remote.publish(staging)
+    else:  # local: the old output goes aside inside this run's directory (its marker covers it)
+        publish(staging, job.output, run_id,
+                aside=os.path.join(os.path.dirname(staging), layout.PREVIOUS))
+    if attempt is not None:
+        attempt.published = True
+    return JobResult(job.output, _split_counts(manifest), rejected, time.time() - started,
+                     manifest, run_key=str(manifest.get("run_key") or ""), run_id=run_id)

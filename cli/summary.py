@@ -1,0 +1,167 @@
+"""Run a job and print what users want to see: progress while it runs (etl.schedule.progress), then a
+table of records, shards and bytes per split, what was read and rejected, time, rate, a sample;
+with `report`, the dataset report beside the published data and its drift against the previous
+span (cli.ranges.report_span)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TextIO
+
+from cli.ranges import (
+    check_inputs,
+    not_selected,
+    record_interrupted,
+    report_span,
+    skip_if_current,
+)
+from etl.base import signals
+from etl.base.quiet import native_stderr_quiet
+from etl.base.units import format_size
+from etl.job.config import JobConfig, load_job
+from etl.job.spans import Span
+from etl.output.layout import REJECTED_FILE
+from etl.output.manifest import dataset_dir
+from etl.output.remote import check_buckets, input_places, version_dir
+from etl.schedule.progress import DEFAULT_EVERY, resolve
+from etl.storage import fs
+
+
+def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
+                   break_lock: bool = False, lock_stale_after: float | None = None,
+                   debug: bool = False, span: Span | None = None, force: bool = False,
+                   allow_missing: bool = False, only: str = "all", verbose: bool = False,
+                   progress: str = "none", progress_every: float = DEFAULT_EVERY,
+                   progress_stream: TextIO | None = None, report: bool = False,
+                   verify_full: bool = False) -> int:
+    """One span (or a job without placeholders). Without `debug`, worker tracebacks go to the
+    run's log file only (see run_job). A skipped span prints one line saying why: exit 0.
+    `progress` (auto, bar, lines, none) is drawn on `progress_stream`: the real stderr, a
+    duplicate taken before a run sends fd 2 to its log file.
+    `report` (`run --report`): after the data is published, or when the span is skipped as
+    current, its report (etl.tools.report.for_run); a failing report raises ReportFailed (the
+    report error's exit code) saying the data was published."""
+    started = time.time()
+    job = load_job(job_path, output=output, span=span, verify_full=verify_full)
+    try:
+        ran = _before_run(job, output, beam_args, force, allow_missing, only, verbose, report)
+    except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published
+        stopped = signals.as_interrupted(e, signals.UNCHANGED)
+        record_interrupted(job, started, stopped)
+        raise stopped from None
+    if ran is not None:
+        return ran
+    from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
+
+    stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
+    shown = resolve(progress, progress_stream, progress_every)
+    result = run_job(job, beam_args, force=force, break_lock=break_lock,
+                     capture_stderr=not debug, progress=shown, **stale)
+    try:
+        return _after_run(job, result, output, sample, verbose, report)
+    except KeyboardInterrupt as e:  # run_job is done: say whether its output is in place
+        published = not (getattr(result, "skipped", "") or result.launched)
+        raise signals.as_interrupted(
+            e, signals.PUBLISHED if published else signals.UNCHANGED) from None
+
+
+def _before_run(job: JobConfig, output: str | None, beam_args: list[str], force: bool,
+                allow_missing: bool, only: str, verbose: bool, report: bool) -> int | None:
+    """What happens before a span runs (left out, no inputs, current): its exit code, or
+    None when run_job has work to do."""
+    label = f"{job.span} ({job.output})" if job.span else job.output
+    check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
+    left_out = not_selected(job, only) if only != "all" else ""
+    if left_out:
+        print(f"Skipped {label}: {left_out}")
+        return 0
+    skipped = check_inputs(job, allow_missing)
+    if skipped:
+        print(f"Skipped {label}: {skipped}")
+        return 0
+    skipped = skip_if_current(job, beam_args, force)
+    if skipped:
+        print(f"Skipped {label}: {skipped}")
+        if report:
+            _print_report(job, output, not verbose, keep_current=True)
+        return 0
+    return None
+
+
+def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, verbose: bool,
+               report: bool) -> int:
+    """The summary of a run_job result (skipped, launched or published), and its report."""
+    label = f"{job.span} ({job.output})" if job.span else job.output
+    if getattr(result, "skipped", ""):
+        print(f"Skipped {label}: {result.skipped}")
+        if report:
+            _print_report(job, output, not verbose, keep_current=True)
+        return 0
+    if result.launched:
+        print(result.launched[0].upper() + result.launched[1:])
+        if report:
+            print("No report: nothing was published by this run (make it later with "
+                  "`report OUT`)")
+        return 0
+    print(f"Wrote {result.output}{f' (span {job.span})' if job.span else ''} "
+          f"in {result.seconds:.1f}s")
+    folder = result.output
+    if fs.is_remote(result.output) and result.run_id:  # gs://: the version this run published
+        folder = version_dir(result.output, result.run_id)
+        print(f"  published    version {result.run_id}: {folder}")
+    for line in summary_table(result.manifest, result.seconds):
+        print(line)
+    if result.rejected["num_records"]:
+        print(f"  rejected     {result.rejected['num_records']:>10,} records "
+              f"(see {fs.join(folder, REJECTED_FILE)}): {result.rejected['by_reason']}")
+    first = next(iter(result.splits))
+    if sample:
+        from etl.tools.inspect import inspect  # noqa: PLC0415 - imports TensorFlow
+
+        print(f"Sample record ({first}):")
+        shard = result.manifest["splits"][first]["shards"][0]["path"]
+        with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
+            texts = list(inspect([fs.join(dataset_dir(result.output), shard)], limit=1))
+        for text in texts:
+            print(text)
+    print(f"Read it back: etl.make_dataset({result.output!r}, split={first!r})")
+    if report:
+        _print_report(job, output, not verbose)
+    return 0
+
+
+def _print_report(job: JobConfig, output: str | None, quiet: bool,
+                  keep_current: bool = False) -> None:
+    """The span's report and drift lines; ReportFailed (raised on) says the data is published."""
+    made = report_span(job, output, keep_current, quiet)
+    first = made.lines[0]
+    if keep_current and made.written:
+        first = f"report was missing or stale, made again: {', '.join(made.written)}"
+    print(first[0].upper() + first[1:])
+    for line in made.lines[1:]:
+        print(line)
+
+
+def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:
+    """Per split: records, shards, bytes written; then the totals: records read, written and
+    rejected, the input's bytes, time and rate (records read per second)."""
+    lines = []
+    splits = manifest["splits"]
+    for split, info in splits.items():
+        lines.append(f"  {split:<12} {info['num_records']:>10,} records in "
+                     f"{len(info['shards'])} shard(s), {format_size(_bytes(info)):>9}")
+    read = sum(int(i.get("read", 0)) for i in manifest.get("inputs", []))
+    written = sum(int(v["num_records"]) for v in splits.values())
+    rejected = int(manifest.get("rejected", {}).get("num_records", 0))
+    shards = sum(len(v["shards"]) for v in splits.values())
+    input_bytes = sum(int(f.get("num_bytes", 0)) for f in manifest.get("input_files", []))
+    rate = f", {read / seconds:,.0f} records/s" if seconds > 0 else ""
+    lines.append(f"  {'total':<12} {written:>10,} records in {shards} shard(s), "
+                 f"{format_size(sum(_bytes(v) for v in splits.values())):>9}")
+    lines.append(f"  read {read:,} records ({format_size(input_bytes)} of input), written {written:,}, "
+                 f"rejected {rejected:,} in {seconds:.1f}s{rate}")
+    return lines
+
+
+def _bytes(split: dict[str, Any]) -> int:
+    return int(split.get("num_bytes") or sum(int(s.get("num_bytes", 0)) for s in split["shards"]))

@@ -1,0 +1,531 @@
+"""The data contract: a YAML schema file read once into feature objects.
+
+Each `Feature` owns every direction of one feature: how a raw column becomes its stored
+lists (`to_storage`), which `tf.io` parse feature reads it back (`parse_feature`), and how
+the parsed tensor is restored to the declared dtype and shape (`decode`). The encoder, the
+reader and the TFMD export all derive from these objects, so writer and reader cannot drift.
+
+TensorFlow is imported lazily: loading and checking a schema, and encoding, never pay for it.
+
+Feature keys: `dtype`, `shape`, `encoding` (values | raw | png | jpeg), `default`, `required`,
+`source`, `vocabulary` / `vocabulary_file`, `oov_id`, `representation` (ragged | sparse),
+`description`, and `allow_nan` (float dtypes only, default false): NaN and +-Inf are
+rejected as `nan_not_allowed` unless the feature says `allow_nan: true`, because a NaN that
+slips into training data poisons every gradient it touches, and a float32 overflow (1e39)
+silently becomes Inf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import yaml
+
+from etl.base.errors import SchemaError
+from etl.base.yaml_load import load_yaml
+from etl.formats.kinds import STORAGE_KINDS
+from etl.storage import fs
+
+KINDS = ("example", "sequence_example")
+ENCODINGS = ("values", "raw", "png", "jpeg")
+REPRESENTATIONS = ("ragged", "sparse")
+
+_ALIASES = {
+    "string": "bytes", "str": "bytes", "binary": "bytes", "float": "float32",
+    "double": "float64", "int": "int64", "half": "float16", "boolean": "bool",
+}
+_INT_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_FLOAT_DTYPES = ("float16", "float32", "float64")
+DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, "bytes")
+# tf.io.decode_raw's out_type list (TF 2.21): uint32/uint64 are not decodable from raw bytes.
+_RAW_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+               "float16", "float32", "float64")
+_FEATURE_KEYS = {"dtype", "shape", "encoding", "default", "required", "source", "vocabulary",
+                 "vocabulary_file", "oov_id", "representation", "description", "allow_nan"}
+
+
+def _tf() -> Any:
+    import tensorflow as tf  # noqa: PLC0415 - heavy, only on the reading side
+
+    return tf
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One declared feature. `shape` is per record (per step for sequence features)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...] = ()
+    encoding: str = "values"
+    default: Any = None
+    required: bool = True
+    source: tuple[str, ...] = ()
+    vocabulary: tuple[str, ...] = ()
+    oov_id: int | None = None
+    representation: str = "ragged"
+    is_sequence: bool = False
+    description: str = ""
+    allow_nan: bool = False
+
+    # ---- derived facts -------------------------------------------------------------
+    @property
+    def storage(self) -> str:
+        """Which tf.train list holds the values: 'int64', 'float' or 'bytes'."""
+        if self.encoding != "values" or self.dtype == "bytes":
+            return "bytes"
+        return "float" if self.dtype in _FLOAT_DTYPES else "int64"
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The declared dtype as NumPy sees it (object for bytes)."""
+        return np.dtype(object) if self.dtype == "bytes" else np.dtype(self.dtype)
+
+    @property
+    def storage_numpy_dtype(self) -> np.dtype:
+        return STORAGE_KINDS[self.storage].numpy
+
+    @property
+    def fixed(self) -> bool:
+        """True when every record (or step) has exactly `value_count` values."""
+        return all(d >= 0 for d in self.shape)
+
+    @property
+    def value_count(self) -> int:
+        """Values per record (per step) for fixed shapes; per outer row when ragged."""
+        return int(np.prod([d for d in self.shape if d >= 0], dtype=np.int64))
+
+    @property
+    def inner_shape(self) -> tuple[int, ...]:
+        """Shape below the ragged outer dimension (the whole shape when fixed)."""
+        return self.shape[1:] if not self.fixed else self.shape
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.source or (self.name,)
+
+    @property
+    def vocabulary_index(self) -> dict[str, int]:
+        return {v: i for i, v in enumerate(self.vocabulary)}
+
+    @property
+    def raw_record_bytes(self) -> int:
+        return self.value_count * np.dtype(self.dtype).itemsize
+
+    @property
+    def storage_default(self) -> list[Any] | None:
+        """The default as a flat storage-typed list (the form FixedLenFeature and TFMD use)."""
+        if self.default is None:
+            return None
+        value = self.default
+        if self.vocabulary and isinstance(value, str):
+            value = self.vocabulary_index[value]
+        if self.storage == "bytes":
+            value = value.encode() if isinstance(value, str) else bytes(value)
+        elif self.storage == "float":
+            value = float(value)
+        else:
+            value = int(value)
+        return [value] * self.value_count
+
+    # ---- the reading side ------------------------------------------------------------
+    def parse_feature(self) -> Any:
+        """The `tf.io` feature that parses this feature from a serialized proto."""
+        tf = _tf()
+        storage_dtype = getattr(tf, STORAGE_KINDS[self.storage].tf_dtype)
+        if self.encoding != "values":
+            if self.is_sequence:
+                return tf.io.FixedLenSequenceFeature([], tf.string, allow_missing=True)
+            return tf.io.FixedLenFeature([], tf.string)
+        if self.fixed:
+            if self.is_sequence:
+                return tf.io.FixedLenSequenceFeature(
+                    list(self.shape), storage_dtype, allow_missing=True
+                )
+            return tf.io.FixedLenFeature(
+                list(self.shape), storage_dtype, default_value=self.storage_default
+            )
+        if self.representation == "sparse":
+            return tf.io.VarLenFeature(storage_dtype)
+        return tf.io.RaggedFeature(
+            dtype=storage_dtype,
+            value_key=self.name,
+            partitions=[tf.io.RaggedFeature.UniformRowLength(d) for d in self.shape[1:]],
+            row_splits_dtype=tf.int64,
+        )
+
+    def decode(self, parsed: Any, lengths: Any = None) -> Any:
+        """Restore the declared dtype and shape of a batch parsed with `parse_feature`.
+
+        `lengths` are the per-record step counts `parse_sequence_example` returns for
+        FixedLenSequenceFeature; with them, padded steps become a RaggedTensor.
+        """
+        tf = _tf()
+        value = parsed
+        if self.is_sequence and self.fixed and lengths is not None:
+            value = tf.RaggedTensor.from_tensor(parsed, lengths=lengths)
+        if self.encoding == "values":
+            if self.dtype == "bytes" or self.storage_numpy_dtype == self.numpy_dtype:
+                return value
+            return tf.cast(value, tf.as_dtype(self.dtype))
+        if isinstance(value, tf.RaggedTensor):
+            return value.with_flat_values(self._decode_blobs(value.flat_values))
+        return self._decode_blobs(value)
+
+    def _decode_blobs(self, blobs: Any) -> Any:
+        """A vector of raw/png/jpeg blobs -> tensor [N, *shape] of the declared dtype."""
+        tf = _tf()
+        out_type = tf.as_dtype(self.dtype)
+        if self.encoding == "raw":
+            flat = tf.io.decode_raw(blobs, out_type, little_endian=True)
+            return tf.reshape(flat, [-1, *self.shape])
+        channels = self.shape[-1]
+        if self.encoding == "png":
+            def decode_one(b: Any) -> Any:
+                return tf.io.decode_png(b, channels=channels, dtype=out_type)
+        else:
+            def decode_one(b: Any) -> Any:
+                return tf.io.decode_jpeg(b, channels=channels)
+        images = tf.map_fn(
+            decode_one, blobs, fn_output_signature=tf.TensorSpec([None, None, channels], out_type)
+        )
+        return tf.ensure_shape(images, [None, *self.shape])
+
+    # ---- description -----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape)}
+        if self.encoding != "values":
+            out["encoding"] = self.encoding
+        if self.default is not None:
+            out["default"] = self.default
+        elif not self.required:
+            out["required"] = False
+        if self.source and self.source != (self.name,):
+            out["source"] = self.source[0] if len(self.source) == 1 else list(self.source)
+        if self.vocabulary:
+            out["vocabulary"] = list(self.vocabulary)
+        if self.oov_id is not None:
+            out["oov_id"] = self.oov_id
+        if self.representation != "ragged":
+            out["representation"] = self.representation
+        if self.description:
+            out["description"] = self.description
+        if self.allow_nan:
+            out["allow_nan"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A dataset's record layout: `context` features, plus `sequence` features for SequenceExample.
+
+    For `kind: example` all features live in `context`.
+    """
+
+    name: str
+    kind: str
+    context: tuple[Feature, ...]
+    sequence: tuple[Feature, ...] = ()
+    path: str | None = field(default=None, compare=False)
+
+    @property
+    def features(self) -> tuple[Feature, ...]:
+        return self.context + self.sequence
+
+    def feature(self, name: str) -> Feature:
+        for f in self.features:
+            if f.name == name:
+                return f
+        raise KeyError(f"schema {self.name!r} has no feature {name!r}")
+
+    @property
+    def source_columns(self) -> list[str]:
+        """Every raw column the encoder reads, in declaration order."""
+        seen: dict[str, None] = {}
+        for f in self.features:
+            for s in f.sources:
+                seen.setdefault(s, None)
+        return list(seen)
+
+    def numeric_columns(self) -> dict[str, str]:
+        """Raw columns that each hold one number per record for exactly one numeric feature:
+        column -> "float64" or "int64". Text sources may parse these up front (the CSV fast
+        path); the encoder then sees the same Arrow numbers its own text parsing would give."""
+        uses: dict[str, list[Feature]] = {}
+        for f in self.features:
+            for column in f.sources:
+                uses.setdefault(column, []).append(f)
+        out: dict[str, str] = {}
+        for column, features in uses.items():
+            f = features[0]
+            scalar = f.shape == () or len(f.sources) == int(np.prod(f.shape, dtype=np.int64))
+            if (len(features) > 1 or f.is_sequence or f.encoding != "values" or f.vocabulary
+                    or f.dtype in ("bytes", "bool") or not scalar):
+                continue
+            out[column] = "float64" if f.dtype.startswith("float") else "int64"
+        return out
+
+    def parse_spec(self) -> Any:
+        """`tf.io.parse_example` features, or the (context, sequence) pair for SequenceExample."""
+        context = {f.name: f.parse_feature() for f in self.context}
+        if self.kind == "example":
+            return context
+        return context, {f.name: f.parse_feature() for f in self.sequence}
+
+    def parse_and_decode(self, serialized: Any) -> dict[str, Any]:
+        """A batch (vector) of serialized protos -> dict of decoded tensors, all vectorised."""
+        tf = _tf()
+        if self.kind == "example":
+            parsed = tf.io.parse_example(serialized, self.parse_spec())
+            return {f.name: f.decode(parsed[f.name]) for f in self.context}
+        context_spec, sequence_spec = self.parse_spec()
+        context, sequence, lengths = tf.io.parse_sequence_example(
+            serialized, context_features=context_spec, sequence_features=sequence_spec
+        )
+        out = {f.name: f.decode(context[f.name]) for f in self.context}
+        for f in self.sequence:
+            out[f.name] = f.decode(sequence[f.name], lengths.get(f.name))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        if self.kind == "example":
+            out["features"] = {f.name: f.to_dict() for f in self.context}
+        else:
+            out["context"] = {f.name: f.to_dict() for f in self.context}
+            out["sequence"] = {f.name: f.to_dict() for f in self.sequence}
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def sha256(self) -> str:
+        """Fingerprint of the contract (not of the file's formatting or comments)."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# ---- loading and validation ------------------------------------------------------------
+def load_schema(path: str | os.PathLike[str]) -> Schema:
+    """Read and validate a schema YAML file (local path or any remote path etl.storage.fs reads)."""
+    path = os.fspath(path)
+    text = fs.read_text_as(path, "schema file", SchemaError)
+    doc = load_yaml(text, path, "schema file", SchemaError)
+    return schema_from_dict(doc, path=path)
+
+
+def schema_from_dict(doc: Any, path: str | None = None) -> Schema:
+    where = path or "<schema>"
+    if not isinstance(doc, Mapping):
+        raise SchemaError(f"{where}: a schema must be a mapping, got {type(doc).__name__}")
+    unknown = set(doc) - {"name", "kind", "features", "context", "sequence", "description"}
+    if unknown:
+        raise SchemaError(f"{where}: unknown top-level key(s) {sorted(unknown)}")
+    kind = doc.get("kind", "example")
+    if kind not in KINDS:
+        raise SchemaError(f"{where}: kind must be one of {list(KINDS)}, got {kind!r}")
+    name = str(doc.get("name") or (os.path.splitext(fs.basename(path))[0] if path else "data"))
+    base_dir = fs.dirname(path) if path else "."  # vocabulary files are relative to the schema
+    if kind == "example":
+        if "sequence" in doc or "context" in doc:
+            raise SchemaError(f"{where}: kind 'example' takes 'features', not context/sequence")
+        context = _features(doc.get("features"), "features", False, where, base_dir)
+        sequence: tuple[Feature, ...] = ()
+    else:
+        if "features" in doc:
+            raise SchemaError(f"{where}: kind 'sequence_example' takes 'context' and 'sequence'")
+        # context is optional: a SequenceExample may carry feature lists only
+        context = (_features(doc["context"], "context", False, where, base_dir)
+                   if doc.get("context") else ())
+        sequence = _features(doc.get("sequence"), "sequence", True, where, base_dir)
+    names = [f.name for f in context + sequence]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SchemaError(f"{where}: feature name(s) {dupes} declared twice")
+    if not names:
+        raise SchemaError(f"{where}: no features declared")
+    return Schema(name=name, kind=kind, context=context, sequence=sequence, path=path)
+
+
+def _features(
+    section: Any, label: str, is_sequence: bool, where: str, base_dir: str
+) -> tuple[Feature, ...]:
+    if not isinstance(section, Mapping) or not section:
+        raise SchemaError(f"{where}: '{label}' must be a non-empty mapping of feature name -> spec")
+    return tuple(
+        _feature(str(n), spec, is_sequence, where, base_dir) for n, spec in section.items()
+    )
+
+
+def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str) -> Feature:
+    def fail(msg: str) -> SchemaError:
+        return SchemaError(f"{where}: feature {name!r}: {msg}")
+
+    if not isinstance(spec, Mapping):
+        raise fail(f"spec must be a mapping, got {spec!r}")
+    unknown = set(spec) - _FEATURE_KEYS
+    if unknown:
+        raise fail(f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_FEATURE_KEYS)}")
+    if "dtype" not in spec:
+        raise fail("missing 'dtype'")
+    dtype = _ALIASES.get(str(spec["dtype"]), str(spec["dtype"]))
+    if dtype not in DTYPES:
+        raise fail(f"unknown dtype {spec['dtype']!r}; expected one of {list(DTYPES)}")
+    shape = _shape(spec.get("shape", []), fail)
+    encoding = str(spec.get("encoding", "values"))
+    if encoding not in ENCODINGS:
+        raise fail(f"unknown encoding {encoding!r}; expected one of {list(ENCODINGS)}")
+    representation = str(spec.get("representation", "ragged"))
+    if representation not in REPRESENTATIONS:
+        raise fail(f"representation must be one of {list(REPRESENTATIONS)}, got {representation!r}")
+    fixed = all(d >= 0 for d in shape)
+    _check_encoding(dtype, shape, encoding, representation, is_sequence, fail)
+
+    allow_nan = spec.get("allow_nan", False)
+    if not isinstance(allow_nan, bool):
+        raise fail(f"allow_nan must be true or false, got {allow_nan!r}")
+    if allow_nan and dtype not in _FLOAT_DTYPES:
+        raise fail(f"allow_nan applies to float dtypes only, got {dtype!r}")
+
+    vocabulary = _vocabulary(spec, fail, base_dir)
+    if vocabulary and dtype not in _INT_DTYPES[1:]:
+        raise fail(f"a vocabulary maps labels to integer ids; dtype must be an integer, got {dtype!r}")
+    if vocabulary and encoding != "values":
+        raise fail("a vocabulary needs encoding: values")
+    oov_id = spec.get("oov_id")
+    if oov_id is not None and not vocabulary:
+        raise fail("oov_id needs a vocabulary")
+
+    default = spec.get("default")
+    required = bool(spec.get("required", default is None))
+    _check_default(default, required, dtype, encoding, fixed, is_sequence, vocabulary, allow_nan,
+                   fail)
+
+    source_t = _source_columns(spec.get("source", name), shape, fixed, fail)
+
+    return Feature(
+        name=name, dtype=dtype, shape=shape, encoding=encoding, default=default,
+        required=required, source=source_t, vocabulary=vocabulary,
+        oov_id=None if oov_id is None else int(oov_id), representation=representation,
+        is_sequence=is_sequence, description=str(spec.get("description", "")),
+        allow_nan=allow_nan,
+    )
+
+
+def _check_encoding(dtype: str, shape: tuple[int, ...], encoding: str, representation: str,
+                    is_sequence: bool, fail: Any) -> None:
+    """What each encoding and representation needs of the dtype and shape."""
+    fixed = all(d >= 0 for d in shape)
+    if encoding == "values":
+        if dtype == "float64":
+            raise fail("float64 values would be rounded to float32 by tf.train.FloatList; "
+                       "declare dtype float32 or use encoding: raw")
+        if dtype == "uint64":
+            raise fail("uint64 values do not fit tf.train.Int64List; use encoding: raw with a "
+                       "smaller dtype or int64")
+    else:
+        if not fixed:
+            raise fail(f"encoding {encoding!r} needs a fully defined shape, got {list(shape)}")
+        if encoding == "raw" and dtype not in _RAW_DTYPES:
+            raise fail(f"dtype {dtype!r} cannot be decoded from raw bytes; "
+                       f"raw supports {list(_RAW_DTYPES)}")
+        if encoding in ("png", "jpeg"):
+            allowed = ("uint8", "uint16") if encoding == "png" else ("uint8",)
+            # tf.io.decode_png cannot return 2 channels (grey+alpha): 1, 3 or 4 only
+            channels = (1, 3, 4) if encoding == "png" else (1, 3)
+            if dtype not in allowed:
+                raise fail(f"{encoding} images must be dtype {' or '.join(allowed)}, got {dtype!r}")
+            if len(shape) != 3 or shape[-1] not in channels:
+                raise fail(f"{encoding} images need shape [height, width, channels] with channels "
+                           f"in {list(channels)}, got {list(shape)}")
+    if representation == "sparse" and (fixed or len(shape) != 1 or is_sequence):
+        raise fail("representation: sparse (VarLenFeature) needs shape [-1] on a context feature")
+
+
+def _check_default(default: Any, required: bool, dtype: str, encoding: str, fixed: bool,
+                   is_sequence: bool, vocabulary: tuple[str, ...] | None, allow_nan: bool,
+                   fail: Any) -> None:
+    """A default makes a feature optional; only fixed-shape context values can have one."""
+    if default is not None and required:
+        raise fail("a feature with a default cannot be required")
+    if default is not None:
+        if encoding != "values" or not fixed or is_sequence:
+            raise fail("defaults are supported for fixed-shape context values only")
+        if vocabulary and isinstance(default, str) and default not in vocabulary:
+            raise fail(f"default {default!r} is not in the vocabulary")
+        if dtype == "bytes" and not isinstance(default, (str, bytes)):
+            raise fail(f"default for a bytes feature must be a string, got {default!r}")
+        if dtype != "bytes" and not vocabulary and not isinstance(default, (int, float, bool)):
+            raise fail(f"default for a {dtype} feature must be a number, got {default!r}")
+        if isinstance(default, float) and not np.isfinite(default) and not allow_nan:
+            raise fail(f"default {default!r} is not finite; set allow_nan: true to allow it")
+    elif not required and fixed and not is_sequence:
+        raise fail("an optional fixed-shape feature needs a 'default' (what a missing value reads as)")
+    if not required and encoding != "values":
+        raise fail(f"encoding {encoding!r} features must be required")
+
+
+def _source_columns(source: Any, shape: tuple[int, ...], fixed: bool, fail: Any) -> tuple[str, ...]:
+    """`source:` as a tuple of column names (several pack into one vector)."""
+    if isinstance(source, str):
+        source_t: tuple[str, ...] = (source,)
+    elif isinstance(source, Sequence) and source and all(isinstance(s, str) for s in source):
+        source_t = tuple(source)
+        if len(source_t) > 1 and (not fixed or len(shape) != 1 or shape[0] != len(source_t)):
+            raise fail(f"packing {len(source_t)} source columns needs shape [{len(source_t)}], "
+                       f"got {list(shape)}")
+    else:
+        raise fail(f"source must be a column name or a list of names, got {source!r}")
+    return source_t
+
+
+def _shape(raw: Any, fail: Any) -> tuple[int, ...]:
+    if isinstance(raw, int):
+        raw = [raw]
+    if not isinstance(raw, Sequence) or isinstance(raw, str):
+        raise fail(f"shape must be a list of ints, got {raw!r}")
+    dims: list[int] = []
+    for i, d in enumerate(raw):
+        if d is None:
+            d = -1
+        if not isinstance(d, int) or isinstance(d, bool) or d < -1 or d == 0:
+            raise fail(f"bad shape {list(raw)}: dimension {i} is {d!r}; use a positive int, "
+                       "or -1 (variable) for the first dimension")
+        if d == -1 and i != 0:
+            raise fail(f"bad shape {list(raw)}: only the first dimension may be variable (-1)")
+        dims.append(d)
+    return tuple(dims)
+
+
+def _vocabulary(spec: Mapping[str, Any], fail: Any, base_dir: str) -> tuple[str, ...]:
+    vocab = spec.get("vocabulary")
+    vocab_file = spec.get("vocabulary_file")
+    if vocab is not None and vocab_file is not None:
+        raise fail("give 'vocabulary' or 'vocabulary_file', not both")
+    if vocab_file is not None:
+        try:
+            full = fs.resolve(base_dir, str(vocab_file))
+            vocab = [line for line in fs.read_text(full).split("\n") if line.strip()]
+        except ValueError as e:  # a relative path leaving the bucket
+            raise fail(str(e)) from e
+        except OSError as e:
+            raise fail(f"cannot read vocabulary_file {full!r}: {fs.first_line(e)}") from e
+    if vocab is None:
+        return ()
+    if isinstance(vocab, Mapping):
+        ids = sorted(vocab.items(), key=lambda kv: kv[1])
+        if [i for _, i in ids] != list(range(len(ids))):
+            raise fail("a vocabulary mapping must assign ids 0..N-1 exactly once")
+        vocab = [k for k, _ in ids]
+    if not isinstance(vocab, Sequence) or isinstance(vocab, str) or not vocab:
+        raise fail(f"vocabulary must be a non-empty list of labels, got {vocab!r}")
+    labels = tuple(str(v) for v in vocab)
+    if len(set(labels)) != len(labels):
+        raise fail("vocabulary has duplicate labels")
+    return labels

@@ -1,0 +1,270 @@
+"""Deterministic, vectorised protobuf serialisation of tf.train.Example / SequenceExample.
+
+Why hand-written: tfx_bsl's C++ `RecordBatchToExamplesEncoder` serialises the feature map
+in an order that changes from process to process (measured: the same batch gave different
+bytes in two processes), which would break "same inputs, same seed -> same shard bytes";
+it also has no SequenceExample encoder. This module writes features in schema order with
+canonical varints, so bytes are reproducible.
+
+It works on whole columns and never makes a Python object per record: every piece of a
+record (a map-entry header, a packed payload, a varint) is one Arrow `LargeBinary` column
+built from NumPy buffers without copying, headers that depend only on a length are built
+once per distinct length and gathered with Arrow `take`, a group of consecutive elements
+(the values of one record, the steps of one sequence) is a zero-copy re-offsetting, and a
+record is the element-wise concatenation of its pieces (`binary_join_element_wise`, C++,
+GIL released). `python -m benchmarks.wire_bench` (schemas/bench_csv.yaml: 11 scalar
+features, ~182-byte Examples, 1M records, one core, same stored columns): 1.0 s here vs
+2.1 s for tfx_bsl's encoder.
+
+Field numbers (tensorflow/core/example/{feature,example}.proto): Example.features=1;
+Features.feature=1 (map entry: key=1, value=2); Feature oneof bytes_list=1, float_list=2,
+int64_list=3; *List.value=1 (packed for float/int64); SequenceExample.context=1,
+feature_lists=2; FeatureLists.feature_list=1 (map); FeatureList.feature=1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from etl.formats.kinds import STORAGE_KINDS
+
+BINARY = pa.large_binary()
+_NO_SEPARATOR = pa.scalar(b"", BINARY)
+
+
+def varint(value: int) -> bytes:
+    """One unsigned varint (negative int64 values are written as their two's complement)."""
+    value &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def varint_lengths(v: np.ndarray) -> np.ndarray:
+    """Bytes each uint64 takes as a varint."""
+    v = v.astype(np.uint64, copy=False)
+    n = np.ones(len(v), np.int64)
+    for shift in range(7, 64, 7):
+        n += v >= np.uint64(1 << shift)
+    return n
+
+
+def varints(values: np.ndarray) -> pa.LargeBinaryArray:
+    """Varint-encode a whole int64 column at once: element i is value i's varint.
+
+    All ten possible 7-bit groups are computed as an (n, 10) matrix; a boolean mask of the
+    groups each value needs, read row by row, is the concatenation of the varints.
+    """
+    v = values.astype(np.int64).view(np.uint64)
+    nbytes = varint_lengths(v)
+    width = int(nbytes.max()) if len(v) else 0
+    groups = np.arange(width, dtype=np.uint64) * np.uint64(7)
+    table = ((v[:, None] >> groups) & np.uint64(0x7F)).astype(np.uint8)
+    used = np.arange(width) < nbytes[:, None]
+    table[:, :-1] |= used[:, 1:].astype(np.uint8) << 7  # continuation bit: another group follows
+    offsets = np.zeros(len(v) + 1, np.int64)
+    np.cumsum(nbytes, out=offsets[1:])
+    return binary(table[used], offsets)
+
+
+def binary(data: np.ndarray | bytes | pa.Buffer, offsets: np.ndarray) -> pa.LargeBinaryArray:
+    """A LargeBinary column over `data` (no copy): element i is data[offsets[i]:offsets[i+1]]."""
+    buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    return pa.LargeBinaryArray.from_buffers(BINARY, len(offsets) - 1,
+                                            [None, pa.py_buffer(offsets), buf])
+
+
+def lengths(arr: pa.LargeBinaryArray) -> np.ndarray:
+    """Byte length of every element."""
+    return np.diff(offsets_of(arr))
+
+
+def offsets_of(arr: pa.LargeBinaryArray) -> np.ndarray:
+    """The element offsets into the data buffer (len(arr) + 1 values)."""
+    return np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
+
+
+def data_of(arr: pa.LargeBinaryArray) -> pa.Buffer:
+    """The bytes of all elements, back to back (a slice of the data buffer, no copy)."""
+    offsets = offsets_of(arr)
+    start, end = int(offsets[0]), int(offsets[-1])
+    return arr.buffers()[2].slice(start, end - start) if end > start else pa.py_buffer(b"")
+
+
+def regroup(arr: pa.LargeBinaryArray, groups: np.ndarray) -> pa.LargeBinaryArray:
+    """Element i = the concatenation of arr[groups[i]:groups[i+1]], without copying: the
+    elements of a column are already back to back in its data buffer."""
+    return binary(arr.buffers()[2] or b"", offsets_of(arr)[groups])
+
+
+def join(pieces: Sequence[pa.LargeBinaryArray]) -> pa.LargeBinaryArray:
+    """Element-wise concatenation of equally long columns (one C++ pass).
+
+    Runs of pieces whose elements all have one width (fixed-shape features, constant
+    headers) are first laid side by side in one (n, width) NumPy block: on the benchmark
+    schema that turns 23 pieces into 8 and halves the time of the join.
+    """
+    merged: list[pa.LargeBinaryArray] = []
+    run: list[tuple[pa.LargeBinaryArray, int]] = []
+    for piece in pieces:
+        sizes = lengths(piece)
+        width = int(sizes[0]) if len(sizes) else 0
+        if len(sizes) and (sizes == width).all():
+            run.append((piece, width))
+            continue
+        merged += _side_by_side(run)
+        run = []
+        merged.append(piece)
+    merged += _side_by_side(run)
+    if len(merged) == 1:
+        return merged[0]
+    return pc.binary_join_element_wise(*merged, _NO_SEPARATOR)
+
+
+def _side_by_side(run: list[tuple[pa.LargeBinaryArray, int]]) -> list[pa.LargeBinaryArray]:
+    """Fixed-width pieces -> one piece, built as columns of a 2-D byte block."""
+    if len(run) < 2:
+        return [piece for piece, _ in run]
+    n = len(run[0][0])
+    total = sum(width for _, width in run)
+    block = np.empty((n, total), np.uint8)
+    at = 0
+    for piece, width in run:
+        if width:
+            # whole `width`-byte items (void dtype) copy far faster than byte columns
+            item = np.dtype((np.void, width))
+            data = np.frombuffer(piece.buffers()[2], item, n, int(offsets_of(piece)[0]))
+            block[:, at : at + width].view(item)[:, 0] = data
+        at += width
+    return [binary(block, np.arange(n + 1, dtype=np.int64) * total)]
+
+
+def per_length(sizes: np.ndarray, make: Callable[[int], bytes]) -> pa.LargeBinaryArray:
+    """Element i = make(sizes[i]), for bytes that depend only on a length: built once per
+    distinct length and gathered in C++. Lengths of one column span a small range, so a
+    dense table indexed by (length - min) replaces a sort."""
+    n = len(sizes)
+    if not n:
+        return binary(b"", np.zeros(1, np.int64))
+    lo, hi = int(sizes.min()), int(sizes.max())
+    if lo == hi:
+        head = make(lo)
+        return binary(head * n, np.arange(n + 1, dtype=np.int64) * len(head))
+    if hi - lo > 1 << 16:
+        uniq, index = np.unique(sizes, return_inverse=True)
+    else:
+        present = np.bincount(sizes - lo, minlength=hi - lo + 1)
+        uniq = np.flatnonzero(present) + lo
+        dense = np.zeros(hi - lo + 1, np.int64)
+        dense[uniq - lo] = np.arange(len(uniq))
+        index = dense[sizes - lo]
+    table = pa.array([make(int(x)) for x in uniq], BINARY)
+    return table.take(pa.array(index))
+
+
+def _value_bytes(storage: str, values: pa.Array) -> pa.LargeBinaryArray:
+    """Each value's wire bytes inside its (packed or repeated) list, one element per value."""
+    if storage == "int64":
+        return varints(np.asarray(values.to_numpy(zero_copy_only=False), np.int64))
+    if storage == "float":
+        data = np.asarray(values.to_numpy(zero_copy_only=False), np.float32).astype("<f4", copy=False)
+        return binary(data, np.arange(len(values) + 1, dtype=np.int64) * 4)
+    blobs = values.cast(BINARY) if values.type != BINARY else values
+    heads = per_length(np.asarray(pc.binary_length(blobs).to_numpy(zero_copy_only=False), np.int64),
+                       lambda n: b"\x0a" + varint(n))
+    return join([heads, blobs])
+
+
+def _feature_header(storage: str, payload: int) -> bytes:
+    """Feature bytes before the list payload: oneof tag, length, packed-field header."""
+    if storage != "bytes" and payload:
+        inner = b"\x0a" + varint(payload)
+        return bytes([STORAGE_KINDS[storage].wire_tag]) + varint(len(inner) + payload) + inner
+    return bytes([STORAGE_KINDS[storage].wire_tag]) + varint(payload)
+
+
+def _entry_header(name: bytes, value_len: int) -> bytes:
+    """Map entry (key=name, value=message of value_len bytes) up to the value's bytes."""
+    body = b"\x0a" + varint(len(name)) + name + b"\x12" + varint(value_len)
+    return b"\x0a" + varint(len(body) + value_len) + body
+
+
+def _features(
+    storage: str, values: pa.Array, groups: np.ndarray, wrap: Callable[[bytes, int], bytes]
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
+    """A Feature for each group of values (a record, or a step), with `wrap(header,
+    feature_len)` prepended to its header -> (headers, payloads)."""
+    payloads = regroup(_value_bytes(storage, values), groups)
+
+    def head(p: int) -> bytes:
+        feature_head = _feature_header(storage, p)
+        return wrap(feature_head, len(feature_head) + p)
+
+    return per_length(lengths(payloads), head), payloads
+
+
+def _list_parts(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """(child values, offsets into them) of a LargeList column, slicing accounted for."""
+    offsets = np.asarray(col.offsets.to_numpy(), np.int64)
+    start = int(offsets[0])
+    return col.values.slice(start, int(offsets[-1]) - start), offsets - start
+
+
+def _context(columns: Sequence[tuple[str, str, pa.Array]]) -> list[pa.LargeBinaryArray]:
+    """Map entries of the given context features, two pieces (header, payload) each."""
+    parts: list[pa.LargeBinaryArray] = []
+    for name, storage, col in columns:
+        values, offsets = _list_parts(col)
+        key = name.encode()
+        parts += _features(storage, values, offsets,
+                           lambda h, v, key=key: _entry_header(key, v) + h)
+    return parts
+
+
+def _message(tag: int, parts: list[pa.LargeBinaryArray], n: int) -> list[pa.LargeBinaryArray]:
+    """`parts` as one length-delimited field `tag`: the field header, then the parts."""
+    total = sum((lengths(p) for p in parts), np.zeros(n, np.int64))
+    return [per_length(total, lambda f: bytes([tag]) + varint(f)), *parts]
+
+
+def serialize_examples(columns: Sequence[tuple[str, str, pa.Array]]) -> pa.LargeBinaryArray:
+    """(name, storage, LargeList column) per feature -> serialized tf.train.Example column."""
+    n = len(columns[0][2])
+    return join(_message(0x0A, _context(columns), n))
+
+
+def serialize_sequence_examples(
+    context: Sequence[tuple[str, str, pa.Array]], sequence: Sequence[tuple[str, str, pa.Array]],
+    n: int,
+) -> pa.LargeBinaryArray:
+    """Context features (LargeList per record) and sequence features (LargeList of steps of
+    LargeList of values) -> serialized tf.train.SequenceExample column."""
+    lists: list[pa.LargeBinaryArray] = []
+    for name, storage, col in sequence:
+        steps, record_steps = _list_parts(col)
+        values, step_values = _list_parts(steps)
+        # FeatureList.feature entries: 0x0a len Feature, one per step, then grouped per record
+        heads, payloads = _features(storage, values, step_values,
+                                    lambda h, v: b"\x0a" + varint(v) + h)
+        per_record = regroup(join([heads, payloads]), record_steps)
+        key = name.encode()
+        lists += [per_length(lengths(per_record), lambda v, key=key: _entry_header(key, v)),
+                  per_record]
+    return join([*_message(0x0A, _context(context), n), *_message(0x12, lists, n)])
+
+
+def binary_column(values: pa.Array | pa.ChunkedArray | Sequence[bytes]) -> pa.LargeBinaryArray:
+    """Already-serialized records (any Arrow binary column or a list of bytes) as one column."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        values = pa.array(list(values), BINARY)
+    return values if values.type == BINARY else values.cast(BINARY)

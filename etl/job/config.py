@@ -1,0 +1,318 @@
+"""Job files: which data, which schema, where to, how shuffled and sharded.
+
+```yaml
+schema: schemas/mnist.yaml            # relative to the job file, or absolute
+sources:                              # one entry per split ...
+  train: {format: idx, paths: {image: data/train-images-idx3-ubyte.gz, label: ...}}
+source: {format: csv, paths: [data/*.csv]}   # ... or one source plus split fractions
+split: {train: 0.8, validation: 0.1, test: 0.1}
+output: out/mnist                     # local directory or gs://bucket/prefix
+shuffle: {seed: 42}                   # false keeps input order; via: engine | files;
+                                      # seed: "{span}" gives each day its own order
+shards: 16                            # per split; or shard_size: 128MB
+compression: none                     # none | gzip | zlib
+max_bad_fraction: 0.0                 # rejected records allowed before the run fails
+max_record_bytes: 64MiB               # a bigger record is rejected as oversized_record
+split_bytes: 256MiB                   # large CSV/JSONL/text/Parquet/IDX/npy files: one read task per
+                                      # this many bytes (0: one task per file); default: 256MiB,
+                                      # but whole files on a local runner with <= 2 workers
+spill_in_memory: 192MiB               # local runner: spills held in process memory up to this
+```
+Relative paths (schema, source paths, output) are relative to the job file's directory.
+Source paths, `output` and a text `shuffle.seed` may hold date placeholders (`{date}`, `{YYYY}`,
+`{MM}`, `{DD}`, `{span}`; etl.job.spans), filled from the run's span: `paths: [raw/{date}/*.csv]`,
+`output: out/daily/{date}`. `JobConfig.raw` keeps the document as written (unfilled).
+A value of the wrong type (`seed: abc`, `shards: two`, a negative size) is a ConfigError
+naming the file and the key. `spill: memory` was removed (unbounded memory); `spill: disk`,
+the only behaviour, is still accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from etl.base.errors import ConfigError
+from etl.base.units import DEFAULT_MAX_RECORD_BYTES, parse_size
+from etl.base.yaml_load import load_yaml
+from etl.formats.tfrecord import COMPRESSIONS
+from etl.job.spans import PLACEHOLDERS, Span, default_span, fill, fill_all, placeholders, strings_in
+from etl.storage import fs
+
+_KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
+         "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
+         "spill", "spill_in_memory", "max_record_bytes", "split_bytes", "verify", "allow_empty"}
+VERIFY_MODES = ("quick", "full")  # what a rerun checks before it skips a span as current
+DEFAULT_SPLIT_BYTES = 256 * 2**20  # one read task per this much of a large splittable file
+DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
+# Held spills skip the page cache (see etl.shuffle.files). A fixed budget, so memory does not grow
+# with the data: most of the 1M-row benchmark CSV (206 MB of spills) is held, and 10M rows
+# hold no more (peak 10M / 1M RSS must stay <= 1.5x; 256 MiB measured 1.31-1.47x).
+DEFAULT_SPILL_IN_MEMORY = 192 * 2**20
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    path: str
+    base_dir: str
+    schema_path: str
+    sources: dict[str, dict[str, Any]]  # split (or "*" with fractions) -> source config
+    fractions: dict[str, float]  # empty unless one source is split by fraction
+    output: str
+    seed: int | None  # None: keep input order
+    shards: int | None
+    shard_size: int | None
+    compression: str
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    max_bad_fraction: float = 0.0
+    temp_location: str | None = None
+    spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY
+    split_bytes: int | None = None  # None: chosen for the runner (cli.run.read_split_bytes)
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
+    verify: str = "quick"  # before a skip: sizes (quick) or every byte (full), etl.schedule.idempotence
+    allow_empty: bool = False  # a span that reads no record publishes (else exit 2)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
+    span: str | None = None  # the date its placeholders were filled with; None: it has none
+
+    @property
+    def shuffled(self) -> bool:
+        return self.seed is not None
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.fractions) if self.fractions else list(self.sources)
+
+
+def _number(doc: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _string(doc: Mapping[str, Any], key: str, where: str) -> str:
+    value = doc[key]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {key} must be a path (text), got {value!r}")
+    return value
+
+
+def _resolve(base_dir: str, p: str) -> str:
+    """A path from the job file: relative to the job file's folder (local or gs://)."""
+    try:
+        return fs.resolve(base_dir, p)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+def load_job(path: str, output: str | None = None, span: Span | None = None,
+             verify_full: bool = False) -> JobConfig:
+    """Read a job file, local or remote (`run gs://bucket/jobs/job.yaml`); its relative
+    paths are taken against its own folder, so a job and its data can move together.
+    Placeholders are filled with `span` (default: yesterday in UTC); a span given to a job
+    without placeholders is a ConfigError (it would convert the same data for every date).
+    `verify_full` (`run --verify-full`) overrides the job's `verify:` with full."""
+    text = fs.read_text_as(path, "job file", ConfigError)
+    try:
+        doc = load_yaml(text, path, "job file")
+    except ConfigError as e:
+        if not (placeholders(text) and "not valid YAML" in str(e) and "flow" in str(e)):
+            raise
+        raise ConfigError(f"{e}; a path with a placeholder inside [...] or {{...}} must be "
+                          "quoted, e.g. paths: [\"raw/{date}/*.csv\"]") from e
+    job = job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output,
+                        span=span)
+    return dataclasses.replace(job, verify="full") if verify_full else job
+
+
+def templated(doc: Mapping[str, Any], output: str | None = None) -> list[str]:
+    """Where a job document holds placeholders: `sources.NAME.paths`, `output` (or the
+    `--output` given instead), `shuffle.seed`. Empty: the job is the same for every date."""
+    found = []
+    entries = doc.get("sources") if isinstance(doc.get("sources"), Mapping) else {}
+    if "source" in doc:
+        entries = {"*": doc["source"]}
+    for name, cfg in entries.items():
+        if isinstance(cfg, Mapping) and any(placeholders(s) for s in strings_in(cfg.get("paths"))):
+            found.append("source.paths" if name == "*" else f"sources.{name}.paths")
+    out = output if output is not None else doc.get("output")
+    if isinstance(out, str) and placeholders(out):
+        found.append("--output" if output is not None else "output")
+    shuffle = doc.get("shuffle")
+    if (isinstance(shuffle, Mapping) and isinstance(shuffle.get("seed"), str)
+            and placeholders(shuffle["seed"])):
+        found.append("shuffle.seed")
+    return found
+
+
+def _span_for(doc: Mapping[str, Any], path: str, output: str | None,
+              span: Span | None) -> Span | None:
+    """The span a job is filled with: the one given, yesterday (UTC) for a templated job run
+    without one, None for a job without placeholders (which refuses a given span)."""
+    if templated(doc, output):
+        return span or default_span()
+    if span is not None:
+        raise ConfigError(f"{path}: the job has no date placeholders, so --date/--from would run "
+                          "the same inputs to the same output for every date; put "
+                          + ", ".join(f"{{{k}}}" for k in PLACEHOLDERS)
+                          + " in its source paths and output (e.g. output: out/{date}), "
+                          "or run it without --date/--from/--to")
+    return None
+
+
+def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
+                  output: str | None = None, span: Span | None = None) -> JobConfig:
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{path}: a job file must be a mapping")
+    unknown = set(doc) - _KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+    if "schema" not in doc:
+        raise ConfigError(f"{path}: missing 'schema' (path of the schema YAML)")
+    span = _span_for(doc, path, output, span)
+    sources, fractions = _sources(doc, path, span)
+    schema = _string(doc, "schema", path)
+    if output is None and "output" in doc:
+        out = _string(doc, "output", path)
+    else:
+        out = output
+    if not out:
+        raise ConfigError(f"{path}: missing 'output' (or pass --output)")
+    if span is not None:
+        out = fill(out, span, f"{path}: {'--output' if output else 'output'}")
+    seed, via = _shuffle(doc.get("shuffle", {"seed": 0}), path, span)
+    if "shards" in doc and "shard_size" in doc:
+        raise ConfigError(f"{path}: give 'shards' or 'shard_size', not both")
+    shards = doc.get("shards")
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                               or shards < 1):
+        raise ConfigError(f"{path}: shards must be a positive integer, got {shards!r}")
+    shard_size = parse_size(doc["shard_size"], f"{path}: shard_size") if "shard_size" in doc else None
+    if shards is None and shard_size is None:
+        shard_size = 128 * 10**6
+    compression = str(doc.get("compression", "none")).lower()
+    if compression not in COMPRESSIONS:
+        raise ConfigError(f"{path}: compression must be one of {list(COMPRESSIONS)}, "
+                          f"got {compression!r}")
+    spill = doc.get("spill", "disk")
+    if spill == "memory":
+        raise ConfigError(f"{path}: spill: memory was removed because its memory use is "
+                          "unbounded; remove the key to use the default (disk spills, with "
+                          "spill_in_memory held in memory)")
+    if spill != "disk":
+        raise ConfigError(f"{path}: spill must be 'disk' (the default), got {spill!r}")
+    max_bad = _number(doc, "max_bad_fraction", 0.0, path)
+    if not 0 <= max_bad <= 1:
+        raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1], got {max_bad!r}")
+    verify = doc.get("verify", "quick")
+    if verify not in VERIFY_MODES:
+        raise ConfigError(f"{path}: verify must be 'quick' (sizes) or 'full' (every byte) "
+                          f"before a span is skipped as current, got {verify!r}")
+    allow_empty = doc.get("allow_empty", False)
+    if not isinstance(allow_empty, bool):
+        raise ConfigError(f"{path}: allow_empty must be true or false, got {allow_empty!r}")
+    temp = doc.get("temp_location")
+    if temp is not None and (not isinstance(temp, str) or not temp):
+        raise ConfigError(f"{path}: temp_location must be a path (text), got {temp!r}")
+    return JobConfig(
+        path=path, base_dir=base_dir, schema_path=_resolve(base_dir, schema),
+        sources=sources, fractions=fractions, output=_resolve(os.getcwd(), out) if output
+        else _resolve(base_dir, out), seed=seed, shards=shards, shard_size=shard_size,
+        compression=compression,
+        max_shard_bytes=parse_size(doc.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES),
+                                   f"{path}: max_shard_bytes"),
+        max_bad_fraction=max_bad, temp_location=temp,
+        spill_in_memory=parse_size(doc.get("spill_in_memory", DEFAULT_SPILL_IN_MEMORY),
+                                   f"{path}: spill_in_memory", allow_zero=True),
+        max_record_bytes=parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
+                                    f"{path}: max_record_bytes"),
+        split_bytes=(None if doc.get("split_bytes") is None
+                     else parse_size(doc["split_bytes"], f"{path}: split_bytes", allow_zero=True)),
+        shuffle_via=via, verify=verify, allow_empty=allow_empty, raw=dict(doc),
+        span=span.name if span is not None else None,
+    )
+
+
+def _sources(doc: Mapping[str, Any], path: str, span: Span | None
+             ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """(split -> source entry, or "*" -> the one source; split -> fraction for that one),
+    their paths filled for the span."""
+    fractions: dict[str, float] = {}
+    if ("sources" in doc) == ("source" in doc):
+        raise ConfigError(f"{path}: give either 'sources' (one per split) or 'source' + 'split'")
+    if "sources" in doc:
+        sources = doc["sources"]
+        if not isinstance(sources, Mapping) or not sources:
+            raise ConfigError(f"{path}: 'sources' must map split names to source entries")
+        if "split" in doc:
+            raise ConfigError(f"{path}: 'split' fractions go with a single 'source'")
+        sources = {str(k): _source(v, f"{path}: sources.{k}") for k, v in sources.items()}
+    else:
+        sources = {"*": _source(doc["source"], f"{path}: source")}
+        split = doc.get("split") or {"train": 1.0}
+        if not isinstance(split, Mapping) or not split:
+            raise ConfigError(f"{path}: 'split' must map split names to fractions")
+        fractions = {str(k): _number(split, k, 0.0, f"{path}: split") for k in split}
+        if any(v <= 0 for v in fractions.values()) or abs(sum(fractions.values()) - 1) > 1e-6:
+            raise ConfigError(f"{path}: split fractions must be positive and sum to 1, "
+                              f"got {fractions}")
+    if span is not None:
+        sources = {k: _fill_paths(v, span, f"{path}: {'source' if k == '*' else 'sources.' + k}")
+                   for k, v in sources.items()}
+    for name in list(sources) + list(fractions):
+        if name != "*" and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
+            raise ConfigError(f"{path}: split name {name!r} must be letters, digits, _ or .")
+    return sources, fractions
+
+
+def _shuffle(shuffle: Any, path: str, span: Span | None) -> tuple[int | None, str | None]:
+    """`shuffle:` as (seed, or None to keep input order; strategy, or None for the default)."""
+    via = None
+    if shuffle is False:
+        seed = None
+    elif shuffle is True:
+        seed = 0
+    elif isinstance(shuffle, Mapping) and set(shuffle) <= {"seed", "via"}:
+        # `seed: null` (with `via`): input order through the chosen strategy
+        seed = shuffle.get("seed", 0)
+        if isinstance(seed, str) and span is not None and placeholders(seed):
+            seed = _filled_seed(seed, span, path)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"{path}: shuffle.seed must be an integer, got {seed!r}")
+        via = shuffle.get("via")
+        if via is not None and via not in ("engine", "files"):
+            raise ConfigError(f"{path}: shuffle.via must be 'engine' or 'files', got {via!r}")
+    else:
+        raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N, via: engine|files}}, "
+                          f"got {shuffle!r}")
+    return seed, via
+
+
+def _fill_paths(cfg: dict[str, Any], span: Span, where: str) -> dict[str, Any]:
+    if "paths" not in cfg:
+        return cfg
+    return {**cfg, "paths": fill_all(cfg["paths"], span, f"{where}.paths")}
+
+
+def _filled_seed(seed: str, span: Span, path: str) -> int:
+    """`seed: "{span}"` (or "{YYYY}{MM}{DD}"): each day shuffled its own way, reproducibly."""
+    text = fill(seed, span, f"{path}: shuffle.seed")
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{path}: shuffle.seed {seed!r} is {text!r} for {span}, not an "
+                          "integer; use {span} or digits, e.g. \"{YYYY}{MM}{DD}\"") from None
+
+
+def _source(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a mapping like {{format: csv, paths: [...]}}, "
+                          f"got {value!r}")
+    if "format" in value and not isinstance(value["format"], str):
+        raise ConfigError(f"{where}.format must be text, got {value['format']!r}")
+    return dict(value)

@@ -1,0 +1,274 @@
+"""What a run may replace, and its work dir beside the output.
+
+A run only ever replaces or removes a directory that is provably a previous output of ours
+(its manifest lists every file in it) or an empty directory. Anything else at the output
+path — a file, a user's directory, a directory holding the job's inputs, the current
+directory — is refused before any work with one line saying why (ConfigError, exit 2).
+
+Everything a local run keeps besides the output lives in a hidden work dir next to it,
+`{parent}/.{name}.etl/`:
+
+    lock.json                 the lock of the run in progress (etl.output.lock)
+    run-{run_id}/             one run's scratch: _ETL_RUN.json (written first), spill/,
+                              staging/ (the new output), previous-output/ (the old one, only
+                              for the instant between the two renames of a publish)
+    logs/{run_id}.log         each run's log (full tracebacks); the last KEEP_LOGS are kept
+
+Leftover run dirs are recognised by their `_ETL_RUN.json` marker, never by name alone, and
+removed only once their run is no longer alive (etl.output.lock.why_dead).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterable
+
+from etl.base.errors import ConfigError, StorageError
+from etl.base.units import format_size
+from etl.output.layout import (
+    LOGS,
+    MANIFEST,
+    MARKER,
+    PREVIOUS,
+    PRODUCER,
+    RUN_PREFIX,
+    SUCCESS,
+    run_dir,
+    work_dir,
+)
+from etl.output.lock import RunInfo, why_dead
+from etl.output.ownership import foreign_content, load_json, ours
+from etl.output.remote import check_output as check_remote_output
+from etl.storage import fs
+
+log = logging.getLogger(__name__)
+KEEP_LOGS = 10
+
+
+def has_run_dirs(output: str) -> bool:
+    """A local output's work dir holds run directories (of a dead run, or one running now):
+    a current output is then skipped only after taking the lock and clearing dead ones."""
+    try:
+        return any(n.startswith(RUN_PREFIX) for n in os.listdir(work_dir(output)))
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------- refusal
+
+
+def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> None:
+    """Raise ConfigError unless the run may (re)place `output`.
+
+    `inputs`: every file the run reads (source files, the job file, the schema file)."""
+    if fs.is_remote(output):
+        _check_remote(output, inputs)
+        return
+    here = os.path.abspath(output)
+    if os.path.islink(here):
+        raise ConfigError(f"refusing output {output}: it is a symbolic link; give the real "
+                          "directory path")
+    if os.path.exists(here) and not os.path.isdir(here):
+        raise ConfigError(f"refusing output {output}: it is an existing file, not a dataset "
+                          "directory; choose another output path")
+    for path in inputs:
+        if fs.is_remote(path) or not os.path.isabs(path) or not os.path.exists(path):
+            continue
+        if fs.within(path, here):
+            raise ConfigError(f"refusing output {output}: it holds the input {path}; the output "
+                              "is replaced as a whole, choose a directory of its own")
+    if fs.within(cwd or os.getcwd(), here):
+        raise ConfigError(f"refusing output {output}: it is the current directory or one of "
+                          "its parents; choose a directory of its own")
+    outer = published_ancestor(here)
+    if outer:
+        raise ConfigError(f"refusing output {output}: it is inside {outer}, a published output "
+                          f"of {PRODUCER}, which would then hold files its {MANIFEST} does not "
+                          "list; choose a path outside it")
+    if os.path.isdir(here):
+        foreign = foreign_content(here)
+        inner = published_inside(here) if foreign else None
+        if inner:
+            raise ConfigError(f"refusing output {output}: it holds {inner}, a published output "
+                              f"of {PRODUCER}; it is replaced as a whole, so choose a directory "
+                              "that holds no dataset")
+        if foreign:
+            raise ConfigError(f"refusing output {output}: {foreign}; it is replaced as a whole, "
+                              "so choose a new or empty directory (or remove it yourself)")
+
+
+def is_published(path: str) -> bool:
+    """The directory `path` holds a dataset written by us (our manifest; `_SUCCESS` beside a
+    format 1 one). Not whether it is whole: that is verify's job."""
+    manifest = load_json(os.path.join(path, MANIFEST))
+    return manifest is not None and ours(manifest, os.path.exists(os.path.join(path, SUCCESS)))
+
+
+def published_ancestor(path: str) -> str | None:
+    """The nearest directory above `path` that is a published output of ours, or None. An
+    output inside one adds files (and a work dir) its manifest does not list: that dataset's
+    verify fails and its next run refuses it."""
+    here = os.path.abspath(path)
+    while True:
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        if is_published(parent):
+            return parent
+        here = parent
+
+
+def published_inside(path: str) -> str | None:
+    """The first published output of ours strictly below the directory `path` (shallowest
+    first, then by name), or None: what makes `path` itself no dataset to replace."""
+    level = [path]
+    while level:
+        below = []
+        for folder in level:
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                child = os.path.join(folder, name)
+                if os.path.isdir(child) and not os.path.islink(child):
+                    if is_published(child):
+                        return child
+                    below.append(child)
+        level = below
+    return None
+
+
+def _check_remote(output: str, inputs: Iterable[str]) -> None:
+    """Object stores: their own rules (run markers instead of a work dir: etl.output.remote)."""
+    from etl.storage.object_store import Store  # noqa: PLC0415 - google-cloud-storage, remote only
+
+    check_remote_output(Store(), output, list(inputs))
+
+
+# -------------------------------------------------------------------------------- preflight
+
+
+def check_inputs_readable(paths: Iterable[str]) -> None:
+    """Every local input exists and can be opened (ConfigError naming the first that cannot)."""
+    for path in paths:
+        if fs.is_remote(path) or not os.path.isabs(path):
+            continue  # object-store inputs are checked when matched; python: pseudo-files
+        try:
+            if os.path.isdir(path):
+                os.listdir(path)
+            else:
+                fs.open_read(path).close()
+        except FileNotFoundError as e:
+            raise ConfigError(f"input {path} does not exist") from e
+        except OSError as e:
+            raise ConfigError(f"input {path} cannot be read: {e.strerror or e}") from e
+
+
+def check_writable(output: str) -> None:
+    """Create the output's parent if needed and make sure we can create entries in it."""
+    parent = os.path.dirname(os.path.abspath(output).rstrip(os.sep))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"cannot create the output's parent directory {parent}: "
+                           f"{e.strerror or e}; choose a writable location") from e
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise StorageError(f"the output's parent directory {parent} is not writable; "
+                           "choose a writable location")
+    probe = os.path.join(parent, f".etl-write-test-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError as e:
+        raise StorageError(f"cannot write in the output's parent directory {parent}: "
+                           f"{e.strerror or e}; choose a writable location") from e
+
+
+def check_free_space(locations: Iterable[tuple[str, str]], needed: int) -> None:
+    """Each local (path, role) must have at least `needed` bytes free (the inputs' total)."""
+    for path, role in locations:
+        if fs.is_remote(path):
+            continue
+        probe = _existing_ancestor(path)
+        free = shutil.disk_usage(probe).free
+        if free < needed:
+            raise StorageError(
+                f"not enough free space for the {role} {path}: {format_size(free)} free on its file "
+                f"system ({probe}), the inputs total {format_size(needed)}; free some space or "
+                "choose another location")
+
+
+def _existing_ancestor(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+
+
+# ------------------------------------------------------------------------------ run dirs
+
+
+def create_run_dir(workdir: str, info: RunInfo) -> str:
+    """`run-{id}/` with its marker written before anything else goes in."""
+    path = run_dir(workdir, info.run_id)
+    try:
+        os.makedirs(path)
+    except OSError as e:
+        raise StorageError(f"cannot create the run directory {path}: {e.strerror or e}") from e
+    fs.write_bytes(os.path.join(path, MARKER), json.dumps(info.to_json(), indent=1).encode())
+    return path
+
+
+def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str]:
+    """Remove run dirs of runs that are no longer alive (by their marker); if one of them
+    died between the two renames of its publish, first put the old output back. Returns
+    what was removed. Entries without our marker are left alone."""
+    removed = []
+    try:
+        names = sorted(os.listdir(workdir))
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        path = os.path.join(workdir, name)
+        if not name.startswith(RUN_PREFIX) or not os.path.isdir(path):
+            continue
+        info = RunInfo.from_json(load_json(os.path.join(path, MARKER)))
+        if info is None:
+            log.warning("leaving %s alone: it holds no readable %s marker", path, MARKER)
+            continue
+        reason = why_dead(info, stale_after)
+        if reason is None:
+            continue
+        previous = os.path.join(path, PREVIOUS)
+        if os.path.isdir(previous) and not os.path.exists(output):
+            os.replace(previous, output)
+            log.warning("restored the previous output %s, left aside by %s", output,
+                        info.describe())
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+        log.warning("removed the leftover run directory %s (%s)", path, reason)
+    return removed
+
+
+def prune_logs(workdir: str, keep: int = KEEP_LOGS) -> None:
+    """Keep the files of the newest `keep` runs (`RUN_ID.log`, and `RUN_ID.rejected.jsonl`
+    of a run that rejected too much; run ids start with their UTC start time)."""
+    folder = os.path.join(workdir, LOGS)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    runs = sorted({f.split(".", 1)[0] for f in names if f.endswith(".log")})
+    old = set(runs[:-keep] if keep else runs)
+    for name in names:
+        if name.split(".", 1)[0] in old:
+            try:
+                os.remove(os.path.join(folder, name))
+            except OSError:
+                pass

@@ -1,0 +1,39 @@
+"""The names of the files a published output holds (the output contract in docs/output.md):
+one home, so the writer, `verify`, the guard, the reader and the tools spell them once. No
+imports of ours: the reader (`import etl`) takes them without the writer's weight.
+
+Beside a local output NAME, its work dir `.NAME.etl/` holds `lock.json`, one `run-RUN_ID/`
+per run in progress (its MARKER written first; the old output set aside in PREVIOUS while
+publishing) and `logs/`.
+"""
+
+import os
+
+MANIFEST = "manifest.json"
+SUCCESS = "_SUCCESS"  # written last: the output is complete
+SCHEMA_FILE = "schema.yaml"  # the schema as the run read it: what make_dataset decodes with
+TFMD_FILE = "schema.pbtxt"  # the same schema as a TFMD Schema, for TFX and TFDV
+META_FILES = (SCHEMA_FILE, TFMD_FILE, MANIFEST, SUCCESS)
+REJECTED_DIR = "rejected"
+REJECTED_FILE = f"{REJECTED_DIR}/rejected.jsonl"
+PRODUCER = "tfrecord-etl"  # the manifest's producer tag: what makes an output ours
+REPORT_FILES = ("report.json", "report.html")  # written by `report` beside the data, unlisted
+
+MARKER = "_ETL_RUN.json"
+RUN_PREFIX = "run-"
+PREVIOUS = "previous-output"
+LOGS = "logs"
+
+
+def work_dir(output: str) -> str:
+    """`{parent}/.{name}.etl` of a local output."""
+    parent, name = os.path.split(os.path.abspath(output).rstrip(os.sep))
+    return os.path.join(parent, f".{name}.etl")
+
+
+def run_dir(workdir: str, run_id: str) -> str:
+    return os.path.join(workdir, RUN_PREFIX + run_id)
+
+
+def log_path(workdir: str, run_id: str) -> str:
+    return os.path.join(workdir, LOGS, f"{run_id}.log")

@@ -1,0 +1,242 @@
+"""Manifest and verification of a converted dataset (publishing is etl.output.publish).
+
+Output contract:
+    OUT/{split}-{i:05d}-of-{n:05d}.tfrecord[.gz|.zz]
+    OUT/schema.yaml  OUT/schema.pbtxt  OUT/manifest.json  OUT/_SUCCESS (written last)
+    OUT/rejected/rejected.jsonl (when bad records were allowed through)
+    OUT/report.json  OUT/report.html (optional, written later by `report`: not in the manifest)
+
+Every file but the manifest itself and the empty `_SUCCESS` marker is listed in the manifest
+with its size and sha256 (shards under `splits`, the others under `files`), so `verify` can
+prove the directory is whole and exactly ours. The only files allowed beside them unlisted are
+the two REPORT_FILES that `report` writes after the run, and only when they carry its marker
+(report_is_ours): a report describes the data, it is not part of it.
+
+What the run was made from (etl.schedule.idempotence compares it before a rerun): `schema_sha256`,
+`input_files` (every file read: path, num_bytes, fingerprint and fingerprint_kind, e.g.
+crc32c), and, added by the launcher before publishing (record_run): `job_sha256` (the job
+document plus its span), `inputs_sha256`, `span`, `run_key` and `run_id`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from etl.base.errors import ForeignEntries, VerifyError
+from etl.formats.tfrecord import compression_of, decompressing_reader, iter_records
+from etl.output.layout import (
+    MANIFEST,
+    PRODUCER,
+    SUCCESS,
+)
+from etl.output.ownership import belongs, foreign_content, listed_files
+from etl.shuffle.shard_writer import ShardResult
+from etl.storage import fs
+
+FORMAT_VERSION = 2
+def build_manifest(
+    shards: Iterable[ShardResult], splits: list[str], schema_sha256: str, seed: int | None,
+    compression: str, inputs: list[dict[str, Any]], rejected: dict[str, Any],
+    notes: list[str] | None = None, extra: dict[str, Any] | None = None,
+    files: dict[str, dict[str, Any]] | None = None, input_files: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """`inputs`: per input file read, written and rejected counts; `files`: the other
+    published files (schema.yaml, schema.pbtxt, rejected/...) -> num_bytes and sha256;
+    `input_files`: every file read (multi-file formats read partner files) with its size."""
+    by_split: dict[str, list[ShardResult]] = {s: [] for s in splits}
+    for r in shards:
+        by_split.setdefault(r.split, []).append(r)
+    out_splits = {}
+    for split, results in by_split.items():
+        results.sort(key=lambda r: r.index)
+        out_splits[split] = {
+            "num_records": sum(r.num_records for r in results),
+            "num_bytes": sum(r.num_bytes for r in results),
+            "shards": [{"path": r.name, "num_records": r.num_records, "num_bytes": r.num_bytes,
+                        "sha256": r.sha256} for r in results],
+        }
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "producer": PRODUCER,
+        "splits": out_splits,
+        "files": files or {},
+        "schema_sha256": schema_sha256,
+        "shuffle": {"seed": seed} if seed is not None else False,
+        "compression": compression,
+        "inputs": inputs,
+        "input_files": input_files or [],
+        "rejected": rejected,
+        "notes": notes or [],
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    manifest.update(extra or {})
+    return manifest
+
+
+def record_run(staging: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """Add the run's identity (`fields`) to the manifest in `staging`, before it is published
+    (the manifest is not listed in itself, so nothing else changes); returns it."""
+    path = fs.join(staging, MANIFEST)
+    manifest = json.loads(fs.read_bytes(path))
+    manifest.update(fields)
+    fs.write_bytes(path, json.dumps(manifest, indent=1).encode())
+    return manifest
+
+
+def file_entry(data: bytes) -> dict[str, Any]:
+    """What the manifest records of a published file other than a shard."""
+    return {"num_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def dataset_dir(out: str) -> str:
+    """The directory whose manifest.json describes `out`'s current data.
+
+    Local outputs are published by rename: `out` itself (its `_SUCCESS` is empty). An
+    object-store output holds versions side by side and its `_SUCCESS` is a JSON pointer
+    ({"version": V, ...}, etl.output.remote): `out/V`. Without a pointer (absent, empty, or
+    not ours) `out` is returned, and verify says what is missing there."""
+    if not fs.is_remote(out):
+        return out
+    marker = fs.join(out, SUCCESS)
+    if not fs.exists(marker):
+        return out
+    raw = fs.read_bytes(marker)
+    try:
+        version = json.loads(raw)["version"] if raw.strip() else None
+    except (ValueError, KeyError, TypeError):
+        version = None
+    if not isinstance(version, str) or not version or "/" in version or version in (".", ".."):
+        return out
+    return fs.join(out, version)
+
+
+def load_manifest(path: str) -> dict[str, Any]:
+    return json.loads(fs.read_bytes(fs.join(path, MANIFEST)))
+
+
+def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[str, Any]:
+    """Re-read every shard: framing CRCs, record counts, sizes, sha256, and exact listing.
+
+    With `quick`, read nothing but the listing: every listed file present with its manifest
+    size, nothing unlisted (one directory walk or one object listing). That is what a rerun
+    checks before it skips a span as current (etl.schedule.idempotence.damage), so `verify --quick`
+    and the skip rule agree on what intact means; a flipped byte needs the full read.
+
+    Raises VerifyError (exit 3) naming the file (and offset for framing errors). A local
+    output passes only if the next run would take it as ours (etl.output.ownership.foreign_content:
+    no empty directory or other entry the manifest does not list). An object-store output is
+    checked in the version its `_SUCCESS` names (dataset_dir).
+    """
+    path = dataset_dir(path)
+    if not fs.exists(fs.join(path, SUCCESS)):
+        raise VerifyError(f"{path}: no {SUCCESS} marker: the output is incomplete or absent")
+    manifest = load_manifest(path)
+    listed = listed_files(manifest)
+    base = path.rstrip("/") + "/"
+    sizes = {p[len(base):]: size for p, size in fs.list_dir(path)}
+    total = 0
+    for name, entry in manifest.get("files", {}).items():
+        if quick:
+            _check_size(fs.join(path, name), sizes.get(name), entry, "file")
+        else:
+            _verify_file(path, name, entry)
+    for split, info in manifest["splits"].items():
+        for shard in info["shards"]:
+            if quick:
+                _check_size(fs.join(path, shard["path"]), sizes.get(shard["path"]), shard,
+                            "shard")
+                total += shard["num_records"]
+            else:
+                total += _verify_shard(fs.join(path, shard["path"]), shard, check_records)
+        count = sum(s["num_records"] for s in info["shards"])
+        if count != info["num_records"]:
+            raise VerifyError(f"{path}: split {split!r} lists {info['num_records']} records but "
+                              f"its shards hold {count}")
+    missing = sorted(listed - set(sizes))
+    extra = sorted(p for p in sizes if not belongs(manifest, path, p))
+    if missing:
+        raise VerifyError(f"{path}: missing file(s) listed in the manifest: {missing}")
+    if extra:
+        raise ForeignEntries(f"{path}: file(s) not in the manifest: {extra}")
+    if not fs.is_remote(path):
+        # the next run's own test of "ours" (empty directories, links to directories, the
+        # producer tag): verify passes exactly the outputs a run would replace
+        foreign = foreign_content(path)
+        if foreign:
+            raise ForeignEntries(f"{path}: {foreign}; the next run would refuse to replace it")
+    return {"path": path, "records": total, "splits": {k: v["num_records"] for k, v in
+                                                       manifest["splits"].items()}}
+
+
+def _check_size(path: str, size: int | None, entry: dict[str, Any], what: str) -> None:
+    if size is None:
+        raise VerifyError(f"{path}: missing {what} listed in the manifest")
+    if size != entry["num_bytes"]:
+        raise VerifyError(f"{path}: {size} bytes on disk, manifest says {entry['num_bytes']}")
+
+
+def _verify_file(out: str, name: str, entry: dict[str, Any]) -> None:
+    path = fs.join(out, name)
+    if not fs.exists(path):
+        raise VerifyError(f"{path}: missing file listed in the manifest")
+    got = file_entry(fs.read_bytes(path))
+    if got["num_bytes"] != entry["num_bytes"]:
+        raise VerifyError(f"{path}: {got['num_bytes']} bytes on disk, manifest says "
+                          f"{entry['num_bytes']}")
+    if got["sha256"] != entry["sha256"]:
+        raise VerifyError(f"{path}: sha256 {got['sha256']} does not match the manifest")
+
+
+def _verify_shard(path: str, entry: dict[str, Any], check_records: bool) -> int:
+    if not fs.exists(path):
+        raise VerifyError(f"{path}: missing shard listed in the manifest")
+    sha = hashlib.sha256()
+    size = 0
+
+    def chunks() -> Iterable[bytes]:
+        nonlocal size
+        with fs.open_read(path) as fh:
+            while True:
+                data = fh.read(1 << 20)
+                if not data:
+                    return
+                sha.update(data)
+                size += len(data)
+                yield data
+
+    count = 0
+    if check_records:
+        raw = chunks()
+        try:
+            stream = decompressing_reader(_Reader(raw), compression_of(path))
+            for _ in iter_records(stream, path):
+                count += 1
+        except VerifyError as e:
+            raise VerifyError(str(e) if str(e).startswith(path) else f"{path}: {e}") from e
+        except Exception as e:  # zlib errors on a corrupted compressed shard
+            raise VerifyError(f"{path}: cannot decompress: {e}") from e
+    else:
+        for _ in chunks():
+            pass
+        count = entry["num_records"]
+    if size != entry["num_bytes"]:
+        raise VerifyError(f"{path}: {size} bytes on disk, manifest says {entry['num_bytes']}")
+    if sha.hexdigest() != entry["sha256"]:
+        raise VerifyError(f"{path}: sha256 {sha.hexdigest()} does not match the manifest")
+    if count != entry["num_records"]:
+        raise VerifyError(f"{path}: holds {count} records, manifest says {entry['num_records']}")
+    return count
+
+
+class _Reader:
+    """File-like over an iterator of chunks (so the decompressor sees one stream)."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._it = iter(chunks)
+
+    def read(self, _n: int = -1) -> bytes:
+        return next(self._it, b"")
