@@ -50,7 +50,7 @@ from etl.base.worker_errors import (
     storage_error,
     too_many_open_files,
 )
-from etl.contract.schema import load_schema
+from etl.contract.schema import Schema, load_schema
 from etl.job.config import DEFAULT_SPLIT_BYTES, JobConfig
 from etl.job.read_plan import ReadPlan, needs_scan, plan_units
 from etl.output import guard, layout
@@ -232,17 +232,25 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
                 "could not add the run to the history in %s: %s", root, e)
 
 
-def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
-         break_lock: bool, lock_stale_after: float, capture_stderr: bool,
-         progress: ProgressConfig | None = None) -> JobResult:
-    """run_job's work; `attempt` collects what the history entry needs as it goes."""
-    started = attempt.started
-    args = default_beam_args(beam_args)
-    given = PipelineOptions(args)
-    fs.use_options(given)  # the launcher's own reads use the user's file-system options
-    check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
-    runner = given.view_as(StandardOptions).runner
-    attempt.runner = str(getattr(runner, "__name__", runner) or "")
+@dataclass
+class _Plan:
+    """What a run knows before it takes the lock: its inputs (pinned and fingerprinted), its
+    identity, and whether the published output is current and intact (skip)."""
+
+    schema: Schema
+    read_plan: ReadPlan
+    pinned: dict[str, Any]
+    inputs: list[dict[str, Any]]
+    ident: idempotence.Identity
+    run_id: str
+    published: dict[str, Any] | None
+    skip: bool
+
+
+def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
+          force: bool) -> _Plan:
+    """List, check, pin and fingerprint the inputs; name the run; decide the skip (a current
+    output that is damaged is rebuilt, and the attempt says why)."""
     schema = load_schema(job.schema_path)
     read_plan = plan_reads(job)
     check_worker_access(job, read_plan.inputs, runner, given)  # before building for workers
@@ -267,6 +275,24 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
         skip = False
         attempt.rebuilt_reason = idempotence.DAMAGED.format(damaged)
         log.warning("%s; rebuilding it", attempt.rebuilt_reason)
+    return _Plan(schema, read_plan, pinned, inputs, ident, run_id, published, skip)
+
+
+def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
+         break_lock: bool, lock_stale_after: float, capture_stderr: bool,
+         progress: ProgressConfig | None = None) -> JobResult:
+    """run_job's work; `attempt` collects what the history entry needs as it goes."""
+    started = attempt.started
+    args = default_beam_args(beam_args)
+    given = PipelineOptions(args)
+    fs.use_options(given)  # the launcher's own reads use the user's file-system options
+    check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
+    runner = given.view_as(StandardOptions).runner
+    attempt.runner = str(getattr(runner, "__name__", runner) or "")
+    plan = _plan(job, runner, given, attempt, force)
+    schema, read_plan, pinned = plan.schema, plan.read_plan, plan.pinned
+    inputs, ident = plan.inputs, plan.ident
+    run_id, published, skip = plan.run_id, plan.published, plan.skip
 
     def skipped() -> JobResult:
         assert published is not None
