@@ -51,10 +51,10 @@ from etl.base.errors import (
 )
 from etl.base.pause import pause
 from etl.base.quiet import native_stderr_quiet
-from etl.job.config import JobConfig, job_from_dict, load_job
+from etl.job.config import JobConfig, input_places, job_from_dict, load_job
 from etl.job.spans import Span, fill, parse_date, placeholders, span_range, strings_in
 from etl.output import guard
-from etl.output.remote import check_buckets, input_places
+from etl.output.remote import check_buckets
 from etl.schedule import history, idempotence
 from etl.shuffle import is_local
 from etl.storage import fs

@@ -51,7 +51,7 @@ from etl.base.worker_errors import (
     too_many_open_files,
 )
 from etl.contract.schema import Schema, load_schema
-from etl.job.config import DEFAULT_SPLIT_BYTES, JobConfig
+from etl.job.config import DEFAULT_SPLIT_BYTES, JobConfig, input_places
 from etl.job.read_plan import ReadPlan, needs_scan, plan_units
 from etl.output import guard, layout
 from etl.output.accounting import check_threshold
@@ -60,7 +60,7 @@ from etl.output.layout import MANIFEST, REJECTED_FILE, SUCCESS
 from etl.output.lock import DEFAULT_STALE_AFTER, LOCK, RunInfo, RunLock, lock_lost
 from etl.output.manifest import record_run
 from etl.output.publish import publish
-from etl.output.remote import RemoteRun, check_buckets, input_places, work_prefix
+from etl.output.remote import RemoteRun, check_buckets, work_prefix
 from etl.schedule import history, idempotence, input_pin
 from etl.schedule.fingerprint import with_fingerprints
 from etl.schedule.progress import ProgressConfig, Tally

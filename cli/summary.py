@@ -18,11 +18,11 @@ from cli.ranges import (
 from etl.base import signals
 from etl.base.quiet import native_stderr_quiet
 from etl.base.units import format_size
-from etl.job.config import JobConfig, load_job
+from etl.job.config import JobConfig, input_places, load_job
 from etl.job.spans import Span
 from etl.output.layout import REJECTED_FILE
 from etl.output.manifest import dataset_dir
-from etl.output.remote import check_buckets, input_places, version_dir
+from etl.output.remote import check_buckets, version_dir
 from etl.schedule.progress import DEFAULT_EVERY, resolve
 from etl.storage import fs
 

@@ -316,3 +316,17 @@ def _source(value: Any, where: str) -> dict[str, Any]:
     if "format" in value and not isinstance(value["format"], str):
         raise ConfigError(f"{where}.format must be text, got {value['format']!r}")
     return dict(value)
+
+
+def input_places(sources: Mapping[str, Any], base_dir: str) -> list[tuple[str, str]]:
+    """("input", path) of each source path or glob of a job's `sources:`, resolved against
+    the job's `base_dir`: what etl.output.remote.check_buckets looks at before anything is
+    matched."""
+    places = []
+    for cfg in sources.values():
+        for text in strings_in(cfg.get("paths") if isinstance(cfg, Mapping) else None):
+            try:
+                places.append(("input", fs.resolve(base_dir, text)))
+            except ValueError:
+                continue  # refused by the source's own check, with its own message
+    return places

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,30 +207,6 @@ def published_inside(store: Store, output: str, names: list[str]) -> str | None:
         if is_pointer(store, base + name):
             return base + name[:-len(SUCCESS) - 1]
     return None
-
-
-def input_places(sources: Mapping[str, Any], base_dir: str) -> list[tuple[str, str]]:
-    """("input", path) of each source path or glob of a job's `sources:`, resolved against
-    the job's `base_dir`: what check_buckets looks at before anything is matched."""
-    places = []
-    for cfg in sources.values():
-        for text in _strings(cfg.get("paths") if isinstance(cfg, Mapping) else None):
-            try:
-                places.append(("input", fs.resolve(base_dir, text)))
-            except ValueError:
-                continue  # refused by the source's own check, with its own message
-    return places
-
-
-def _strings(value: Any) -> list[str]:
-    """Every string inside a `paths:` value (a string, a list, or a mapping of them)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _strings(v)]
-    return []
 
 
 _FOUND: set[str] = set()  # buckets seen to exist in this process: each is asked once
