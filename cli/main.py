@@ -42,6 +42,7 @@ import logging
 import os
 import sys
 import traceback
+from typing import Any
 
 # Python's cyclic GC rescans every live object of Beam, pyarrow and protobuf's modules again
 # and again while they import (~200k objects), and once more at exit. Off while importing,
@@ -86,6 +87,17 @@ def _parser() -> argparse.ArgumentParser:
     shows.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
                        help="seconds between plain progress lines (default 10)")
     sub = p.add_subparsers(dest="command")
+    _add_run(sub, common, writes, shows)
+    demo = sub.add_parser("demo", help="convert the bundled sample data (the default)",
+                          parents=[common, writes, shows])
+    demo.add_argument("--output", default=os.path.join("out", "demo"))
+    _add_tools(sub, common)
+    return p
+
+
+def _add_run(sub: Any, common: argparse.ArgumentParser, writes: argparse.ArgumentParser,
+             shows: argparse.ArgumentParser) -> None:
+    """`run JOB`: its own options, dates and backfills; Beam's options pass through."""
     exit_codes = __doc__[__doc__.index("Exit codes"):]
     run = sub.add_parser("run", help="convert a job file (extra args go to Beam)",
                          parents=[common, writes, shows], epilog=exit_codes,
@@ -128,9 +140,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="before skipping a span as current, check every byte of its output "
                             "against the manifest (default: every file there with its size, "
                             "or what the job's verify: says); a damaged output is rebuilt")
-    demo = sub.add_parser("demo", help="convert the bundled sample data (the default)",
-                          parents=[common, writes, shows])
-    demo.add_argument("--output", default=os.path.join("out", "demo"))
+
+
+def _add_tools(sub: Any, common: argparse.ArgumentParser) -> None:
+    """The commands around an output: history, verify, spec, inspect, infer-schema, report."""
     history = sub.add_parser("history", help="print the run history (_runs.jsonl) as a table",
                              parents=[common])
     history.add_argument("root", metavar="OUT_ROOT",
@@ -174,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="compare with another output (e.g. yesterday's span) and flag drift")
     report.add_argument("--out", default=None, metavar="DIR",
                         help="write the report files here instead of beside the data")
-    return p
+
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,63 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("run", "demo") and not (getattr(args, "dry_run", False)
                                                      or getattr(args, "estimate", False)):
             check_open_files()  # `ulimit -n` too low: one line now, not gRPC's errors later
-        if args.command == "spec":
-            from etl.tools.inspect import spec_text  # noqa: PLC0415 - per subcommand: --help stays fast
-
-            _imports_done()
-            print(spec_text(args.schema))
-        elif args.command == "inspect":
-            from etl.tools.inspect import inspect  # noqa: PLC0415 - per subcommand: --help stays fast
-
-            _imports_done()
-            with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
-                blocks = list(inspect(args.paths, limit=args.limit, schema=args.schema,
-                                      images=args.images))
-            for block in blocks:
-                print(block)
-        elif args.command == "infer-schema":
-            from etl.tools.infer.command import command as infer_command  # noqa: PLC0415 - per subcommand: --help stays fast
-
-            _imports_done()
-            return infer_command(args)
-        elif args.command == "report":
-            from etl.tools.report import command as report_command  # noqa: PLC0415 - per subcommand: --help stays fast
-
-            _imports_done()
-            with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
-                return report_command(args)
-        elif args.command == "history":
-            from etl.schedule import history  # noqa: PLC0415 - per subcommand: --help stays fast
-
-            _imports_done()
-            entries = history.read(args.root)
-            print(history.format_table(entries) if entries
-                  else f"no runs recorded in {args.root}")
-        elif args.command == "verify":
-            from etl.output.lock import read_settled  # noqa: PLC0415 - per subcommand: --help stays fast
-            from etl.output.manifest import verify  # noqa: PLC0415 - per subcommand: --help stays fast
-
-            _imports_done()
-            # an output a live run is publishing is exit 4, not damage (etl.output.lock)
-            report = read_settled(args.path, lambda: verify(args.path, quick=args.quick))
-            print(f"OK {report['path']}: {report['records']} records "
-                  + ", ".join(f"{k}={v}" for k, v in report["splits"].items()))
-        else:
-            stale = (None if args.lock_stale_after is None
-                     else parse_duration(args.lock_stale_after, "--lock-stale-after"))
-            if args.command == "run":
-                return _run(args, beam_args, stale, debug, console)
-            if not os.path.exists(DEMO_JOB):
-                raise ConfigError(f"the demo's job and sample data ({DEMO_JOB}) come with the "
-                                  "source checkout, not with an installed copy; pass a job "
-                                  "file: run JOB.yaml")
-            from cli.summary import run_and_report  # noqa: PLC0415 - per subcommand: --help stays fast
-
-            _imports_done()
-            return run_and_report(DEMO_JOB, args.output, beam_args, sample=True,
-                                  break_lock=args.break_lock, lock_stale_after=stale,
-                                  debug=debug, verbose=verbose, progress=args.progress,
-                                  progress_every=args.progress_every, progress_stream=console)
+        if args.command in ("run", "demo"):
+            return _convert(args, beam_args, debug, verbose, console)
+        return _tool(args, verbose)
     except EtlError as e:
         _report(f"error: {e}", e, debug)
         return e.exit_code
@@ -268,6 +227,73 @@ def main(argv: list[str] | None = None) -> int:
                 + ("" if debug else " (rerun with --debug for the traceback)"), e, debug)
         return 1
     return 0
+
+
+def _tool(args: argparse.Namespace, verbose: bool) -> int:
+    """The commands around an output (spec, inspect, infer-schema, report, history,
+    verify): each imports only its own modules."""
+    if args.command == "spec":
+        from etl.tools.inspect import spec_text  # noqa: PLC0415 - per subcommand: --help stays fast
+
+        _imports_done()
+        print(spec_text(args.schema))
+    elif args.command == "inspect":
+        from etl.tools.inspect import inspect  # noqa: PLC0415 - per subcommand: --help stays fast
+
+        _imports_done()
+        with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
+            blocks = list(inspect(args.paths, limit=args.limit, schema=args.schema,
+                                  images=args.images))
+        for block in blocks:
+            print(block)
+    elif args.command == "infer-schema":
+        from etl.tools.infer.command import command as infer_command  # noqa: PLC0415 - per subcommand: --help stays fast
+
+        _imports_done()
+        return infer_command(args)
+    elif args.command == "report":
+        from etl.tools.report import command as report_command  # noqa: PLC0415 - per subcommand: --help stays fast
+
+        _imports_done()
+        with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
+            return report_command(args)
+    elif args.command == "history":
+        from etl.schedule import history  # noqa: PLC0415 - per subcommand: --help stays fast
+
+        _imports_done()
+        entries = history.read(args.root)
+        print(history.format_table(entries) if entries
+              else f"no runs recorded in {args.root}")
+    elif args.command == "verify":
+        from etl.output.lock import read_settled  # noqa: PLC0415 - per subcommand: --help stays fast
+        from etl.output.manifest import verify  # noqa: PLC0415 - per subcommand: --help stays fast
+
+        _imports_done()
+        # an output a live run is publishing is exit 4, not damage (etl.output.lock)
+        report = read_settled(args.path, lambda: verify(args.path, quick=args.quick))
+        print(f"OK {report['path']}: {report['records']} records "
+              + ", ".join(f"{k}={v}" for k, v in report["splits"].items()))
+    return 0
+
+
+def _convert(args: argparse.Namespace, beam_args: list[str], debug: bool, verbose: bool,
+             console: Any) -> int:
+    """`run` and `demo`."""
+    stale = (None if args.lock_stale_after is None
+             else parse_duration(args.lock_stale_after, "--lock-stale-after"))
+    if args.command == "run":
+        return _run(args, beam_args, stale, debug, console)
+    if not os.path.exists(DEMO_JOB):
+        raise ConfigError(f"the demo's job and sample data ({DEMO_JOB}) come with the "
+                          "source checkout, not with an installed copy; pass a job "
+                          "file: run JOB.yaml")
+    from cli.summary import run_and_report  # noqa: PLC0415 - per subcommand: --help stays fast
+
+    _imports_done()
+    return run_and_report(DEMO_JOB, args.output, beam_args, sample=True,
+                          break_lock=args.break_lock, lock_stale_after=stale,
+                          debug=debug, verbose=verbose, progress=args.progress,
+                          progress_every=args.progress_every, progress_stream=console)
 
 
 def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
