@@ -336,19 +336,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
                      f"beam args {args}; shuffle via {via}; {len(inputs)} input file(s), "
                      f"{sum(i['num_bytes'] for i in inputs)} bytes")
         held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
-        split_bytes = read_split_bytes(job, options)
-        spec = ConvertSpec(
-            schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
-            fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
-            staging_dir=fs.join(tmp, "staging"), compression=job.compression,
-            splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
-            max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
-            spill_in_memory=job.spill_in_memory if held else 0, via=via,
-            read_plan=fs.join(tmp, "read_plan.json"), split_bytes=split_bytes,
-            spread_files=needs_scan(read_plan.units, split_bytes) > 1,
-            # one file read whole: read it where it was listed (a stage less on a local run)
-            spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units, split_bytes) > 0,
-        )
+        spec = convert_spec(job, schema, read_plan, options, via, tmp, held)
         read_plan.save(spec.read_plan)
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         held_handle = Shared() if held else None
@@ -408,6 +396,25 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
             raise user_error(failure, log_file, run_id) from failure
         run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
         return result
+
+
+def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: PipelineOptions,
+                 via: str, tmp: str, held: bool) -> ConvertSpec:
+    """What the pipeline is told: the job, its schema, where this run spills and stages, and
+    how its inputs are read (`held`: spills may stay in this process's memory)."""
+    split_bytes = read_split_bytes(job, options)
+    return ConvertSpec(
+        schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
+        fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
+        staging_dir=fs.join(tmp, "staging"), compression=job.compression,
+        splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
+        max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
+        spill_in_memory=job.spill_in_memory if held else 0, via=via,
+        read_plan=fs.join(tmp, "read_plan.json"), split_bytes=split_bytes,
+        spread_files=needs_scan(read_plan.units, split_bytes) > 1,
+        # one file read whole: read it where it was listed (a stage less on a local run)
+        spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units, split_bytes) > 0,
+    )
 
 
 def _changed_input(failure: BaseException, pinned: dict[str, Any]) -> BaseException:
