@@ -54,6 +54,7 @@ from etl.base.quiet import native_stderr_quiet
 from etl.job.config import JobConfig, input_places, job_from_dict, load_job
 from etl.job.spans import Span, fill, parse_date, placeholders, span_range, strings_in
 from etl.output import guard
+from etl.output.layout import SUCCESS
 from etl.output.remote import check_buckets
 from etl.schedule import history, idempotence
 from etl.shuffle import is_local
@@ -372,8 +373,6 @@ class Decision:
 
 
 def published(job: JobConfig) -> bool:
-    from etl.output.layout import SUCCESS  # noqa: PLC0415 - etl.output.manifest imports the shuffle code
-
     return fs.exists(fs.join(job.output, SUCCESS))
 
 

@@ -43,6 +43,7 @@ from etl.output.lock import RunInfo, why_dead
 from etl.output.ownership import foreign_content, load_json, ours
 from etl.output.remote import check_output as check_remote_output
 from etl.storage import fs
+from etl.storage.object_store import Store
 
 log = logging.getLogger(__name__)
 KEEP_LOGS = 10
@@ -144,8 +145,6 @@ def published_inside(path: str) -> str | None:
 
 def _check_remote(output: str, inputs: Iterable[str]) -> None:
     """Object stores: their own rules (run markers instead of a work dir: etl.output.remote)."""
-    from etl.storage.object_store import Store  # noqa: PLC0415 - google-cloud-storage, remote only
-
     check_remote_output(Store(), output, list(inputs))
 
 

@@ -22,6 +22,7 @@ from etl.base.pause import pause
 from etl.output.layout import MANIFEST, PRODUCER, SUCCESS
 from etl.output.lock import check_held
 from etl.storage import fs
+from etl.storage.object_store import Conflict
 
 
 def publish(staging: str, output: str, run_id: str, aside: str | None = None) -> None:
@@ -111,8 +112,6 @@ def publish_version(store: Any, staging: str, files: list[str], output: str, ver
     trusts has changed; a run that lost the race to another publisher (the pointer moved
     since it started) raises LockedError and has published nothing.
     """
-    from etl.storage.object_store import Conflict  # noqa: PLC0415 - google-cloud-storage on demand
-
     src = staging.rstrip("/") + "/"
     dst = output.rstrip("/") + "/" + version + "/"
     for name in files:

@@ -28,6 +28,7 @@ from typing import Any
 import google_crc32c
 
 from etl.storage import fs
+from etl.storage.object_store import Store
 
 CRC32C = "crc32c"
 NONE = "none"
@@ -65,8 +66,6 @@ def fingerprints(paths: Iterable[str]) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     gcs = [p for p in paths if p.startswith("gs://")]
     if gcs:
-        from etl.storage.object_store import Store  # noqa: PLC0415 - google-cloud-storage on first use
-
         store = Store()
         with ThreadPoolExecutor(min(STAT_THREADS, len(gcs))) as pool:
             infos = dict(zip(gcs, pool.map(store.stat, gcs), strict=True))

@@ -24,6 +24,7 @@ from typing import Any
 
 from etl.base.errors import ConfigError
 from etl.storage import fs
+from etl.storage.object_store import Store
 
 Pin = tuple[Any, ...]
 
@@ -39,8 +40,6 @@ def pins(paths: Iterable[str]) -> dict[str, Pin]:
     found: dict[str, Pin] = {}
     gcs = [p for p in paths if p.startswith("gs://")]
     if gcs:
-        from etl.storage.object_store import Store  # noqa: PLC0415 - google-cloud-storage on demand
-
         store = Store()
         for path in gcs:
             info = store.stat(path)

@@ -34,6 +34,7 @@ from etl.output.manifest import dataset_dir, load_manifest
 from etl.output.ownership import REPORT_GENERATOR, report_is_ours
 from etl.output.remote import markers, read_pointer
 from etl.storage import fs
+from etl.storage.object_store import Conflict, Store
 from etl.tools.report.drift import compare, is_categorical
 from etl.tools.report.html import render
 from etl.tools.report.stats import SAMPLE_IMAGES, SplitStats, caption, label_feature
@@ -300,8 +301,6 @@ def _json_default(o: Any) -> Any:
 def _claim(output: str, target: str) -> None:
     """Add the report files to the run marker of the version they go into (gs://), so the
     next run's output check accepts them and removes them with their version."""
-    from etl.storage.object_store import Conflict, Store  # noqa: PLC0415 - remote only
-
     store = Store()
     pointer = read_pointer(store, output)
     version = target.rstrip("/").rsplit("/", 1)[-1]
