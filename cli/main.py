@@ -365,7 +365,7 @@ def _imports_done() -> None:
 
 
 def _main_handling_signals() -> int:
-    with signals.handled():
+    with signals.handled(then_ignore=True):  # the process ends after main
         return main()
 
 

@@ -20,7 +20,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import socket
 import tempfile
 import time
@@ -179,14 +178,10 @@ def _as_interrupted(e: BaseException, attempt: Attempt) -> BaseException:
     """A signal is what stopped the run, whatever the runner made of it (a bundle that saw
     the cancel flag fails with Cancelled inside the runner's own error); its message says
     whether the output changed."""
-    signum = signals.received()
-    if isinstance(e, signals.Interrupted):
-        if not e.when:
-            e.when = signals.PUBLISHED if attempt.published else signals.UNCHANGED
-        return e
-    if isinstance(e, KeyboardInterrupt) or (signum is not None and not isinstance(e, EtlError)):
-        return signals.Interrupted(signum or signal.SIGINT,
-                                   signals.PUBLISHED if attempt.published else signals.UNCHANGED)
+    if isinstance(e, KeyboardInterrupt) or (signals.received() is not None
+                                            and not isinstance(e, EtlError)):
+        return signals.as_interrupted(
+            e, signals.PUBLISHED if attempt.published else signals.UNCHANGED)
     return e
 
 

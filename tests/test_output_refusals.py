@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,6 +22,7 @@ import pytest
 from etl.output.manifest import SUCCESS
 from tests.gcs_emulator import GcsEmulator, split_url
 from tests.helpers import IDS_SCHEMA, cli
+from tests.test_output_safety import error_lines, listing
 
 PRODUCER = "tfrecord-etl"
 MISSING = "no-such-bucket"  # never created by any test
@@ -39,22 +39,6 @@ def make_job(folder: Path, output: str, rows: int = 60, bad: int = 0, **extra: A
            "sources": {"train": {"format": "csv", "paths": ["ids.csv"]}}, **extra}
     (folder / "job.yaml").write_text(json.dumps(doc))  # JSON is YAML
     return str(folder / "job.yaml")
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.strip()]
-
-
-def listing(root: Path) -> dict[str, str]:
-    """Every entry below `root`, hidden ones too: file -> sha256, directory -> 'dir'."""
-    out = {}
-    for base, dirs, files in os.walk(root):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(base, d), root) + "/"] = "dir"
-        for f in files:
-            path = os.path.join(base, f)
-            out[os.path.relpath(path, root)] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return out
 
 
 def objects(emulator: GcsEmulator, bucket: str) -> dict[str, tuple[int, str]]:

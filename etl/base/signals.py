@@ -84,9 +84,12 @@ def _handler(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def handled() -> Iterator[None]:
+def handled(then_ignore: bool = False) -> Iterator[None]:
     """SIGINT and SIGTERM handled as above while the block runs (main thread only: Python
-    delivers signals there; elsewhere this does nothing)."""
+    delivers signals there; elsewhere this does nothing). Afterwards the previous handlers
+    come back, or with `then_ignore` (a process about to exit, its outcome already told)
+    the signals are ignored: one landing during the interpreter's teardown would otherwise
+    kill it with Python's default handler (exit -2, no line) after the run had finished."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -97,7 +100,7 @@ def handled() -> Iterator[None]:
         yield
     finally:
         for s, h in previous.items():
-            signal.signal(s, h)
+            signal.signal(s, signal.SIG_IGN if then_ignore else h)
 
 
 def reset() -> None:
@@ -138,9 +141,10 @@ def raise_pending(when: str = "") -> None:
     raise Interrupted(signum, when)
 
 
-def as_interrupted(e: KeyboardInterrupt, when: str) -> Interrupted:
+def as_interrupted(e: BaseException, when: str) -> Interrupted:
     """`e` as the Interrupted of the signal this process got (a plain KeyboardInterrupt
-    before the handler was installed is SIGINT), saying `when` unless it says already."""
+    before the handler was installed is SIGINT; any other error is what the signal left of
+    the run), saying `when` unless it says already."""
     if not isinstance(e, Interrupted):
         e = Interrupted(received() or signal.SIGINT)
     if not e.when:
