@@ -69,19 +69,40 @@ def test_bar_under_a_pseudo_terminal(big_job) -> None:
     assert f"read {ROWS:,} records (" in text and ", rejected 0 in " in text
 
 
-def test_plain_lines_when_piped_and_none_on_request(big_job) -> None:
+def _run_held_until_lines(job: str, pause_dir: str, lines_wanted: int) -> tuple[int, str, str]:
+    """Run with its stderr piped, held at the `write` pause point until `lines_wanted` plain
+    progress lines arrived: a fast machine finishes 500k rows before the second line is due,
+    so the run is held rather than hoping it is slow. (returncode, stdout, stderr)."""
+    env = {**os.environ, "ETL_PAUSE_AT": "write", "ETL_PAUSE_DIR": pause_dir}
+    proc = subprocess.Popen([sys.executable, RUN, "run", job, "--force", "--progress-every",
+                             "0.5", "--direct_num_workers=1"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None and proc.stdout is not None
+    err: list[str] = []
+    reached, go = os.path.join(pause_dir, "write.reached"), os.path.join(pause_dir, "write.go")
+    deadline = time.monotonic() + 240
+    while not (os.path.exists(reached) and len(err) >= lines_wanted):
+        assert time.monotonic() < deadline and proc.poll() is None, err
+        line = proc.stderr.readline()  # a line comes every 0.5 s while the run lives
+        if line:
+            err.append(line)
+    open(go, "w").close()
+    out, rest = proc.communicate(timeout=240)
+    return proc.returncode, out, "".join(err) + rest
+
+
+def test_plain_lines_when_piped_and_none_on_request(big_job, tmp_path) -> None:
     job, out = big_job
-    proc = cli("run", job, "--force", "--progress-every", "0.5", "--direct_num_workers=1",
-               timeout=240)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.splitlines()
+    code, stdout, stderr = _run_held_until_lines(job, str(tmp_path), 2)
+    assert code == 0, stderr
+    lines = stderr.splitlines()
     assert len(lines) >= 2 and all(ln.startswith("progress: ") for ln in lines), lines
-    assert "\x1b[" not in proc.stderr  # plain text, no terminal codes
+    assert "\x1b[" not in stderr  # plain text, no terminal codes
     read = [int(m.group(1).replace(",", "")) for ln in lines
             for m in [re.search(r"([\d,]+) read, ", ln)] if m]
     assert read == sorted(read) and len(read) == len(lines)
     assert all("elapsed " in ln for ln in lines)
-    assert proc.stdout.startswith(f"Wrote {out} in ")
+    assert stdout.startswith(f"Wrote {out} in ")
     proc = cli("run", job, "--force", "--progress", "none", "--progress-every", "0.2",
                "--direct_num_workers=1", timeout=240)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
