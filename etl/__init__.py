@@ -1,7 +1,8 @@
 """Raw training data -> TFRecords, driven by one schema file: the public face (Schema,
-load_schema, Encoder, make_dataset). Nothing inside etl imports this module; it imports the
-packages below it. `import etl` stays light: TensorFlow (make_dataset) and pyarrow (Encoder)
-load on first use.
+load_schema, Encoder, make_dataset, open_records, torch_dataset). Nothing inside etl imports
+this module; it imports the packages below it. `import etl` stays light: TensorFlow
+(make_dataset), pyarrow (Encoder), tfx_bsl (open_records) and torch (torch_dataset) load on
+first use; open_records never loads TensorFlow.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from etl.contract.schema import Feature, Schema, load_schema
 if TYPE_CHECKING:
     from etl.contract.codec import Encoder
     from etl.read.dataset import make_dataset
+    from etl.read.random_access import open_records
+    from etl.read.torch_dataset import torch_dataset
 
-__all__ = ["Encoder", "Feature", "Schema", "load_schema", "make_dataset"]
+__all__ = ["Encoder", "Feature", "Schema", "load_schema", "make_dataset", "open_records",
+           "torch_dataset"]
 
-_LAZY = {"Encoder": "etl.contract.codec", "make_dataset": "etl.read.dataset"}
+_LAZY = {"Encoder": "etl.contract.codec", "make_dataset": "etl.read.dataset",
+         "open_records": "etl.read.random_access", "torch_dataset": "etl.read.torch_dataset"}
 
 
 def __getattr__(name: str) -> Any:

@@ -17,6 +17,7 @@ google-cloud-storage is imported on first use (it comes with apache-beam[gcp]).
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -140,6 +141,16 @@ class Store:
                 continue
             return bytes(data), info.generation
         raise StorageError(f"cannot read {url}: it keeps being replaced while read")
+
+    def read_range(self, url: str, start: int, length: int) -> bytes:
+        """Bytes start..start+length of an object, one ranged GET (random access to records
+        through an index); a missing object raises FileNotFoundError naming it."""
+        try:
+            data = self._call(url, "read", self._blob(url).download_as_bytes, start=start,
+                              end=start + length - 1)
+        except Conflict as e:
+            raise FileNotFoundError(errno.ENOENT, "no such object", url) from e
+        return bytes(data)
 
     def stat(self, url: str) -> ObjectInfo | None:
         bucket, name = split(url)

@@ -1,0 +1,314 @@
+"""Random access to a published output without TensorFlow: `open_records(path, split)`.
+
+What it gives: `len(records)`, `records[i]` (one record: feature name -> NumPy value shaped
+by the schema), `records[a:b]`, `records[[i, j, ...]]` (a batch: one array [n, *shape] per
+fixed-shape feature, a list of per-record arrays for ragged and sequence features; see
+etl.read.decode), and `records.__getitems__(indices)` (a list of records from one batched
+read: what `torch.utils.data.DataLoader` calls). That is Grain's `RandomAccessDataSource`
+protocol and a PyTorch map-style `Dataset`.
+
+How: the manifest lists the split's shards and, beside each TFRecord shard, its index file
+(etl.formats.record_index: the byte offset and frame length of every record). The indexes
+are read and checked when the output is opened (every entry where the previous frame ended,
+the last ending at the shard's end, one line per record of the manifest's count), so a
+record costs one slice of a memory-mapped shard (local) or one ranged GET (gs://, nearby
+records of a batch share a request: etl.storage.fs.RangedFile), its framing CRCs, and its
+share of one C++ decode per batch. ArrayRecord outputs (`format: array_record`) are read
+with ArrayRecordReader, which has random access by record number built in.
+
+Pickling keeps what names the data (paths, the schema, the manifest's counts), never an
+open file: a worker process (Grain, PyTorch) reopens the shards and re-reads the indexes on
+its first record. A forked worker opens its own handles too (checked by process id).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from etl.base.errors import EtlError
+from etl.contract.schema import Schema, load_schema
+from etl.formats.record_index import check_index, parse_index
+from etl.formats.tfrecord import masked_crc
+from etl.output.layout import MANIFEST, SCHEMA_FILE
+from etl.read.decode import RecordDecoder, check_decodable
+from etl.storage import fs
+
+_HEADER = struct.Struct("<QI")
+_FOOTER = struct.Struct("<I")
+ARRAY_RECORD = "array_record"
+_ARRAY_RECORD_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"  # tuned for random reads
+
+
+class RecordsError(EtlError, ValueError):
+    """An output `open_records` cannot read at random, or a record that does not read; the
+    message names the file."""
+
+
+@dataclass(frozen=True)
+class _Shard:
+    path: str
+    num_records: int
+    num_bytes: int | None
+    index: str | None  # the index file (TFRecord shards)
+
+
+def open_records(path: str | os.PathLike[str], split: str = "train",
+                 schema: Schema | str | os.PathLike[str] | None = None) -> Records:
+    """Random access to one split of an output the pipeline wrote (local or gs://): TFRecord
+    shards with index files, or ArrayRecord shards. `schema` overrides the output's own
+    schema.yaml. Imports no TensorFlow."""
+    return Records(os.fspath(path), split, schema)
+
+
+class Records:
+    """One split of an output, read at random; see the module docstring."""
+
+    def __init__(self, path: str, split: str = "train",
+                 schema: Schema | str | os.PathLike[str] | None = None):
+        from etl.output.manifest import dataset_dir  # noqa: PLC0415 - gs:// version lookup, on open
+
+        self.path = path
+        self.split = split
+        self.root = dataset_dir(path)
+        manifest = _manifest(self.root)
+        self.format = str(manifest.get("format") or "tfrecord")
+        self.shards = _shards(self.root, manifest, split, self.format)
+        if schema is None:
+            schema = fs.join(self.root, SCHEMA_FILE)
+            if not fs.exists(schema):
+                raise RecordsError(f"{self.root}: no {SCHEMA_FILE} in the output; pass "
+                                   "schema=... (a Schema or a schema YAML path)")
+        self.schema = schema if isinstance(schema, Schema) else load_schema(schema)
+        check_decodable(self.schema, self.root)
+        self._decoder = RecordDecoder(self.schema)
+        self._starts = np.concatenate([[0], np.cumsum([s.num_records for s in self.shards])])
+        self._open: dict[int, Any] = {}
+        self._pid = os.getpid()
+        self._indexes: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._load_indexes()  # errors now, naming the file, not at the first record
+
+    # ---- the protocol ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, key: Any) -> dict[str, Any]:
+        """`records[i]`: one record; `records[a:b]` or `records[[i, j]]`: a batch."""
+        if isinstance(key, (int, np.integer)):
+            batch = self.batch(np.array([self._position(int(key))], np.int64))
+            return {name: value[0] for name, value in batch.items()}
+        if isinstance(key, slice):
+            return self.batch(np.arange(len(self))[key])
+        return self.batch(key)
+
+    def __getitems__(self, indices: Sequence[int]) -> Batch:
+        """The records at `indices`, read and decoded as one batch, seen as a sequence of
+        records (PyTorch's DataLoader asks for this, then hands it to its collate function)."""
+        return Batch(self.batch(indices), len(indices))
+
+    def batch(self, indices: Any) -> dict[str, Any]:
+        """Records `indices` as one batch: arrays [n, *shape] for fixed-shape features, lists
+        of n per-record arrays for ragged and sequence features (etl.read.decode)."""
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or (len(idx) and idx.dtype.kind not in "iu"):
+            raise TypeError(f"records are indexed by an int, a slice or a 1-d sequence of ints, "
+                            f"got {type(indices).__name__}")
+        idx = np.array([self._position(int(i)) for i in idx.tolist()], np.int64) \
+            if len(idx) and (idx.min() < 0 or idx.max() >= len(self)) else idx.astype(np.int64)
+        serialized, where = self._read(idx)
+
+        def name(i: int) -> str:
+            shard, local = where[i]
+            return f"{self.shards[shard].path}: record {local}"
+
+        return self._decoder.decode(serialized, name)
+
+    def __repr__(self) -> str:
+        return (f"Records({self.root!r}, split={self.split!r}, records={len(self)}, "
+                f"shards={len(self.shards)}, format={self.format!r})")
+
+    # ---- pickling: names, not handles -----------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_open={}, _indexes=None, _pid=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def close(self) -> None:
+        for handle in self._open.values():
+            handle.close()
+        self._open = {}
+
+    # ---- reading --------------------------------------------------------------------------------
+    def _position(self, i: int) -> int:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"record {i} out of range: {self.split!r} has {n} records")
+        return i + n if i < 0 else i
+
+    def _handles(self) -> dict[int, Any]:
+        if self._pid != os.getpid():  # unpickled or forked into a worker: its own handles
+            self._open = {}
+            self._pid = os.getpid()
+        if self._indexes is None:
+            self._load_indexes()
+        return self._open
+
+    def _read(self, idx: np.ndarray) -> tuple[list[bytes], list[tuple[int, int]]]:
+        """The serialized records at global positions `idx`, in that order, and where each
+        one is (shard, record in shard)."""
+        handles = self._handles()
+        shard_of = np.searchsorted(self._starts, idx, side="right") - 1
+        local = idx - self._starts[shard_of]
+        out: list[bytes] = [b""] * len(idx)
+        for s in np.unique(shard_of).tolist():
+            rows = np.flatnonzero(shard_of == s)
+            wanted = local[rows]
+            shard = self.shards[s]
+            if self.format == ARRAY_RECORD:
+                handle = handles.get(s)
+                if handle is None:
+                    handle = handles[s] = _array_record_reader(shard.path)
+                records = handle.read(wanted.tolist())
+            else:
+                handle = handles.get(s)
+                if handle is None:
+                    handle = handles[s] = fs.RangedFile(shard.path)
+                assert self._indexes is not None
+                offsets, lengths = self._indexes[s]
+                try:
+                    frames = handle.read(offsets[wanted], lengths[wanted])
+                except OSError as e:
+                    raise RecordsError(f"{shard.path}: cannot read: {fs.first_line(e)}") from e
+                records = [_payload(frame, shard.path, int(r), int(offsets[r]))
+                           for frame, r in zip(frames, wanted.tolist(), strict=True)]
+            for row, record in zip(rows.tolist(), records, strict=True):
+                out[row] = record
+        return out, list(zip(shard_of.tolist(), local.tolist(), strict=True))
+
+    def _load_indexes(self) -> None:
+        """Every shard's index, read and checked against its shard (TFRecord outputs)."""
+        if self.format == ARRAY_RECORD:
+            self._indexes = []
+            return
+        loaded = []
+        for shard in self.shards:
+            assert shard.index is not None
+            try:
+                data = fs.read_bytes(shard.index)
+            except FileNotFoundError as e:
+                raise RecordsError(f"{shard.index}: index file missing (listed in {MANIFEST}); "
+                                   f"`verify` checks the whole output") from e
+            except OSError as e:
+                raise RecordsError(f"{shard.index}: cannot read: {fs.first_line(e)}") from e
+            offsets, lengths = parse_index(data, shard.index)
+            if len(offsets) != shard.num_records:
+                raise RecordsError(f"{shard.index}: {len(offsets)} entries, {MANIFEST} lists "
+                                   f"{shard.num_records} records for {fs.basename(shard.path)}")
+            if shard.num_bytes is not None:
+                check_index(offsets, lengths, shard.num_bytes, shard.index)
+            loaded.append((offsets, lengths))
+        self._indexes = loaded
+
+
+class Batch(Sequence):
+    """A decoded batch (`columns`: feature -> array [n, ...] or list of n arrays) that is also
+    a sequence of n records, built only when one is asked for: a collate function that knows
+    it (etl.read.torch_dataset) takes `columns` whole; torch's default_collate walks records."""
+
+    def __init__(self, columns: dict[str, Any], n: int):
+        self.columns = columns
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if not isinstance(i, (int, np.integer)):
+            raise TypeError("a Batch is indexed by record number")
+        if not -self._n <= i < self._n:
+            raise IndexError(f"record {i} out of range: the batch has {self._n}")
+        return {name: value[i] for name, value in self.columns.items()}
+
+
+def _payload(frame: bytes, path: str, record: int, offset: int) -> bytes:
+    """A TFRecord frame's payload, its length and both CRCs checked."""
+    length, header_crc = _HEADER.unpack_from(frame)
+    payload = frame[12:-4]
+    if (length != len(frame) - 16 or masked_crc(frame[:8]) != header_crc
+            or masked_crc(payload) != _FOOTER.unpack_from(frame, len(frame) - 4)[0]):
+        raise RecordsError(f"{path}: record {record} (byte {offset}): the frame the index points "
+                           f"at is corrupt (length or CRC mismatch); run `verify` on the output")
+    return payload
+
+
+def _array_record_reader(path: str) -> Any:
+    from array_record.python.array_record_module import ArrayRecordReader  # noqa: PLC0415 - optional dependency
+
+    if fs.is_remote(path):
+        raise RecordsError(f"{path}: ArrayRecordReader reads local files only; copy the output "
+                           "to a local disk first (gsutil -m cp -r)")
+    return ArrayRecordReader(path, _ARRAY_RECORD_OPTIONS)
+
+
+def _manifest(root: str) -> dict[str, Any]:
+    import json  # noqa: PLC0415
+
+    path = fs.join(root, MANIFEST)
+    try:
+        raw = fs.read_bytes(path)
+    except FileNotFoundError as e:
+        raise RecordsError(f"{path}: no such file: open_records reads outputs the pipeline "
+                           f"wrote (shards, index files and {MANIFEST})") from e
+    except OSError as e:
+        raise RecordsError(f"{path}: cannot read: {fs.first_line(e)}") from e
+    try:
+        manifest = json.loads(raw)
+    except ValueError as e:
+        raise RecordsError(f"{path}: not valid JSON: {e}") from e
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
+        raise RecordsError(f"{path}: not a manifest of this pipeline (no 'splits')")
+    return manifest
+
+
+def _shards(root: str, manifest: dict[str, Any], split: str, fmt: str) -> list[_Shard]:
+    where = fs.join(root, MANIFEST)
+    splits = manifest["splits"]
+    if split not in splits:
+        raise RecordsError(f"{root}: split {split!r} not in {MANIFEST}; available splits: "
+                           f"{sorted(splits)}")
+    entries = (splits[split] or {}).get("shards") or []
+    if not entries:
+        raise RecordsError(f"{root}: split {split!r} has no shards in {MANIFEST}")
+
+    def place(p: str) -> str:
+        return p if fs.is_remote(p) or os.path.isabs(p) else fs.join(root, p)
+
+    compression = str(manifest.get("compression") or "none")
+    if fmt not in ("tfrecord", ARRAY_RECORD):
+        raise RecordsError(f"{where}: unknown format {fmt!r}; open_records reads 'tfrecord' "
+                           f"and '{ARRAY_RECORD}'")
+    if fmt == "tfrecord" and compression != "none":
+        raise RecordsError(f"{place(entries[0]['path'])}: shards are {compression}-compressed; "
+                           "random access needs uncompressed shards with index files (offsets "
+                           "into a compressed stream cannot be seeked to): convert with "
+                           "`compression: none`")
+    out = []
+    for e in entries:
+        index = e.get("index")
+        if fmt == "tfrecord" and not (isinstance(index, dict) and index.get("path")):
+            raise RecordsError(f"{place(e['path'])}: no index file in {MANIFEST} (written with "
+                               "`index: false`, or before index files were written); rerun "
+                               "the job with `index: true` to read it at random")
+        size = e.get("num_bytes")
+        out.append(_Shard(place(e["path"]), int(e["num_records"]),
+                          size if isinstance(size, int) else None,
+                          place(index["path"]) if fmt == "tfrecord" else None))
+    return out
