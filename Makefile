@@ -6,8 +6,13 @@ STAMP := $(VENV)/.installed
 # Airflow lives in its own venv (tests/test_airflow_dag.py runs the example DAG with it): it must not enter .venv.
 AIRFLOW_VENV ?= .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+# PyTorch lives in its own venv layered on .venv (a .pth file adds .venv's packages): ~900 MB,
+# and `make test` / .ci/run have no time left for it; `make test-torch` runs tests/test_torch.py
+# (docs/reading.md#pytorch). torch==2.13.0: the CPU wheel pip finds on this machine's disk.
+TORCH_VENV ?= .venv-torch
+TORCH_STAMP := $(TORCH_VENV)/.installed
 
-.PHONY: run test bench lint clean
+.PHONY: run test test-torch bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,11 +27,22 @@ $(AIRFLOW_STAMP): examples/airflow/requirements.txt
 	$(AIRFLOW_VENV)/bin/python -m pip install --quiet -r examples/airflow/requirements.txt
 	touch $(AIRFLOW_STAMP)
 
+$(TORCH_STAMP): $(STAMP)
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	echo '*' > $(TORCH_VENV)/.gitignore
+	$(TORCH_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(PY) -c "import site; print(f'import site; site.addsitedir({site.getsitepackages()[0]!r})')" \
+	  > "$$($(TORCH_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/_etl_venv.pth"
+	touch $(TORCH_STAMP)
+
 run: $(STAMP)
 	$(PY) run_pipeline.py $(ARGS)
 
 test: $(STAMP) $(AIRFLOW_STAMP)
 	ETL_AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV))/bin/python $(PY) -m pytest -q $(ARGS)
+
+test-torch: $(TORCH_STAMP)
+	$(TORCH_VENV)/bin/python -m pytest -q tests/test_torch.py $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
@@ -35,4 +51,4 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) out build *.egg-info
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(TORCH_VENV) out build *.egg-info

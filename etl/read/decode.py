@@ -33,6 +33,7 @@ fits, so only `int64` sequence features are left out of its schema and read with
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -66,8 +67,9 @@ def check_decodable(schema: Schema, where: str) -> None:
 
 
 class RecordDecoder:
-    """Decodes batches of serialized records of one schema. Holds tfx_bsl's decoder, made on
-    first use in the process that decodes; pickling keeps only the schema."""
+    """Decodes batches of serialized records of one schema. tfx_bsl's decoders keep state
+    between the features of a batch, so each thread gets its own (Grain reads with several
+    threads per worker), made on first use; pickling keeps only the schema."""
 
     def __init__(self, schema: Schema):
         self.schema = schema
@@ -75,8 +77,7 @@ class RecordDecoder:
         # int64 feature lists go around tfx_bsl's 32-bit bug (see the module docstring)
         self._by_proto = tuple(f for f in schema.sequence
                                if f.encoding == "values" and f.dtype == "int64")
-        self._decoder: Any = None
-        self._proto: Any = None
+        self._mine = threading.local()  # .decoder (tfx_bsl), .proto (SequenceExample class)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"schema": self.schema}
@@ -131,13 +132,14 @@ class RecordDecoder:
             SEQUENCE_STRUCT, tfmd.SerializeToString())
 
     def _decode_batch(self, records: list[bytes], name: Callable[[int], str]) -> pa.RecordBatch:
-        if self._decoder is None:
-            self._decoder = self._make()
+        mine = self._mine
+        if getattr(mine, "decoder", None) is None:
+            mine.decoder = self._make()
         try:
-            return self._decoder.DecodeBatch(records)
+            return mine.decoder.DecodeBatch(records)
         except RuntimeError as e:
             # a decoder that failed keeps half-built state: later batches need a fresh one
-            self._decoder = None
+            mine.decoder = None
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             for i, record in enumerate(records):
                 try:
@@ -151,9 +153,10 @@ class RecordDecoder:
     # ---- int64 feature lists ----------------------------------------------------------------
     def _proto_steps(self, records: list[bytes]) -> dict[str, pa.Array]:
         """int64 feature lists as list<list<int64>> columns, read with protobuf."""
-        if self._proto is None:
-            self._proto = _sequence_example_class()
-        parse = self._proto.FromString
+        mine = self._mine
+        if getattr(mine, "proto", None) is None:
+            mine.proto = _sequence_example_class()
+        parse = mine.proto.FromString
         per: dict[str, tuple[list[int], list[int], list[np.ndarray]]] = {
             f.name: ([0], [0], []) for f in self._by_proto}
         for record in records:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,7 @@ class Records:
         self._starts = np.concatenate([[0], np.cumsum([s.num_records for s in self.shards])])
         self._open: dict[int, Any] = {}
         self._pid = os.getpid()
+        self._lock = threading.Lock()  # Grain reads with several threads per worker
         self._indexes: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._load_indexes()  # errors now, naming the file, not at the first record
 
@@ -135,11 +137,12 @@ class Records:
     # ---- pickling: names, not handles -----------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_open={}, _indexes=None, _pid=None)
+        state.update(_open={}, _indexes=None, _pid=None, _lock=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         for handle in self._open.values():
@@ -153,18 +156,26 @@ class Records:
             raise IndexError(f"record {i} out of range: {self.split!r} has {n} records")
         return i + n if i < 0 else i
 
-    def _handles(self) -> dict[int, Any]:
-        if self._pid != os.getpid():  # unpickled or forked into a worker: its own handles
-            self._open = {}
-            self._pid = os.getpid()
-        if self._indexes is None:
-            self._load_indexes()
-        return self._open
+    def _handle(self, s: int) -> Any:
+        """Shard s's open reader in this process (made once, under the lock)."""
+        handle = self._open.get(s) if self._pid == os.getpid() else None
+        if handle is not None:
+            return handle
+        with self._lock:
+            if self._pid != os.getpid():  # unpickled or forked into a worker: its own handles
+                self._open = {}
+                self._pid = os.getpid()
+            if self._indexes is None:
+                self._load_indexes()
+            if s not in self._open:
+                path = self.shards[s].path
+                self._open[s] = (_array_record_reader(path) if self.format == ARRAY_RECORD
+                                 else fs.RangedFile(path))
+            return self._open[s]
 
     def _read(self, idx: np.ndarray) -> tuple[list[bytes], list[tuple[int, int]]]:
         """The serialized records at global positions `idx`, in that order, and where each
         one is (shard, record in shard)."""
-        handles = self._handles()
         shard_of = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[shard_of]
         out: list[bytes] = [b""] * len(idx)
@@ -172,15 +183,10 @@ class Records:
             rows = np.flatnonzero(shard_of == s)
             wanted = local[rows]
             shard = self.shards[s]
+            handle = self._handle(s)
             if self.format == ARRAY_RECORD:
-                handle = handles.get(s)
-                if handle is None:
-                    handle = handles[s] = _array_record_reader(shard.path)
                 records = handle.read(wanted.tolist())
             else:
-                handle = handles.get(s)
-                if handle is None:
-                    handle = handles[s] = fs.RangedFile(shard.path)
                 assert self._indexes is not None
                 offsets, lengths = self._indexes[s]
                 try:

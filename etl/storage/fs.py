@@ -21,6 +21,7 @@ import os
 import posixpath
 import re
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO, TextIO
@@ -531,7 +532,8 @@ class RangedFile:
     etl.storage.object_store: Beam's gs:// handle fetches 16 MiB per seek, a sequential
     reader's buffer, which would make each random record cost 16 MiB. Other schemes: Beam's
     handle, seek + read. Opened on first read, in the process that reads (a DataLoader worker
-    opens its own): instances are not meant to be pickled."""
+    opens its own): instances are not meant to be pickled. Safe to read from several threads
+    (Grain's reader threads): opening, and a seek + read on a Beam handle, take a lock."""
 
     COALESCE = 64 * 1024
 
@@ -540,6 +542,7 @@ class RangedFile:
         self._map: mmap.mmap | None = None
         self._handle: Any = None
         self._store: Any = None
+        self._lock = threading.Lock()
 
     def read(self, offsets: Any, lengths: Any) -> list[bytes]:
         """The bytes of each (offset, length) range, in the order given."""
@@ -569,21 +572,25 @@ class RangedFile:
 
     def _local(self) -> mmap.mmap:
         if self._map is None:
-            with guarded(self.path, "reading"), open(self.path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size == 0:
-                    raise OSError(errno.EINVAL, "empty file: nothing to read", self.path)
-                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            with self._lock:
+                if self._map is None:
+                    with guarded(self.path, "reading"), open(self.path, "rb") as fh:
+                        if os.fstat(fh.fileno()).st_size == 0:
+                            raise OSError(errno.EINVAL, "empty file: nothing to read", self.path)
+                        self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         return self._map
 
     def _remote(self, start: int, length: int) -> bytes:
         if self.path.startswith("gs://"):
-            if self._store is None:
-                self._store = object_store.Store()
+            with self._lock:
+                if self._store is None:
+                    self._store = object_store.Store()
             return self._store.read_range(self.path, start, length)
-        if self._handle is None:
-            self._handle = open_read(self.path)
-        self._handle.seek(start)
-        return self._handle.read(length)
+        with self._lock:
+            if self._handle is None:
+                self._handle = open_read(self.path)
+            self._handle.seek(start)
+            return self._handle.read(length)
 
     def close(self) -> None:
         if self._map is not None:
