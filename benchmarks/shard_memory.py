@@ -48,6 +48,7 @@ def _rss_mb() -> float:
 
 def measure(size_mb: int, chunk_mb: int, way: str) -> dict:
     """In this (fresh) process: write one shard of `size_mb` the `way` given."""
+    from etl.formats.shards import ShardFormat  # noqa: PLC0415
     from etl.shuffle import engine  # noqa: PLC0415
     from etl.shuffle.planning import ShardPlan  # noqa: PLC0415
     from etl.shuffle.runs import MemorySlice  # noqa: PLC0415
@@ -61,11 +62,11 @@ def measure(size_mb: int, chunk_mb: int, way: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="shard-memory-") as staging:
         if way == "stream":
             result = engine.write_engine_shard(plan, chunks(total, chunk_mb << 20), staging,
-                                               "none")
+                                               ShardFormat())
         else:  # the baseline: the group materialised as one list, the shard sorted at once
             held = list(chunks(total, chunk_mb << 20))
             result = write_shard(plan, [MemorySlice(c.keys, c.ids, c.offsets, c.payload)
-                                        for c in held], staging, "none")
+                                        for c in held], staging, ShardFormat())
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert result.num_records == n

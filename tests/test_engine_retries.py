@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from etl.base.errors import EtlError
+from etl.formats.shards import ShardFormat
 from etl.output.finalize import unique_results
 from etl.shuffle import engine, shard_writer
 from etl.shuffle.planning import ShuffleStats, make_plan
@@ -46,14 +47,15 @@ def _files(folder) -> dict[str, str]:
 
 def test_a_shard_written_twice_is_one_identical_file_counted_once(tmp_path) -> None:
     plans, grouped = _grouped()
-    once = [engine.write_engine_shard(p, iter(grouped[p.index]), str(tmp_path / "once"), "none")
+    fmt = ShardFormat.of()  # with index files: one per shard too
+    once = [engine.write_engine_shard(p, iter(grouped[p.index]), str(tmp_path / "once"), fmt)
             for p in plans]
     staging = tmp_path / "twice"
-    twice = [engine.write_engine_shard(p, iter(grouped[p.index]), str(staging), "none")
+    twice = [engine.write_engine_shard(p, iter(grouped[p.index]), str(staging), fmt)
              for p in plans for _ in range(2)]
     assert twice[0::2] == twice[1::2] == once
     assert _files(staging) == _files(tmp_path / "once")  # one file per shard, same bytes
-    assert sorted(_files(staging)) == [r.name for r in once]
+    assert sorted(_files(staging)) == [n for r in once for n in (r.name, r.index_file.name)]
     unique = unique_results(twice)
     assert unique == once and sum(r.num_records for r in unique) == 18_000
 
@@ -62,7 +64,7 @@ def test_a_failed_half_written_attempt_leaves_nothing_and_the_retry_matches(tmp_
                                                                              monkeypatch) -> None:
     plans, grouped = _grouped(pad=1000)  # 6 MB shards: past the writer's 4 MB buffer
     reference = engine.write_engine_shard(plans[1], iter(grouped[1]), str(tmp_path / "ref"),
-                                          "none")
+                                          ShardFormat.of())
     monkeypatch.setattr(shard_writer, "CHUNK_BYTES", 64 << 10)  # ~95 pieces per shard
     real_gather, calls = shard_writer._gather, []
 
@@ -70,7 +72,8 @@ def test_a_failed_half_written_attempt_leaves_nothing_and_the_retry_matches(tmp_
         calls.append(1)
         if len(calls) == 80:
             # most of the shard is in the attempt's file: the worker dies mid-shard
-            (partial,) = [n for n in os.listdir(staging) if n.endswith(shard_writer.ATTEMPT_SUFFIX)]
+            (partial,) = [n for n in os.listdir(staging) if n.endswith(shard_writer.ATTEMPT_SUFFIX)
+                          and ".index." not in n]
             assert (staging / partial).stat().st_size >= 4 << 20
             raise OSError("worker lost")
         return real_gather(*args)
@@ -78,10 +81,10 @@ def test_a_failed_half_written_attempt_leaves_nothing_and_the_retry_matches(tmp_
     staging = tmp_path / "staging"
     monkeypatch.setattr(shard_writer, "_gather", dies_mid_shard)
     with pytest.raises(OSError, match="worker lost"):
-        engine.write_engine_shard(plans[1], iter(grouped[1]), str(staging), "none")
+        engine.write_engine_shard(plans[1], iter(grouped[1]), str(staging), ShardFormat.of())
     assert len(calls) == 80 and os.listdir(staging) == []  # the failed attempt removed its file
     monkeypatch.setattr(shard_writer, "_gather", real_gather)
-    retried = engine.write_engine_shard(plans[1], iter(grouped[1]), str(staging), "none")
+    retried = engine.write_engine_shard(plans[1], iter(grouped[1]), str(staging), ShardFormat.of())
     assert retried == reference
     assert _files(staging) == _files(tmp_path / "ref")
 

@@ -91,7 +91,7 @@ def test_csv_end_to_end_exact_and_verified(tmp_path, via) -> None:
     assert [s["num_records"] for s in m["splits"]["train"]["shards"]] == [750] * 4
     assert sorted(os.listdir(out)) == sorted(
         ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"]
-        + [f"train-{i:05d}-of-00004.tfrecord" for i in range(4)])
+        + [f"train-{i:05d}-of-00004.tfrecord{index}" for i in range(4) for index in ("", ".index")])
     assert m["inputs"] == [{"path": str(tmp_path / f"part-{k}.csv"), "read": 1000, "written": 1000,
                             "rejected": 0} for k in range(3)]
     assert [i["path"] for i in m["input_files"]] == [str(tmp_path / f"part-{k}.csv")

@@ -36,6 +36,7 @@ from etl.base.worker_errors import wire_errors
 from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
 from etl.formats.proto_wire import binary_column
+from etl.formats.shards import TFRECORD, ShardFormat
 from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
 from etl.output.finalize import finalize_run
 from etl.schedule.progress import Tally, TaskBytes
@@ -79,10 +80,16 @@ class ConvertSpec:
     split_bytes: int = 0  # read tasks of about this size (0: whole files)
     spread_files: bool = False  # cut files on several workers (many files need a scan)
     spread_reads: bool = True  # read tasks on several workers (False: one small file)
+    format: str = TFRECORD  # tfrecord | array_record (etl.formats.shards)
+    index: bool | None = None  # index files beside the shards; None: the format's default
 
     @property
     def shuffled(self) -> bool:
         return self.seed is not None
+
+    @property
+    def shard_format(self) -> ShardFormat:
+        return ShardFormat.of(self.format, self.compression, self.index)
 
 
 # one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
@@ -319,12 +326,12 @@ class _WriteShardFn(beam.DoFn):
         pause("write")
         if spec.via == files.NAME:
             shard, spills = element
-            result = files.write_files_shard(shard, spills, spec.staging_dir, spec.compression,
-                                             self.held)
+            result = files.write_files_shard(shard, spills, spec.staging_dir,
+                                             spec.shard_format, self.held)
         else:  # engine: the group's chunks, read once as they stream out of the group
             (split, index), chunks = element
             result = engine.write_engine_shard(plan.shards[split][index], chunks,
-                                               spec.staging_dir, spec.compression)
+                                               spec.staging_dir, spec.shard_format)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         if self.tally is not None:
@@ -371,7 +378,7 @@ def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str
 
     read_plan = ReadPlan.load(spec.read_plan)
     return finalize_run(spec.staging_dir, schema_from_dict(yaml.safe_load(spec.schema_yaml)),
-                        spec.splits, spec.seed, spec.compression, list(shards), list(reports),
+                        spec.splits, spec.seed, spec.shard_format, list(shards), list(reports),
                         plan.notes, read_plan.inputs, expected_reads(read_plan.units, reports))
 
 

@@ -11,6 +11,9 @@ shuffle: {seed: 42}                   # false keeps input order; via: engine | f
                                       # seed: "{span}" gives each day its own order
 shards: 16                            # per split; or shard_size: 128MB
 compression: none                     # none | gzip | zlib
+format: tfrecord                      # tfrecord | array_record (ArrayRecord shards, for Grain)
+index: true                           # NAME.tfrecord.index beside each shard (DALI, PyPI tfrecord);
+                                      # default: true for uncompressed TFRecord shards, else false
 max_bad_fraction: 0.0                 # rejected records allowed before the run fails
 max_record_bytes: 64MiB               # a bigger record is rejected as oversized_record
 split_bytes: 256MiB                   # large CSV/JSONL/text/Parquet/IDX/npy files: one read task per
@@ -39,13 +42,15 @@ from typing import Any
 from etl.base.errors import ConfigError
 from etl.base.units import DEFAULT_MAX_RECORD_BYTES, parse_size
 from etl.base.yaml_load import load_yaml
+from etl.formats.shards import ARRAY_RECORD, FORMATS, TFRECORD, default_index
 from etl.formats.tfrecord import COMPRESSIONS
 from etl.job.spans import PLACEHOLDERS, Span, default_span, fill, fill_all, placeholders, strings_in
 from etl.storage import fs
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
          "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
-         "spill", "spill_in_memory", "max_record_bytes", "split_bytes", "verify", "allow_empty"}
+         "spill", "spill_in_memory", "max_record_bytes", "split_bytes", "verify", "allow_empty",
+         "format", "index"}
 VERIFY_MODES = ("quick", "full")  # what a rerun checks before it skips a span as current
 DEFAULT_SPLIT_BYTES = 256 * 2**20  # one read task per this much of a large splittable file
 DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
@@ -76,6 +81,8 @@ class JobConfig:
     shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
     verify: str = "quick"  # before a skip: sizes (quick) or every byte (full), etl.schedule.idempotence
     allow_empty: bool = False  # a span that reads no record publishes (else exit 2)
+    format: str = TFRECORD  # the shards' container: tfrecord | array_record
+    index: bool = False  # an index file beside each shard (resolved: the default applied)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
     span: str | None = None  # the date its placeholders were filled with; None: it has none
 
@@ -199,6 +206,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     if compression not in COMPRESSIONS:
         raise ConfigError(f"{path}: compression must be one of {list(COMPRESSIONS)}, "
                           f"got {compression!r}")
+    fmt, index = _shard_format(doc, compression, path)
     spill = doc.get("spill", "disk")
     if spill == "memory":
         raise ConfigError(f"{path}: spill: memory was removed because its memory use is "
@@ -233,9 +241,36 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
                                     f"{path}: max_record_bytes"),
         split_bytes=(None if doc.get("split_bytes") is None
                      else parse_size(doc["split_bytes"], f"{path}: split_bytes", allow_zero=True)),
-        shuffle_via=via, verify=verify, allow_empty=allow_empty, raw=dict(doc),
+        shuffle_via=via, verify=verify, allow_empty=allow_empty, format=fmt, index=index,
+        raw=dict(doc),
         span=span.name if span is not None else None,
     )
+
+
+def _shard_format(doc: Mapping[str, Any], compression: str, path: str) -> tuple[str, bool]:
+    """(`format:`, `index:` with its default applied); the combinations that cannot work are
+    refused here, before any work, with the reason."""
+    fmt = doc.get("format", TFRECORD)
+    if fmt not in FORMATS:
+        raise ConfigError(f"{path}: format must be one of {list(FORMATS)}, got {fmt!r}")
+    if fmt == ARRAY_RECORD and compression != "none":
+        raise ConfigError(f"{path}: compression: {compression} does not apply to format: "
+                          "array_record (ArrayRecord compresses each chunk itself, and a "
+                          "whole-file gzip/zlib stream would lose its random access); remove "
+                          "the compression key")
+    index = doc.get("index")
+    if index is None:
+        return fmt, default_index(fmt, compression)
+    if not isinstance(index, bool):
+        raise ConfigError(f"{path}: index must be true or false, got {index!r}")
+    if index and fmt == ARRAY_RECORD:
+        raise ConfigError(f"{path}: index: true does not apply to format: array_record (an "
+                          "ArrayRecord file carries its own index); remove the index key")
+    if index and compression != "none":
+        raise ConfigError(f"{path}: index: true needs compression: none: an index holds byte "
+                          f"offsets of records, and offsets into a {compression} stream give "
+                          "no random access (a reader must decompress everything before them)")
+    return fmt, index
 
 
 def _sources(doc: Mapping[str, Any], path: str, span: Span | None

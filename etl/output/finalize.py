@@ -19,6 +19,7 @@ from typing import Any
 from etl.base.errors import EtlError
 from etl.contract.schema import Schema
 from etl.contract.tfmd import to_pbtxt
+from etl.formats.shards import ShardFormat
 from etl.output.accounting import account
 from etl.output.layout import MANIFEST, REJECTED_FILE, SCHEMA_FILE, TFMD_FILE
 from etl.output.manifest import build_manifest, file_entry
@@ -27,7 +28,7 @@ from etl.storage import fs
 
 
 def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int | None,
-                 compression: str, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
+                 fmt: ShardFormat, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
                  notes: list[str], input_files: list[dict[str, Any]],
                  expected_reads: Iterable[tuple[int, int]]) -> dict[str, Any]:
     """Check and describe a finished run in `staging`; returns the manifest it wrote.
@@ -40,7 +41,8 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
         if not got or got != list(range(count)):
             raise EtlError(f"split {split!r}: shard results are incomplete ({got}); "
                            "nothing published")
-    remove_attempts(staging, [r.name for r in shards])
+    remove_attempts(staging, [r.name for r in shards]
+                    + [r.index_file.name for r in shards if r.index_file is not None])
     acc = account(reports, shards, expected_reads)
     published = {SCHEMA_FILE: schema.to_yaml().encode(), TFMD_FILE: to_pbtxt(schema).encode()}
     if acc.rejected:
@@ -48,7 +50,7 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
                                            for b in acc.rejected).encode()
     for name, data in published.items():
         fs.write_bytes(fs.join(staging, name), data)
-    manifest = build_manifest(shards, splits, schema.sha256(), seed, compression, acc.inputs,
+    manifest = build_manifest(shards, splits, schema.sha256(), seed, fmt, acc.inputs,
                               acc.summary(), notes,
                               files={k: file_entry(v) for k, v in published.items()},
                               input_files=input_files)
@@ -74,7 +76,8 @@ def unique_results(shards: Iterable[ShardResult]) -> list[ShardResult]:
 
 def remove_attempts(staging: str, names: list[str]) -> None:
     """Delete what failed attempts at writing these shards left (a worker killed before it
-    could remove its own `<shard>.<attempt>.attempt` file): only files of that exact form,
+    could remove its own `<shard>.<attempt>.attempt` file, or `<shard>.index.<attempt>.attempt`
+    for its index): only files of that exact form,
     which only the shard writer creates, in this run's own staging directory."""
     if fs.is_remote(staging):  # object stores: no attempt files (etl.shuffle.shard_writer)
         return

@@ -2,13 +2,15 @@
 
 Output contract:
     OUT/{split}-{i:05d}-of-{n:05d}.tfrecord[.gz|.zz]
+    OUT/{split}-{i:05d}-of-{n:05d}.tfrecord.index (uncompressed shards, unless `index: false`)
     OUT/schema.yaml  OUT/schema.pbtxt  OUT/manifest.json  OUT/_SUCCESS (written last)
     OUT/rejected/rejected.jsonl (when bad records were allowed through)
     OUT/report.json  OUT/report.html (optional, written later by `report`: not in the manifest)
 
 Every file but the manifest itself and the empty `_SUCCESS` marker is listed in the manifest
-with its size and sha256 (shards under `splits`, the others under `files`), so `verify` can
-prove the directory is whole and exactly ours. The only files allowed beside them unlisted are
+with its size and sha256 (shards under `splits`, each with its index file under `index`, the
+others under `files`), so `verify` can prove the directory is whole and exactly ours. The only
+files allowed beside them unlisted are
 the two REPORT_FILES that `report` writes after the run, and only when they carry its marker
 (report_is_ours): a report describes the data, it is not part of it.
 
@@ -27,6 +29,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from etl.base.errors import ForeignEntries, VerifyError
+from etl.formats import array_record
+from etl.formats.record_index import FRAME_OVERHEAD, IndexFileError, parse_index
+from etl.formats.shards import TFRECORD, ShardFormat, is_array_record
 from etl.formats.tfrecord import compression_of, decompressing_reader, iter_records
 from etl.output.layout import (
     MANIFEST,
@@ -40,7 +45,7 @@ from etl.storage import fs
 FORMAT_VERSION = 2
 def build_manifest(
     shards: Iterable[ShardResult], splits: list[str], schema_sha256: str, seed: int | None,
-    compression: str, inputs: list[dict[str, Any]], rejected: dict[str, Any],
+    fmt: ShardFormat, inputs: list[dict[str, Any]], rejected: dict[str, Any],
     notes: list[str] | None = None, extra: dict[str, Any] | None = None,
     files: dict[str, dict[str, Any]] | None = None, input_files: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
@@ -56,8 +61,7 @@ def build_manifest(
         out_splits[split] = {
             "num_records": sum(r.num_records for r in results),
             "num_bytes": sum(r.num_bytes for r in results),
-            "shards": [{"path": r.name, "num_records": r.num_records, "num_bytes": r.num_bytes,
-                        "sha256": r.sha256} for r in results],
+            "shards": [shard_entry(r) for r in results],
         }
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -66,15 +70,27 @@ def build_manifest(
         "files": files or {},
         "schema_sha256": schema_sha256,
         "shuffle": {"seed": seed} if seed is not None else False,
-        "compression": compression,
+        "compression": fmt.compression,
         "inputs": inputs,
         "input_files": input_files or [],
         "rejected": rejected,
         "notes": notes or [],
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if fmt.kind != TFRECORD:  # absent: TFRecord, as every manifest before the key
+        manifest["format"] = fmt.kind
     manifest.update(extra or {})
     return manifest
+
+
+def shard_entry(r: ShardResult) -> dict[str, Any]:
+    """A shard as the manifest lists it; its index file (path, size, sha256) under `index`."""
+    entry: dict[str, Any] = {"path": r.name, "num_records": r.num_records,
+                             "num_bytes": r.num_bytes, "sha256": r.sha256}
+    if r.index_file is not None:
+        entry["index"] = {"path": r.index_file.name, "num_bytes": r.index_file.num_bytes,
+                          "sha256": r.index_file.sha256}
+    return entry
 
 
 def record_run(staging: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -146,12 +162,19 @@ def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[s
             _verify_file(path, name, entry)
     for split, info in manifest["splits"].items():
         for shard in info["shards"]:
+            index = shard.get("index")
             if quick:
                 _check_size(fs.join(path, shard["path"]), sizes.get(shard["path"]), shard,
                             "shard")
+                if index is not None:
+                    _check_size(fs.join(path, index["path"]), sizes.get(index["path"]), index,
+                                "index file")
                 total += shard["num_records"]
+            elif is_array_record(shard["path"]):
+                total += _verify_array_record(fs.join(path, shard["path"]), shard, check_records)
             else:
-                total += _verify_shard(fs.join(path, shard["path"]), shard, check_records)
+                total += _verify_shard(fs.join(path, shard["path"]), shard, check_records,
+                                       None if index is None else fs.join(path, index["path"]))
         count = sum(s["num_records"] for s in info["shards"])
         if count != info["num_records"]:
             raise VerifyError(f"{path}: split {split!r} lists {info['num_records']} records but "
@@ -191,9 +214,14 @@ def _verify_file(out: str, name: str, entry: dict[str, Any]) -> None:
         raise VerifyError(f"{path}: sha256 {got['sha256']} does not match the manifest")
 
 
-def _verify_shard(path: str, entry: dict[str, Any], check_records: bool) -> int:
+def _verify_shard(path: str, entry: dict[str, Any], check_records: bool,
+                  index_path: str | None = None) -> int:
+    """Re-read a TFRecord shard; with its index file, every index line must be the offset
+    and length of the frame read there (so each lands on a frame whose header CRC holds), one
+    line per record."""
     if not fs.exists(path):
         raise VerifyError(f"{path}: missing shard listed in the manifest")
+    index = None if index_path is None else _IndexCheck(index_path, entry["index"])
     sha = hashlib.sha256()
     size = 0
 
@@ -209,12 +237,16 @@ def _verify_shard(path: str, entry: dict[str, Any], check_records: bool) -> int:
                 yield data
 
     count = 0
-    if check_records:
+    if check_records or index is not None:
         raw = chunks()
         try:
             stream = decompressing_reader(_Reader(raw), compression_of(path))
-            for _ in iter_records(stream, path):
+            for offset, data in iter_records(stream, path):
+                if index is not None:
+                    index.frame(count, offset, len(data) + FRAME_OVERHEAD)
                 count += 1
+        except IndexFileError:
+            raise
         except VerifyError as e:
             raise VerifyError(str(e) if str(e).startswith(path) else f"{path}: {e}") from e
         except Exception as e:  # zlib errors on a corrupted compressed shard
@@ -227,6 +259,58 @@ def _verify_shard(path: str, entry: dict[str, Any], check_records: bool) -> int:
         raise VerifyError(f"{path}: {size} bytes on disk, manifest says {entry['num_bytes']}")
     if sha.hexdigest() != entry["sha256"]:
         raise VerifyError(f"{path}: sha256 {sha.hexdigest()} does not match the manifest")
+    if count != entry["num_records"]:
+        raise VerifyError(f"{path}: holds {count} records, manifest says {entry['num_records']}")
+    if index is not None:
+        index.done(count)
+    return count
+
+
+class _IndexCheck:
+    """A shard's index file, compared line by line with the frames as the shard is re-read;
+    errors name the index file and the 1-based line (etl.formats.record_index)."""
+
+    def __init__(self, path: str, entry: dict[str, Any]):
+        if not fs.exists(path):
+            raise VerifyError(f"{path}: missing index file listed in the manifest")
+        self.path, self.entry = path, entry
+        self.data = fs.read_bytes(path)
+        self.offsets, self.lengths = parse_index(self.data, path)
+
+    def frame(self, i: int, offset: int, length: int) -> None:
+        if i >= len(self.offsets):
+            raise IndexFileError(f"{self.path}: line {i + 1}: missing: {len(self.offsets)} lines "
+                                 f"for a shard of more records (record {i + 1} at offset "
+                                 f"{offset})")
+        if self.offsets[i] != offset or self.lengths[i] != length:
+            raise IndexFileError(f"{self.path}: line {i + 1}: '{self.offsets[i]} "
+                                 f"{self.lengths[i]}' is not record {i + 1}'s frame, which is at "
+                                 f"offset {offset} with length {length}")
+
+    def done(self, records: int) -> None:
+        if len(self.offsets) != records:
+            raise IndexFileError(f"{self.path}: line {records + 1}: one line too many: "
+                                 f"{len(self.offsets)} lines for a shard of {records} records")
+        got = file_entry(self.data)
+        if got["num_bytes"] != self.entry["num_bytes"]:
+            raise VerifyError(f"{self.path}: {got['num_bytes']} bytes on disk, manifest says "
+                              f"{self.entry['num_bytes']}")
+        if got["sha256"] != self.entry["sha256"]:
+            raise VerifyError(f"{self.path}: sha256 {got['sha256']} does not match the manifest")
+
+
+def _verify_array_record(path: str, entry: dict[str, Any], check_records: bool) -> int:
+    """An ArrayRecord shard: size and sha256 of its bytes, and (`check_records`) every
+    record read back through the ArrayRecord reader (its chunk hashes checked) and counted."""
+    if not fs.exists(path):
+        raise VerifyError(f"{path}: missing shard listed in the manifest")
+    with array_record.local_copy(path) as local:
+        size, sha = array_record.digest(local)
+        if size != entry["num_bytes"]:
+            raise VerifyError(f"{path}: {size} bytes on disk, manifest says {entry['num_bytes']}")
+        if sha != entry["sha256"]:
+            raise VerifyError(f"{path}: sha256 {sha} does not match the manifest")
+        count = array_record.count_records(local, path) if check_records else entry["num_records"]
     if count != entry["num_records"]:
         raise VerifyError(f"{path}: holds {count} records, manifest says {entry['num_records']}")
     return count

@@ -21,10 +21,14 @@ REPORT_HEAD = 512
 
 def listed_files(manifest: dict[str, Any]) -> set[str]:
     """Every path (relative to the output) a manifest accounts for, itself and the marker
-    included. Format 1 manifests did not list rejected/: any file there counts as listed."""
+    included, each shard's index file too (manifests before index files list none).
+    Format 1 manifests did not list rejected/: any file there counts as listed."""
     listed = set(META_FILES) | set(manifest.get("files", {}))
     for info in manifest["splits"].values():
-        listed.update(shard["path"] for shard in info["shards"])
+        for shard in info["shards"]:
+            listed.add(shard["path"])
+            if shard.get("index") is not None:
+                listed.add(shard["index"]["path"])
     return listed
 
 

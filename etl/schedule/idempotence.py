@@ -38,6 +38,7 @@ from etl.storage.object_store import Store
 log = logging.getLogger(__name__)
 SKIPPED = "already published and current (inputs, schema and job unchanged)"
 OLD_MANIFEST = "published without input fingerprints (by an older version): rebuilt once"
+NO_INDEX = "published without index files (by an older version): rebuilt once"
 JOB_CHANGED = "the job file changed (or its span)"
 SCHEMA_CHANGED = "the schema changed"
 DAMAGED = "the published output is damaged: {}"
@@ -52,6 +53,9 @@ class Identity:
     inputs_sha256: str
     span: str
     run_key: str
+    # the job writes index files (by default, so the job document does not say it): an
+    # output an older version published without them is rebuilt once
+    index: bool = False
 
     def manifest_fields(self) -> dict[str, Any]:
         """What the manifest records of it (besides schema_sha256 and input_files)."""
@@ -102,7 +106,7 @@ def identity(job: Any, schema_sha256: str, inputs: list[dict[str, Any]]) -> Iden
     digest = _sha256([job_sha, schema_sha256, inputs_sha])[:12]
     token = re.sub(r"[^A-Za-z0-9_-]+", "-", span).strip("-")
     return Identity(job_sha, schema_sha256, inputs_sha, span,
-                    f"{token}-{digest}" if token else digest)
+                    f"{token}-{digest}" if token else digest, bool(getattr(job, "index", False)))
 
 
 def new_run_id(run_key: str) -> str:
@@ -170,6 +174,9 @@ def stale_reason(manifest: dict[str, Any] | None, ident: Identity,
         return reason
     if manifest.get("inputs_sha256") != ident.inputs_sha256:  # e.g. a field we do not compare
         return "the inputs changed"
+    if ident.index and any("index" not in shard for info in manifest.get("splits", {}).values()
+                           for shard in info.get("shards", [])):
+        return NO_INDEX
     return None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from etl.formats.shards import ShardFormat
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import FileSlice, RunSlice, SortedRun, write_section
 from etl.shuffle.shard_writer import ShardResult, write_shard
@@ -75,7 +76,7 @@ def partition(run: SortedRun, plans: list[ShardPlan]) -> list[tuple[tuple[str, i
 
 
 def write_engine_shard(plan: ShardPlan, chunks: Iterable[Chunk], staging_dir: str,
-                       compression: str, scratch_dir: str | None = None) -> ShardResult:
+                       fmt: ShardFormat, scratch_dir: str | None = None) -> ShardResult:
     """One shard from every chunk grouped under its key, iterating `chunks` once: each is
     appended to a local scratch file (under `scratch_dir`, default the system temp
     directory), then the sections are merged. Peak memory: one chunk plus the merge's."""
@@ -88,4 +89,4 @@ def write_engine_shard(plan: ShardPlan, chunks: Iterable[Chunk], staging_dir: st
                 if len(chunk):
                     slices.append(FileSlice(path, at, len(chunk), 0, len(chunk)))
                     at += write_section(fh, chunk.keys, chunk.ids, chunk.offsets, chunk.payload)
-        return write_shard(plan, slices, staging_dir, compression)
+        return write_shard(plan, slices, staging_dir, fmt)

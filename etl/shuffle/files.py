@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from etl.formats.shards import ShardFormat
 from etl.shuffle.planning import BlockStats, ShardPlan
 from etl.shuffle.runs import MemorySlice, RunSlice, SortedRun, read_slice, write_section
 from etl.shuffle.shard_writer import ShardResult, write_shard
@@ -117,7 +118,7 @@ def spills_for(plan: ShardPlan, refs: list[SpillRef]) -> tuple[str, ...]:
 
 
 def write_files_shard(plan: ShardPlan, spills: tuple[str, ...], staging_dir: str,
-                      compression: str, held: HeldSpills | None = None) -> ShardResult:
+                      fmt: ShardFormat, held: HeldSpills | None = None) -> ShardResult:
     """One shard from its key range of every overlapping spill."""
     return write_shard(plan, [read_index(p, plan.key_lo, plan.key_hi, held) for p in spills],
-                       staging_dir, compression)
+                       staging_dir, fmt)

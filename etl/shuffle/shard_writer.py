@@ -11,7 +11,7 @@ import hashlib
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -19,8 +19,11 @@ import numpy as np
 import pyarrow as pa
 
 from etl.base import signals
+from etl.formats import array_record
 from etl.formats.proto_wire import BINARY, binary, data_of
-from etl.formats.tfrecord import COMPRESSIONS, Compressor
+from etl.formats.record_index import FRAME_OVERHEAD, index_lines, index_name
+from etl.formats.shards import ARRAY_RECORD, ShardFormat
+from etl.formats.tfrecord import Compressor
 from etl.shuffle.keys import ID_POSITION_BITS
 from etl.shuffle.merge import merged_batches
 from etl.shuffle.planning import ShardPlan
@@ -29,6 +32,15 @@ from etl.storage import fs
 
 CHUNK_BYTES = 16 << 20
 ATTEMPT_SUFFIX = ".attempt"  # a shard being written: <shard name>.<attempt id>.attempt
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    """The index file written beside a TFRecord shard (etl.formats.record_index)."""
+
+    name: str
+    num_bytes: int
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -43,47 +55,121 @@ class ShardResult:
     # records written per input file, by the file's ordinal (the high bits of a record id):
     # what the driver checks `read = written + rejected` against, per input file
     per_input: dict[str, int] = field(default_factory=dict)
+    index_file: IndexFile | None = None  # NAME.index, when the job writes index files
 
 
-def shard_name(split: str, index: int, num_shards: int, compression: str) -> str:
-    return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord{COMPRESSIONS[compression]}"
+def shard_name(split: str, index: int, num_shards: int, fmt: ShardFormat | str) -> str:
+    """`fmt`: the shard format, or a compression name for a TFRecord shard."""
+    if isinstance(fmt, str):
+        fmt = ShardFormat(compression=fmt)
+    return fmt.shard_name(split, index, num_shards)
 
 
 def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
-                compression: str) -> ShardResult:
+                fmt: ShardFormat) -> ShardResult:
     """Merge this shard's slice of every run (etl.shuffle.merge), keep its planned ranks, and
-    write it framed (and compressed). Memory: the merge's blocks plus one piece of about
-    CHUNK_BYTES of payload, whatever the shard's size.
+    write it framed (and compressed), with its index file when `fmt.index`, or as an
+    ArrayRecord file. Memory: the merge's blocks plus one piece of about CHUNK_BYTES of
+    payload, whatever the shard's size.
 
-    The shard is written to a file of its own attempt and renamed into place at the end, so
-    a retried or duplicated attempt (Dataflow retries a failed bundle, may run a straggler's
-    twice) leaves exactly one file with the same bytes; a failed attempt removes its file."""
+    The shard (and its index) is written to a file of its own attempt and renamed into place
+    at the end, so a retried or duplicated attempt (Dataflow retries a failed bundle, may run
+    a straggler's twice) leaves exactly one file with the same bytes; a failed attempt
+    removes its file. The index is computed from the record sizes while the shard is
+    written: no second pass over the shard."""
     slices = [s for s in slices if len(s)]
-    name = shard_name(plan.split, plan.index, plan.num_shards, compression)
-    sha = hashlib.sha256()
-    size = found = 0
+    name = fmt.shard_name(plan.split, plan.index, plan.num_shards)
+    found = 0
     per_input: Counter[int] = Counter()
-    comp = Compressor(compression)
     final = fs.join(staging_dir, name)
-    with shared_handles(slices), attempt_file(final) as fh:
+    sink_type = _ArrayRecordSink if fmt.kind == ARRAY_RECORD else _TFRecordSink
+    with shared_handles(slices), sink_type.open(final, fmt) as sink:
         for src, local, ids, sizes in merged_batches(slices, plan.skip, plan.take):
             signals.check_cancelled(f"writing {name}")
             found += len(src)
             files, counts = np.unique(ids >> np.uint64(ID_POSITION_BITS), return_counts=True)
             per_input.update(dict(zip(files.tolist(), counts.tolist(), strict=True)))
             for piece in _pieces(sizes):
-                data = comp.compress(_gather(slices, src[piece], local[piece], sizes[piece]))
-                sha.update(data)
-                size += len(data)
-                fh.write(data)
+                sink.write(_gather(slices, src[piece], local[piece], sizes[piece]), sizes[piece])
         if found != plan.take:
             raise RuntimeError(f"shard {name}: planned {plan.take} records, found {found}")
-        tail = comp.flush()
-        sha.update(tail)
-        size += len(tail)
-        fh.write(tail)
-    return ShardResult(plan.split, plan.index, plan.num_shards, name, found, size,
-                       sha.hexdigest(), {str(f): c for f, c in sorted(per_input.items())})
+        sink.finish()
+    return ShardResult(plan.split, plan.index, plan.num_shards, name, found, sink.num_bytes,
+                       sink.sha256, {str(f): c for f, c in sorted(per_input.items())},
+                       sink.index_file)
+
+
+class _TFRecordSink:
+    """A TFRecord shard (whole-file compressed when asked) and, with `fmt.index`, its index
+    file, both written as attempt files that appear together or not at all."""
+
+    def __init__(self, shard: BinaryIO, fmt: ShardFormat, index: BinaryIO | None,
+                 index_name: str):
+        self._fh, self._index_fh, self._index_name = shard, index, index_name
+        self._comp = Compressor(fmt.compression)
+        self._sha, self._index_sha = hashlib.sha256(), hashlib.sha256()
+        self.num_bytes = self._index_bytes = self._frames_end = 0
+        self.sha256 = ""
+        self.index_file: IndexFile | None = None
+
+    @classmethod
+    @contextmanager
+    def open(cls, final: str, fmt: ShardFormat) -> Iterator[_TFRecordSink]:
+        with ExitStack() as stack:
+            shard = stack.enter_context(attempt_file(final))
+            index = stack.enter_context(attempt_file(index_name(final))) if fmt.index else None
+            yield cls(shard, fmt, index, fs.basename(index_name(final)))
+
+    def write(self, framed: pa.Buffer, frame_sizes: np.ndarray) -> None:
+        self._put(self._comp.compress(framed))
+        if self._index_fh is not None:
+            lines, self._frames_end = index_lines(frame_sizes - FRAME_OVERHEAD, self._frames_end)
+            self._index_sha.update(lines)
+            self._index_bytes += len(lines)
+            self._index_fh.write(lines)
+
+    def _put(self, data: bytes) -> None:
+        self._sha.update(data)
+        self.num_bytes += len(data)
+        self._fh.write(data)
+
+    def finish(self) -> None:
+        self._put(self._comp.flush())
+        self.sha256 = self._sha.hexdigest()
+        if self._index_fh is not None:
+            self.index_file = IndexFile(self._index_name, self._index_bytes,
+                                        self._index_sha.hexdigest())
+
+
+class _ArrayRecordSink:
+    """An ArrayRecord shard: the payloads written to a local scratch file, then copied to
+    the attempt file (etl.formats.array_record says why)."""
+
+    def __init__(self, writer: array_record.Writer):
+        self._writer = writer
+        self.num_bytes = 0
+        self.sha256 = ""
+        self.index_file: IndexFile | None = None
+        self._out: BinaryIO | None = None
+
+    @classmethod
+    @contextmanager
+    def open(cls, final: str, fmt: ShardFormat) -> Iterator[_ArrayRecordSink]:
+        with array_record.scratch_file(fs.basename(final)) as local, attempt_file(final) as out:
+            sink = cls(array_record.Writer(local))
+            sink._out = out
+            try:
+                yield sink
+            finally:
+                sink._writer.close()
+
+    def write(self, framed: pa.Buffer, frame_sizes: np.ndarray) -> None:
+        self._writer.write_framed(framed, frame_sizes)
+
+    def finish(self) -> None:
+        self._writer.close()
+        assert self._out is not None
+        self.num_bytes, self.sha256 = array_record.copy_out(self._writer.path, self._out)
 
 
 @contextmanager

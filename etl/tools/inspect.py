@@ -24,7 +24,9 @@ import numpy as np
 from etl.base.errors import EXIT_CONFIG, EtlError
 from etl.contract.images import is_image, png_bytes
 from etl.contract.schema import Feature, Schema, load_schema
-from etl.formats.tfrecord import compression_of, read_file
+from etl.formats.record_index import INDEX_SUFFIX
+from etl.formats.shards import ARRAY_RECORD_SUFFIX, is_array_record, read_shard
+from etl.formats.tfrecord import compression_of
 from etl.output.layout import SCHEMA_FILE, SUCCESS
 from etl.storage import fs
 
@@ -120,10 +122,11 @@ def inspect(
             break
         compression = compression_of(path)
         yield f"== {path}" + (f" ({compression})" if compression != "none" else "")
-        for index, (offset, data) in enumerate(read_file(path, compression)):
+        at = "index" if is_array_record(path) else "offset"
+        for index, (offset, data) in enumerate(read_shard(path)):
             if shown >= limit:
                 break
-            head = f"-- record {shown} (offset {offset}, {len(data)} bytes)"
+            head = f"-- record {shown} ({at} {offset}, {len(data)} bytes)"
             if schema_obj is None:
                 body = _proto_text(data)
             else:
@@ -145,9 +148,11 @@ def _files_and_schema(items: list[str]) -> tuple[list[str], str | None]:
     for item in items:
         if fs.isdir(item):
             root = _dataset_root(item)
-            found = _glob(fs.join(root, "*.tfrecord*"))
+            found = sorted(_glob(fs.join(root, "*.tfrecord*"))
+                           + _glob(fs.join(root, "*" + ARRAY_RECORD_SUFFIX)))
             if not found:
-                raise InspectError(f"{item}: no *.tfrecord* files in this directory")
+                raise InspectError(f"{item}: no *.tfrecord* files (nor *{ARRAY_RECORD_SUFFIX}) in "
+                                   "this directory")
             files += found
             candidate = fs.join(root, SCHEMA_FILE)
         elif any(c in item for c in "*?["):
@@ -170,7 +175,8 @@ def _files_and_schema(items: list[str]) -> tuple[list[str], str | None]:
 
 
 def _glob(pattern: str) -> list[str]:
-    return [path for path, _ in fs.match(pattern)]
+    """The files a pattern matches, but index files (`NAME.tfrecord.index`: no records)."""
+    return [path for path, _ in fs.match(pattern) if not path.endswith(INDEX_SUFFIX)]
 
 
 def _dataset_root(path: str) -> str:
@@ -390,6 +396,7 @@ def _file_stems(files: list[str]) -> dict[str, str]:
     for path in files:
         name = fs.basename(path)
         stem = _safe(name.split(".tfrecord", 1)[0] if ".tfrecord" in name
+                     else name.removesuffix(ARRAY_RECORD_SUFFIX) if is_array_record(name)
                      else os.path.splitext(name)[0])
         unique, n = stem, 2
         while unique in used:

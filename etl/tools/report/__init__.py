@@ -27,7 +27,7 @@ from etl.base.errors import BadInputError, ConfigError, EtlError, StorageError
 from etl.base.pause import pause
 from etl.contract.images import is_image
 from etl.contract.schema import load_schema
-from etl.formats.tfrecord import compression_of, read_file
+from etl.formats.shards import read_shard
 from etl.output.layout import MANIFEST, PRODUCER, REPORT_FILES, SUCCESS
 from etl.output.lock import read_settled
 from etl.output.manifest import dataset_dir, load_manifest
@@ -158,7 +158,7 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
             path = fs.join(ddir, shard["path"])
             try:
                 with fs.guarded(path, "reading"):
-                    for _, data in read_file(path, compression_of(path)):
+                    for _, data in read_shard(path):
                         batch.append(data)
                         if len(batch) >= BATCH:
                             _add(acc, batch, path)
