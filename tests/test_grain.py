@@ -55,3 +55,13 @@ def test_grain_epoch_exactly_once_and_deterministic(sentences):
 def test_records_satisfy_the_protocol(sentences):
     records = open_records(sentences, "train")
     assert isinstance(records, gp.RandomAccessDataSource)  # a runtime-checkable Protocol
+
+
+def test_batched_reads_through_grain_datasets(sentences):
+    """`grain.MapDataset.source(records).batch(...)` asks for a batch of indices at once
+    (SupportsBatchedReadRandomAccessDataSource): one read and one decode per batch."""
+    records = open_records(sentences, "train")
+    ids = (gp.MapDataset.source(records).shuffle(seed=3)
+           .map(lambda r: int(r["id"])).batch(32))
+    got = [int(i) for batch in ids for i in batch]
+    assert sorted(got) == sorted(records[np.arange(len(records))]["id"].tolist())

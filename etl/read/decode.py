@@ -32,6 +32,7 @@ fits, so only `int64` sequence features are left out of its schema and read with
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 from collections.abc import Callable
@@ -45,6 +46,8 @@ from etl.contract.schema import Feature, Schema
 from etl.contract.tfmd import SEQUENCE_STRUCT, schema_to_tfmd
 
 _PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+_ALL = np.ones(4096, bool)
+_ALL.flags.writeable = False
 
 
 class RecordDecodeError(EtlError, ValueError):
@@ -179,14 +182,23 @@ class RecordDecoder:
 # ---- one feature ------------------------------------------------------------------------------
 def _lists(col: pa.Array | None, n: int) -> tuple[np.ndarray, Any, np.ndarray]:
     """(offsets [n+1], values, present mask) of a list column; None: the feature is absent
-    from every record of the batch."""
+    from every record of the batch. The offsets are read off Arrow's buffer (no copy)."""
     if col is None:
         return np.zeros(n + 1, np.int64), None, np.zeros(n, bool)
-    offsets = col.offsets.to_numpy()
+    offsets = np.frombuffer(col.buffers()[1], np.int64, n + 1, col.offset * 8)
     present = (~col.is_null().to_numpy(zero_copy_only=False) if col.null_count
-               else np.ones(n, bool))
-    return offsets - offsets[0], col.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])), \
-        present
+               else _ALL[:n] if n <= len(_ALL) else np.ones(n, bool))
+    first = int(offsets[0])
+    values = col.values
+    if first or len(values) != offsets[-1]:
+        values = values.slice(first, int(offsets[-1]) - first)
+        offsets = offsets - first
+    return offsets, values, present
+
+
+@functools.lru_cache(maxsize=4096)
+def _value_count(f: Feature) -> int:
+    return f.value_count  # np.prod per call costs more than the rest of a one-record decode
 
 
 def _values(f: Feature, values: Any) -> np.ndarray:
@@ -201,6 +213,10 @@ def _values(f: Feature, values: Any) -> np.ndarray:
 
 def _context(f: Feature, col: pa.Array | None, n: int, name: Callable[[int], str]) -> Any:
     offsets, values, present = _lists(col, n)
+    k = _value_count(f)
+    if f.encoding == "values" and f.fixed and values is not None and len(values) == n * k and (
+            n == 1 or (offsets[1:] - offsets[:-1] == k).all()):
+        return _values(f, values).reshape(n, *f.shape)  # the common case: every record full
     counts = np.diff(offsets)
     if f.encoding != "values":
         if not present.all() or (counts != 1).any():
@@ -216,10 +232,7 @@ def _context(f: Feature, col: pa.Array | None, n: int, name: Callable[[int], str
                                     f"{int(counts[bad[0]])} values, not a multiple of {k}")
         flat = _values(f, values).reshape(-1, *f.inner_shape)
         return np.split(flat, offsets[1:-1] // k)
-    k = f.value_count
     flat = _values(f, values)
-    if (counts == k).all():
-        return flat.reshape(n, *f.shape)
     wrong = np.flatnonzero(present & (counts != k) | ~present & (f.default is None))
     if len(wrong):
         i = int(wrong[0])

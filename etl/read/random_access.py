@@ -113,6 +113,11 @@ class Records:
         records (PyTorch's DataLoader asks for this, then hands it to its collate function)."""
         return Batch(self.batch(indices), len(indices))
 
+    # Grain's SupportsBatchedReadRandomAccessDataSource: `grain.MapDataset.source(records)`
+    # then reads a batch of indices in one call (a one-record decode costs ~100 µs, ~4 µs per
+    # record in a batch of 256: benchmarks/README.md)
+    _getitems = __getitems__
+
     def batch(self, indices: Any) -> dict[str, Any]:
         """Records `indices` as one batch: arrays [n, *shape] for fixed-shape features, lists
         of n per-record arrays for ragged and sequence features (etl.read.decode)."""
