@@ -41,6 +41,7 @@ from apache_beam.utils.shared import Shared
 
 from etl.base import signals
 from etl.base.errors import BadInputError, ConfigError, EtlError, LockedError
+from etl.base.pause import pause
 from etl.base.worker_errors import (
     describe_unexpected,
     fds_ran_out,
@@ -273,11 +274,22 @@ def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
     return _Plan(schema, read_plan, pinned, inputs, ident, run_id, published, skip)
 
 
+@dataclass
+class _Place:
+    """Where a run works once it holds its output: the lock, this run's staging directory
+    and log, and (object stores) the versioned publish."""
+
+    lock: Any
+    remote: RemoteRun | None
+    tmp: str
+    log_file: str
+    workdir: str | None  # local outputs: the work dir whose old logs are pruned after
+
+
 def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
          break_lock: bool, lock_stale_after: float, capture_stderr: bool,
          progress: ProgressConfig | None = None) -> JobResult:
     """run_job's work; `attempt` collects what the history entry needs as it goes."""
-    started = attempt.started
     args = default_beam_args(beam_args)
     given = PipelineOptions(args)
     fs.use_options(given)  # the launcher's own reads use the user's file-system options
@@ -285,67 +297,94 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     runner = given.view_as(StandardOptions).runner
     attempt.runner = str(getattr(runner, "__name__", runner) or "")
     plan = _plan(job, runner, given, attempt, force)
-    schema, read_plan, pinned = plan.schema, plan.read_plan, plan.pinned
-    inputs, ident = plan.inputs, plan.ident
-    run_id, published, skip = plan.run_id, plan.published, plan.skip
 
     def skipped() -> JobResult:
-        assert published is not None
-        return JobResult(job.output, _split_counts(published), published["rejected"],
-                         time.time() - started, published, skipped=idempotence.SKIPPED,
-                         run_key=ident.run_key, run_id=run_id)
+        assert plan.published is not None
+        return JobResult(job.output, _split_counts(plan.published), plan.published["rejected"],
+                         time.time() - attempt.started, plan.published,
+                         skipped=idempotence.SKIPPED, run_key=plan.ident.run_key,
+                         run_id=plan.run_id)
 
-    local = not fs.is_remote(job.output)
-    if skip and not (local and guard.has_run_dirs(job.output)):
+    dead_runs = not fs.is_remote(job.output) and guard.has_run_dirs(job.output)
+    if plan.skip and not dead_runs:
         return skipped()  # no lock, no pipeline
     options = pipeline_options(args)
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
-    preflight(job, inputs, temp_root)
+    preflight(job, plan.inputs, temp_root)
     attempt.accepted = True
     via = strategy_for(job.shuffle_via, runner).NAME
-    info = RunInfo.current(run_id)
+    info = RunInfo.current(plan.run_id)
     with ExitStack() as stack:
-        remote: RemoteRun | None = None
-        if local:
-            workdir = layout.work_dir(job.output)
-            with same_run_named(job.output, ident.run_key):
-                lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
-                                                   output=job.output))
-            guard.recover_leftovers(workdir, job.output, lock_stale_after)
-            if skip and idempotence.stale_reason(idempotence.published_manifest(job.output),
-                                                 ident, inputs) is None:
-                return skipped()  # current: only a dead run's leftovers were to be cleared
-            guard.check_output(job.output, _protected(job, inputs))  # again, locked
-            tmp = guard.create_run_dir(workdir, info)
-            log_file = layout.log_path(workdir, run_id)
+        # from the lock to its release a signal is only recorded, except while the pipeline
+        # runs (signals.interruptible in _convert): a Ctrl-C never leaves a run directory
+        # half made or half removed, nor the lock behind
+        stack.enter_context(signals.deferred())
+        place = _take_output(stack, job, plan, info, temp_root, lock_stale_after, break_lock)
+        if place is None:
+            result = skipped()  # current: only a dead run's leftovers were to be cleared
         else:
-            # object stores: lock, marker, leftovers and a versioned publish (etl.output.remote)
-            with same_run_named(job.output, ident.run_key):
-                lock = remote = stack.enter_context(RemoteRun(
-                    job.output, info, temp_root, lock_stale_after, break_lock,
-                    inputs=_protected(job, inputs)))
-            tmp = remote.tmp
-            log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{run_id}.log")
-        run_log = stack.enter_context(RunLog(log_file))
-        run_log.note(f"run {run_id} pid {info.pid}: job {job.path} -> {job.output}; "
-                     f"beam args {args}; shuffle via {via}; {len(inputs)} input file(s), "
-                     f"{sum(i['num_bytes'] for i in inputs)} bytes")
-        held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
-        spec = convert_spec(job, schema, read_plan, options, via, tmp, held)
-        read_plan.save(spec.read_plan)
-        # this run's held spills: shared by its DoFns in this process, dropped when it ends
-        held_handle = Shared() if held else None
-        store = held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
-            if held_handle else None
-        # this run's live progress tally: shared like the held spills, when every stage runs
-        # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
-        tally_handle = Shared() if progress is not None and shares_process(options) else None
-        tally = tally_handle.acquire(Tally) if tally_handle else None
-        bytes_total = sum(u.num_bytes for u in read_plan.units)
-        reporter: live.Reporter | None = None
-        failure: BaseException | None = None
-        submitted = None
-        try:
+            run_log = stack.enter_context(RunLog(place.log_file))
+            run_log.note(f"run {plan.run_id} pid {info.pid}: job {job.path} -> {job.output}; "
+                         f"beam args {args}; shuffle via {via}; {len(plan.inputs)} input "
+                         f"file(s), {sum(i['num_bytes'] for i in plan.inputs)} bytes")
+            result = _convert(job, plan, options, via, place, run_log, attempt, capture_stderr,
+                              progress)
+    # a signal that came while the run cleaned up, after it succeeded
+    signals.raise_pending(signals.PUBLISHED if attempt.published else signals.UNCHANGED)
+    return result
+
+
+def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
+                 temp_root: str | None, lock_stale_after: float,
+                 break_lock: bool) -> _Place | None:
+    """Lock the output (held until `stack` closes), clear dead runs' leftovers, check the
+    output again under the lock and make this run's directory; None when, locked, the output
+    turns out current after all (a dead run's leftovers were all that stood in the way)."""
+    if not fs.is_remote(job.output):
+        workdir = layout.work_dir(job.output)
+        with same_run_named(job.output, plan.ident.run_key):
+            lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
+                                               output=job.output))
+        guard.recover_leftovers(workdir, job.output, lock_stale_after)
+        if plan.skip and idempotence.stale_reason(idempotence.published_manifest(job.output),
+                                                  plan.ident, plan.inputs) is None:
+            return None
+        guard.check_output(job.output, _protected(job, plan.inputs))  # again, locked
+        tmp = guard.create_run_dir(workdir, info)
+        pause("run-dir")
+        return _Place(lock, None, tmp, layout.log_path(workdir, plan.run_id), workdir)
+    # object stores: lock, marker, leftovers and a versioned publish (etl.output.remote)
+    with same_run_named(job.output, plan.ident.run_key):
+        remote = stack.enter_context(RemoteRun(job.output, info, temp_root, lock_stale_after,
+                                               break_lock, inputs=_protected(job, plan.inputs)))
+    log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{plan.run_id}.log")
+    return _Place(remote, remote, remote.tmp, log_file, None)
+
+
+def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, place: _Place,
+             run_log: RunLog, attempt: Attempt, capture_stderr: bool,
+             progress: ProgressConfig | None) -> JobResult:
+    """Run the pipeline into the run's directory, check what was read against the pins,
+    publish; whatever happens, stop the progress display and remove the run's directory,
+    then report a failure in one line (its traceback goes to the run's log)."""
+    started, run_id, tmp, log_file = attempt.started, plan.run_id, place.tmp, place.log_file
+    held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
+    spec = convert_spec(job, plan.schema, plan.read_plan, options, via, tmp, held)
+    plan.read_plan.save(spec.read_plan)
+    # this run's held spills: shared by its DoFns in this process, dropped when it ends
+    held_handle = Shared() if held else None
+    store = held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
+        if held_handle else None
+    # this run's live progress tally: shared like the held spills, when every stage runs
+    # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
+    tally_handle = Shared() if progress is not None and shares_process(options) else None
+    tally = tally_handle.acquire(Tally) if tally_handle else None
+    bytes_total = sum(u.num_bytes for u in plan.read_plan.units)
+    reporter: live.Reporter | None = None
+    failure: BaseException | None = None
+    submitted = None
+    try:
+        with signals.interruptible():  # the pipeline and the publish: a signal acts
             reporter = live.start(progress, tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
                 p = beam.Pipeline(options=options)
@@ -357,40 +396,44 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
                 submitted.wait_until_finish()
             if reporter is not None:
                 reporter.stage("checking")
-            if lock is not None:
-                lock.verify()
+            if place.lock is not None:
+                place.lock.verify()
             launched = launch_only(options)
-            if not launched:
-                input_pin.check_unchanged(pinned)  # what was read is what was fingerprinted
             if launched:  # nothing ran: nothing to check or publish
                 result = JobResult(job.output, {}, {"num_records": 0}, time.time() - started,
                                    {}, launched)
             else:
+                input_pin.check_unchanged(plan.pinned)  # what was read is what was fingerprinted
                 rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
-                fields = {**ident.manifest_fields(), "run_id": run_id}
-                result = _check_and_publish(job, spec, run_id, started, rejected_at, remote,
+                fields = {**plan.ident.manifest_fields(), "run_id": run_id}
+                result = _check_and_publish(job, spec, run_id, started, rejected_at, place.remote,
                                             fields, reporter, attempt)
             if reporter is not None:
                 reporter.stage("done")
-        except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
-            failure = _changed_input(e, pinned)
-            if isinstance(e, KeyboardInterrupt) and submitted is not None:
-                cancel_remote_job(submitted, options, run_log)
-        finally:
-            if reporter is not None:  # before anything else is printed: the summary, an error
-                reporter.stop(final=failure is None)
-            if store is not None:
-                store.release()
-            _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
-        if local:
-            guard.prune_logs(workdir)  # this run's log is the newest: always kept
-        if failure is not None:
-            run_log.failure(failure)
-            if not isinstance(failure, Exception):
-                raise failure  # KeyboardInterrupt, SystemExit: as they are
-            raise user_error(failure, log_file, run_id) from failure
-        run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
-        return result
+    except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
+        failure = _changed_input(e, plan.pinned)
+        if isinstance(e, KeyboardInterrupt) and submitted is not None:
+            cancel_remote_job(submitted, options, run_log)
+    finally:
+        if reporter is not None:  # before anything else is printed: the summary, an error
+            reporter.stop(final=failure is None)
+        if store is not None:
+            store.release()
+        _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
+    if place.workdir is not None:
+        guard.prune_logs(place.workdir)  # this run's log is the newest: always kept
+    if failure is not None:
+        run_log.failure(failure)
+        if signals.received() is not None and not isinstance(failure, KeyboardInterrupt):
+            # what the signal left of the run (a bundle that saw the cancel flag, a runner
+            # that swallowed the interrupt and failed on its own): the signal is the cause
+            raise signals.as_interrupted(failure, signals.PUBLISHED if attempt.published
+                                         else signals.UNCHANGED) from failure
+        if not isinstance(failure, Exception):
+            raise failure  # KeyboardInterrupt, SystemExit: as they are
+        raise user_error(failure, log_file, run_id) from failure
+    run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
+    return result
 
 
 def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: PipelineOptions,
@@ -583,6 +626,7 @@ def _protected(job: JobConfig, inputs: list[dict[str, Any]]) -> list[str]:
 def _clean_up(tmp: str, run_log: RunLog, output: str | None = None) -> None:
     """Remove the run's directory, unless it still holds the previous output of a publish
     that could not be rolled back (then it is put back first, or kept for the next run)."""
+    pause("clean-up")
     aside = fs.join(tmp, layout.PREVIOUS)
     if output is not None and not fs.is_remote(tmp) and os.path.isdir(aside):
         if not os.path.lexists(output):
@@ -593,7 +637,10 @@ def _clean_up(tmp: str, run_log: RunLog, output: str | None = None) -> None:
                         "back)", tmp, output)
             return
     try:
-        fs.delete_tree(tmp)
+        if fs.is_remote(tmp):
+            fs.delete_tree(tmp)
+        else:
+            guard.remove_run_dir(tmp)  # its marker last: a leftover is still known as ours
     except Exception as e:  # noqa: BLE001 - a leftover is removed by the next run
         run_log.note(f"could not remove {tmp}: {e}")
         log.warning("could not remove %s (the next run removes it): %s", tmp, e)

@@ -112,7 +112,8 @@ def leftovers(out: str) -> list[str]:
 
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
-@pytest.mark.parametrize("phase", PIPELINE + LOCAL_PUBLISH + ["publish:success"])
+@pytest.mark.parametrize("phase", ["run-dir"] + PIPELINE + LOCAL_PUBLISH
+                         + ["publish:success", "clean-up"])
 def test_a_signal_at_any_phase_leaves_one_whole_output(tmp_path: Path, phase: str,
                                                        signum: int) -> None:
     out = str(tmp_path / "out")
@@ -126,7 +127,8 @@ def test_a_signal_at_any_phase_leaves_one_whole_output(tmp_path: Path, phase: st
     proc = start(["run", job], phase, tmp_path / "pause")
     _, err = signal_at(proc, phase, tmp_path / "pause", signum)
 
-    published = phase == "publish:success"  # _SUCCESS written: the publish completes
+    # _SUCCESS written: the publish completes; the clean-up after it is never cut short
+    published = phase in ("publish:success", "clean-up")
     assert_interrupted(proc, err, signum, NEW if published else OLD)
     if published:
         assert verify(out)["records"] == 450

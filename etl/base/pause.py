@@ -10,9 +10,11 @@ At a listed phase the run writes `DIR/PHASE.reached` (its pid inside) and waits 
 Interrupted the handler raised go on. Each phase pauses once per process (the first
 worker to get there). Unset (always, outside tests), a pause point costs one dict lookup.
 
-Phases: read, shuffle, write, finalize (in the pipeline); publish:start, publish:aside,
-publish:renamed, publish:success (local publish, etl.output.publish); publish:copied,
-publish:pointer (gs://); between-spans (a range, before each span after the first).
+Phases: run-dir (the local run directory made, before the pipeline); read, shuffle, write,
+finalize (in the pipeline); publish:start, publish:aside, publish:renamed, publish:success
+(local publish, etl.output.publish); publish:copied, publish:pointer (gs://); clean-up (the
+run's directory about to be removed, whatever the outcome); between-spans (a range, before
+each span after the first); report:read (`report`, between the manifest and the shards).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class _State:
 
 
 _state = _State()
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: the handler runs in the main thread, maybe inside
 
 
 def _handler(signum: int, frame: object) -> None:
@@ -153,9 +153,10 @@ def as_interrupted(e: BaseException, when: str) -> Interrupted:
 
 
 @contextmanager
-def critical() -> Iterator[None]:
-    """Signals inside are recorded, not raised; a pending one is raised when the outermost
-    section ends (after it completed), unless the section raised it itself."""
+def deferred() -> Iterator[None]:
+    """Signals inside are recorded, not raised, and stay pending after it: for work that must
+    not be cut in the middle (making and removing the run's directory, releasing its lock),
+    whose caller raises the pending signal once it is safe (raise_pending)."""
     with _lock:
         _state.depth += 1
     try:
@@ -163,8 +164,30 @@ def critical() -> Iterator[None]:
     finally:
         with _lock:
             _state.depth -= 1
-            outer = _state.depth == 0
+
+
+@contextmanager
+def interruptible(when: str = UNCHANGED) -> Iterator[None]:
+    """Inside a deferred region, the long work a signal must stop at once (the pipeline): a
+    signal recorded before raises on entry, one inside raises where it lands. The region's
+    own `critical()` sections still hold theirs."""
+    with _lock:
+        saved, _state.depth = _state.depth, 0
+    try:
+        raise_pending(when)
+        yield
+    finally:
+        with _lock:
+            _state.depth = saved
+
+
+@contextmanager
+def critical() -> Iterator[None]:
+    """Signals inside are recorded, not raised; a pending one is raised when the outermost
+    section ends (after it completed), unless the section raised it itself."""
+    with deferred():
+        yield
     # reached only when the section completed: a failure inside it stands as it is (the
     # signal is still recorded, so a range starts no further span)
-    if outer:
+    if _state.depth == 0:
         raise_pending(PUBLISHED)

@@ -20,10 +20,12 @@ removed only once their run is no longer alive (etl.output.lock.why_dead).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterable
 
 from etl.base.errors import ConfigError, StorageError
@@ -224,6 +226,48 @@ def create_run_dir(workdir: str, info: RunInfo) -> str:
     return path
 
 
+def remove_run_dir(path: str, settle_seconds: float = 5.0) -> None:
+    """Remove a local run directory, its marker last: a removal cut short leaves a directory
+    the next run still knows as a dead run's and removes, never an unmarked one it must
+    leave alone. Entries that appear meanwhile (a stopped run's worker thread finishing its
+    batch) are removed again for up to `settle_seconds`."""
+    marker = os.path.join(path, MARKER)
+    try:
+        with open(marker, "rb") as fh:
+            mark = fh.read()
+    except FileNotFoundError:
+        mark = None
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        try:
+            for entry in os.scandir(path):
+                if entry.name == MARKER:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.remove(entry.path)
+            if mark is not None and os.path.lexists(marker):
+                os.remove(marker)
+            try:
+                os.rmdir(path)
+                return
+            except OSError:
+                if mark is not None:  # something came in after the marker left: mark it again
+                    with open(marker, "wb") as fh:
+                        fh.write(mark)
+                raise
+        except FileNotFoundError:
+            if not os.path.lexists(path):
+                return
+            if time.monotonic() > deadline:
+                raise
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
 def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str]:
     """Remove run dirs of runs that are no longer alive (by their marker); if one of them
     died between the two renames of its publish, first put the old output back. Returns
@@ -249,7 +293,11 @@ def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str
             os.replace(previous, output)
             log.warning("restored the previous output %s, left aside by %s", output,
                         info.describe())
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            remove_run_dir(path)
+        except OSError as e:
+            log.warning("could not remove the leftover run directory %s: %s", path, e)
+            continue
         removed.append(path)
         log.warning("removed the leftover run directory %s (%s)", path, reason)
     return removed
