@@ -42,7 +42,7 @@ test: $(STAMP) $(AIRFLOW_STAMP)
 	ETL_AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV))/bin/python $(PY) -m pytest -q $(ARGS)
 
 test-torch: $(TORCH_STAMP)
-	$(TORCH_VENV)/bin/python -m pytest -q tests/test_torch.py $(ARGS)
+	$(TORCH_VENV)/bin/python -m pytest -q tests/test_torch.py tests/test_reading_elsewhere.py $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
