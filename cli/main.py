@@ -365,8 +365,17 @@ def _imports_done() -> None:
 
 
 def _main_handling_signals() -> int:
-    with signals.handled(then_ignore=True):  # the process ends after main
-        return main()
+    code: int | None = None
+    try:
+        with signals.handled(then_ignore=True):  # the process ends after main
+            code = main()
+    except KeyboardInterrupt:
+        if code is None:
+            raise
+        # a signal as main returned: its outcome is told already (a published output stays
+        # published), and it is what the exit code says
+    assert code is not None
+    return code
 
 
 def entry() -> int:
