@@ -191,7 +191,7 @@ class Feature:
                 return tf.io.decode_png(b, channels=channels, dtype=out_type)
         else:
             def decode_one(b: Any) -> Any:
-                return tf.io.decode_jpeg(b, channels=channels)
+                return tf.io.decode_jpeg(b, channels=channels, dct_method="INTEGER_ACCURATE")
         images = tf.map_fn(
             decode_one, blobs, fn_output_signature=tf.TensorSpec([None, None, channels], out_type)
         )

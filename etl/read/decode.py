@@ -15,11 +15,11 @@ representation), and tfx_bsl's decoder is given the dataset's own TFMD schema
   the per-step shape is ragged); no feature list at all reads as 0 steps;
 - `raw`: the little-endian bytes as the declared dtype; `png`/`jpeg`: decoded with Pillow to
   the declared channels (grey -> RGB and RGBA -> RGB as `tf.io.decode_png` does; an 8-bit PNG
-  read as uint16 is scaled by 257 as TensorFlow does). Two differences: JPEG pixels are
-  those of `tf.io.decode_jpeg(dct_method="INTEGER_ACCURATE")` exactly (tested), while the
-  tf.data path keeps TensorFlow's default fast integer IDCT, which differs by a few grey
-  levels on detailed images (both are valid decodings of a lossy format); and 16-bit PNGs
-  with 3 or 4 channels are refused when the reader opens (Pillow has no 16-bit colour mode).
+  read as uint16 is scaled by 257 as TensorFlow does). JPEG pixels are those of
+  `tf.io.decode_jpeg(dct_method="INTEGER_ACCURATE")` exactly, the method the tf.data path
+  uses too (etl.contract.schema), so both readers give the same pixels (tested). One
+  difference: 16-bit PNGs with 3 or 4 channels are refused when the reader opens (Pillow has
+  no 16-bit colour mode).
 
 Why tfx_bsl: its C++ batch decoders parse a list of serialized records into Arrow list
 columns without TensorFlow (≈ 1 µs per ~180-byte Example here), so a batch costs one C++
