@@ -18,6 +18,7 @@ REJECTED_DIR = "rejected"
 REJECTED_FILE = f"{REJECTED_DIR}/rejected.jsonl"
 PRODUCER = "tfrecord-etl"  # the manifest's producer tag: what makes an output ours
 REPORT_FILES = ("report.json", "report.html")  # written by `report` beside the data, unlisted
+STATS_FILE = "stats.json"  # the statistics the run gathered (etl.tools.report.dataset_stats), listed
 
 MARKER = "_ETL_RUN.json"
 RUN_PREFIX = "run-"

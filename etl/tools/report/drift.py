@@ -92,6 +92,12 @@ def compare(current: dict[str, Any], against: dict[str, Any], against_path: str)
             "findings": findings, "splits": splits, "features": features}
 
 
+def feature_drift(a: dict[str, Any], b: dict[str, Any], categorical: bool) -> dict[str, Any] | None:
+    """One feature's drift in one split: `a`, `b` are the two reports' per-split entries;
+    {"metric", "value", "threshold", "flagged"}, or None when there is nothing to compare."""
+    return _feature_drift(a, b, categorical)
+
+
 def _feature_drift(a: dict[str, Any], b: dict[str, Any], categorical: bool) -> dict[str, Any] | None:
     if not a.get("values") or not b.get("values"):
         if not a.get("values") and not b.get("values"):
