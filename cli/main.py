@@ -6,7 +6,7 @@
                                [--lock-stale-after 24h] [--debug] [Beam options...]
                                [--date D | --from D1 --to D2 [--reverse] [--parallel N]]
                                [--dry-run] [--only missing|failed|all] [--allow-missing] [--force]
-                               [--estimate] [--verify-full]
+                               [--estimate] [--verify-full] [--accept]
     python run_pipeline.py history OUT_ROOT        # the run history beside dated outputs
     python run_pipeline.py verify OUT [--quick]
     python run_pipeline.py spec SCHEMA.yaml
@@ -14,6 +14,7 @@
     python run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output SCHEMA.yaml]
                                        [--job JOB.yaml] [--name NAME]
     python run_pipeline.py report OUT [--against OUT2] [--out DIR]
+    python run_pipeline.py quarantine list|release|drop OUT [--run RUN_ID] [--all]
 
 Arguments after our own go to Beam's PipelineOptions untouched (--runner, --direct_num_workers,
 Dataflow options...). Without --runner the local FnApiRunner is used (no Prism download).
@@ -23,13 +24,15 @@ Dates: a job's source paths, output and shuffle.seed may hold {date} {YYYY} {MM}
 --from D1 --to D2 runs every day of the range, oldest first, one line per span, going on after a
 failed span. A span whose output is published and current is skipped (exit 0); --force rebuilds.
 
-Exit codes (a range exits with its worst span's, mildest first: 0 < 4 < 5 < 3 < 2 < 1):
+Exit codes (a range exits with its worst span's, mildest first: 0 < 4 < 5 < 6 < 3 < 2 < 1):
   0  success, or skipped because the published output is current (also --dry-run, --estimate)
   1  other failure (the message says what and where)
   2  bad job, schema or arguments (also a refused output, a span with no input files)
   3  bad input: more rejected records than max_bad_fraction allows, or unreadable rest of a file
   4  another run holds the span's output (its lock names the holder)
   5  storage error: disk full, permission, read-only, I/O, too little free space
+  6  blocked by a quality check (checks: in the job): nothing published, the run quarantined
+     beside the output for a person (quarantine list|release|drop OUT, or run --accept)
   130, 143  stopped by SIGINT (Ctrl-C) or SIGTERM; the line says whether the new output is in place
 Errors are one line; --debug adds the full traceback, which a run's log file always holds.
 """
@@ -136,6 +139,9 @@ def _add_run(sub: Any, common: argparse.ArgumentParser, writes: argparse.Argumen
                        help="skip a span whose inputs match no file instead of failing (exit 2)")
     dates.add_argument("--force", action="store_true",
                        help="rebuild even a span whose published output is current")
+    run.add_argument("--accept", action="store_true",
+                     help="publish a span even if a block: quality check fails (a run of it "
+                          "waiting in quarantine is released); recorded in the history")
     dates.add_argument("--verify-full", action="store_true",
                        help="before skipping a span as current, check every byte of its output "
                             "against the manifest (default: every file there with its size, "
@@ -187,6 +193,14 @@ def _add_tools(sub: Any, common: argparse.ArgumentParser) -> None:
                         help="compare with another output (e.g. yesterday's span) and flag drift")
     report.add_argument("--out", default=None, metavar="DIR",
                         help="write the report files here instead of beside the data")
+    q = sub.add_parser("quarantine", parents=[common],
+                       help="list, release (publish) or drop the runs a quality check blocked")
+    q.add_argument("action", choices=["list", "release", "drop"])
+    q.add_argument("output", metavar="OUT",
+                   help="the job's output (a dated job: the span's output), as the job names it")
+    q.add_argument("--run", default=None, metavar="RUN_ID",
+                   help="which quarantined run (needed when there are several)")
+    q.add_argument("--all", action="store_true", help="drop: every quarantined run of OUT")
 
 
 
@@ -257,6 +271,11 @@ def _tool(args: argparse.Namespace, verbose: bool) -> int:
         _imports_done()
         with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
             return report_command(args)
+    elif args.command == "quarantine":
+        from cli.quarantine import command as quarantine_command  # noqa: PLC0415 - per subcommand: --help stays fast
+
+        _imports_done()
+        return quarantine_command(args)
     elif args.command == "history":
         from etl.schedule import history  # noqa: PLC0415 - per subcommand: --help stays fast
 
@@ -326,12 +345,14 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
                               verbose=bool(getattr(args, "verbose", False)),
                               progress=args.progress, progress_every=args.progress_every,
                               progress_stream=console,  # type: ignore[arg-type]
-                              report=args.report, verify_full=args.verify_full)
+                              report=args.report, verify_full=args.verify_full,
+                              accept=args.accept)
     requests = [ranges.Request(args.job, args.output, job.span, tuple(beam_args),
                                  force=args.force, allow_missing=args.allow_missing,
                                  break_lock=args.break_lock, lock_stale_after=stale,
                                  capture_stderr=not debug, report=args.report,
-                                 verify_full=args.verify_full) for job in jobs]
+                                 verify_full=args.verify_full, accept=args.accept)
+                for job in jobs]
     if args.parallel == 1:  # spans run here; with workers, only they need Beam
         import cli.run  # noqa: F401, PLC0415 - Beam loaded here, not per span
 

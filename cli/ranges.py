@@ -4,11 +4,14 @@
 lock, manifest and `_SUCCESS`; cli.run.run_job), continues after a failed span and
 exits with the worst code of its spans. What is worst, mildest first:
 
-    0 ok or skipped  <  4 locked  <  5 storage  <  3 bad input  <  2 bad config  <  1 other
+    0 ok or skipped  <  4 locked  <  5 storage  <  6 blocked  <  3 bad input  <  2 bad config
+    <  1 other
 
 Codes a later retry can clear (another run holds the span; a storage hiccup) rank below those
-that need a person (bad data, a bad job), and an unexpected error ranks highest because
-nothing is known about it. So a script can retry later when a range exits 4 or 5: every
+that need a person (a span a quality check blocked, bad data, a bad job), and an unexpected
+error ranks highest because nothing is known about it. A blocked span ranks lowest of those:
+the run worked and kept its data in quarantine, a person only has to decide; bad input and a
+bad job mean something is broken. So a script can retry later when a range exits 4 or 5: every
 failed span failed for a reason that may pass.
 
 `--only missing` runs the spans whose output has no `_SUCCESS`, `--only failed` those whose
@@ -41,6 +44,7 @@ from typing import Any
 from etl.base import signals
 from etl.base.errors import (
     EXIT_BAD_INPUT,
+    EXIT_BLOCKED,
     EXIT_CONFIG,
     EXIT_LOCKED,
     EXIT_OK,
@@ -63,7 +67,8 @@ from etl.tools.report import for_run
 
 log = logging.getLogger(__name__)
 # mildest first (see the module docstring for why)
-SEVERITY = (EXIT_OK, EXIT_LOCKED, EXIT_STORAGE, EXIT_BAD_INPUT, EXIT_CONFIG, EXIT_OTHER)
+SEVERITY = (EXIT_OK, EXIT_LOCKED, EXIT_STORAGE, EXIT_BLOCKED, EXIT_BAD_INPUT, EXIT_CONFIG,
+            EXIT_OTHER)
 ONLY = ("missing", "failed", "all")
 
 
@@ -105,6 +110,7 @@ class Request:
     capture_stderr: bool = True
     report: bool = False  # --report: a report beside each span's published data (report_span)
     verify_full: bool = False  # --verify-full: every byte checked before a span is skipped
+    accept: bool = False  # --accept: a span a block: check fails publishes (etl.quality.gate)
 
 
 @dataclass
@@ -315,7 +321,7 @@ def run_span(req: Request) -> Outcome:
 
         stale = {} if req.lock_stale_after is None else {"lock_stale_after": req.lock_stale_after}
         result = run_job(job, list(req.beam_args), force=req.force, break_lock=req.break_lock,
-                         capture_stderr=req.capture_stderr, **stale)
+                         capture_stderr=req.capture_stderr, accept=req.accept, **stale)
     except EtlError as e:
         return Outcome(span, "failed", e.exit_code, req.output or "", reason=_one_line(e),
                        seconds=time.time() - started)

@@ -40,7 +40,7 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.utils.shared import Shared
 
 from etl.base import signals
-from etl.base.errors import BadInputError, ConfigError, EtlError, LockedError
+from etl.base.errors import BadInputError, BlockedError, ConfigError, EtlError, LockedError
 from etl.base.pause import pause
 from etl.base.worker_errors import (
     describe_unexpected,
@@ -61,6 +61,7 @@ from etl.output.lock import DEFAULT_STALE_AFTER, LOCK, RunInfo, RunLock, lock_lo
 from etl.output.manifest import record_run
 from etl.output.publish import publish
 from etl.output.remote import RemoteRun, check_buckets, work_prefix
+from etl.quality import gate
 from etl.schedule import history, idempotence, input_pin
 from etl.schedule.fingerprint import with_fingerprints
 from etl.schedule.progress import ProgressConfig, Tally
@@ -103,6 +104,8 @@ class Attempt:
     published: bool = False  # the new output is in place (a later signal does not undo it)
     counts: dict[str, int] | None = field(default=None)
     rebuilt_reason: str = ""  # a current output found damaged (etl.schedule.idempotence.damage)
+    accept: bool = False  # run --accept: failed block checks publish (etl.quality.gate)
+    checks: list[dict[str, Any]] | None = None  # failed and warned checks, for the history
 
 
 def default_beam_args(beam_args: list[str]) -> list[str]:
@@ -149,7 +152,8 @@ def plan_reads(job: JobConfig) -> ReadPlan:
 
 def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool = False,
             break_lock: bool = False, lock_stale_after: float = DEFAULT_STALE_AFTER,
-            capture_stderr: bool = False, progress: ProgressConfig | None = None) -> JobResult:
+            capture_stderr: bool = False, progress: ProgressConfig | None = None,
+            accept: bool = False) -> JobResult:
     """Convert `job`; raises only EtlError (exit code in `.exit_code`) for failures.
 
     An output published and current is left as it is (JobResult.skipped says why, and its
@@ -159,8 +163,10 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
     bundle's traceback straight to stderr (threads and worker processes alike).
     `progress` (default: none): a live bar or periodic lines while the pipeline runs, on the
     config's stream (a duplicate of the real stderr: fd 2 may go to the log meanwhile); it
-    stops before run_job returns (transforms/progress_feed.py)."""
-    attempt = Attempt(time.time(), idempotence.span_label(job))
+    stops before run_job returns (transforms/progress_feed.py).
+    `accept` (`run --accept`): a span blocked by a quality check publishes (a run of it
+    waiting in quarantine is released), and the history says it was accepted."""
+    attempt = Attempt(time.time(), idempotence.span_label(job), accept=accept)
     try:
         result = _run(job, beam_args or [], attempt, force=force, break_lock=break_lock,
                       lock_stale_after=lock_stale_after, capture_stderr=capture_stderr,
@@ -199,7 +205,9 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
     elif result is not None and result.launched:
         status, reason = "launched", result.launched
     elif failure is not None:
-        status = "failed"
+        status = "blocked" if isinstance(failure, BlockedError) else "failed"
+        if isinstance(failure, BlockedError):
+            attempt.checks = failure.checks or attempt.checks
         if isinstance(failure, EtlError):
             code = failure.exit_code
         elif isinstance(failure, signals.Interrupted):
@@ -221,7 +229,8 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
             end=history.iso(time.time()), status=status, skipped_reason=reason or None,
             exit_code=code, error=error or None, counts=counts, output=job.output,
             runner=attempt.runner or None, dataflow_job_id=attempt.dataflow_job_id or None,
-            rebuilt_reason=attempt.rebuilt_reason or None))
+            rebuilt_reason=attempt.rebuilt_reason or None, checks=attempt.checks or None,
+            accepted=attempt.accept or None))
     except Exception as e:  # noqa: BLE001 - the run's own outcome matters more
         # a failed run (a full disk, a dead store) reports its own error in one line
         log.log(logging.INFO if failure is not None else logging.WARNING,
@@ -312,6 +321,10 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
     preflight(job, plan.inputs, temp_root)
     attempt.accepted = True
+    if job.checks is not None:  # a rerun of a quarantined run: blocked, or --accept releases it
+        released = _quarantined(job, plan, attempt, lock_stale_after, break_lock)
+        if released is not None:
+            return released
     via = strategy_for(job.shuffle_via, runner).NAME
     info = RunInfo.current(plan.run_id)
     with ExitStack() as stack:
@@ -332,6 +345,26 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     # a signal that came while the run cleaned up, after it succeeded
     signals.raise_pending(signals.PUBLISHED if attempt.published else signals.UNCHANGED)
     return result
+
+
+def _quarantined(job: JobConfig, plan: _Plan, attempt: Attempt, stale: float,
+                 break_lock: bool) -> JobResult | None:
+    """A span whose very run (same run key) waits in quarantine is not run again: it stays
+    blocked (exit 6), or with --accept that run is released and published."""
+    if not attempt.accept:
+        blocked = gate.still_blocked(job, plan.ident.run_key)
+        if blocked is not None:
+            attempt.checks = blocked.checks
+            raise blocked
+        return None
+    manifest = gate.accept_quarantined(job, plan.ident.run_key, stale, break_lock)
+    if manifest is None:
+        return None
+    attempt.published = True
+    attempt.run_id = str(manifest.get("run_id") or attempt.run_id)
+    return JobResult(job.output, _split_counts(manifest), manifest["rejected"],
+                     time.time() - attempt.started, manifest, run_key=plan.ident.run_key,
+                     run_id=attempt.run_id)
 
 
 def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
@@ -429,8 +462,8 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
             # that swallowed the interrupt and failed on its own): the signal is the cause
             raise signals.as_interrupted(failure, signals.PUBLISHED if attempt.published
                                          else signals.UNCHANGED) from failure
-        if not isinstance(failure, Exception):
-            raise failure  # KeyboardInterrupt, SystemExit: as they are
+        if not isinstance(failure, Exception) or isinstance(failure, BlockedError):
+            raise failure  # KeyboardInterrupt, SystemExit; a blocked span's lines and checks
         raise user_error(failure, log_file, run_id) from failure
     run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
     return result
@@ -713,6 +746,10 @@ def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: 
         attempt.counts = {"read": read,
                           "written": sum(v["num_records"] for v in manifest["splits"].values()),
                           "rejected": int(rejected["num_records"])}
+    if job.checks is not None:  # quality gates: a failed block check quarantines (exit 6)
+        checked = gate.apply(job, staging, manifest, run_id, attempt is not None and attempt.accept)
+        if attempt is not None:
+            attempt.checks = [r.to_json() for r in checked.blocked + checked.warned]
     if reporter is not None:
         reporter.stage("publishing")
     if remote is not None:  # object store: a new version, then the pointer

@@ -33,7 +33,7 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
                    allow_missing: bool = False, only: str = "all", verbose: bool = False,
                    progress: str = "none", progress_every: float = DEFAULT_EVERY,
                    progress_stream: TextIO | None = None, report: bool = False,
-                   verify_full: bool = False) -> int:
+                   verify_full: bool = False, accept: bool = False) -> int:
     """One span (or a job without placeholders). Without `debug`, worker tracebacks go to the
     run's log file only (see run_job). A skipped span prints one line saying why: exit 0.
     `progress` (auto, bar, lines, none) is drawn on `progress_stream`: the real stderr, a
@@ -56,7 +56,7 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
     stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
     shown = resolve(progress, progress_stream, progress_every)
     result = run_job(job, beam_args, force=force, break_lock=break_lock,
-                     capture_stderr=not debug, progress=shown, **stale)
+                     capture_stderr=not debug, progress=shown, accept=accept, **stale)
     try:
         return _after_run(job, result, output, sample, verbose, report)
     except KeyboardInterrupt as e:  # run_job is done: say whether its output is in place

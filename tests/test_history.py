@@ -64,7 +64,8 @@ def test_entries_of_ok_skipped_and_failed_runs(tmp_path: Path) -> None:
     ok, skipped, failed = ({k: v for k, v in e.items() if k not in ("start", "end")}
                            for e in entries)
     common = {"span": None, "output": str(tmp_path / "out" / "daily" / "day1"),
-              "runner": "FnApiRunner", "dataflow_job_id": None, "rebuilt_reason": None}
+              "runner": "FnApiRunner", "dataflow_job_id": None, "rebuilt_reason": None,
+              "checks": None, "accepted": None}
     assert ok == {**common, "run_id": first.run_id, "run_key": first.run_key, "status": "ok",
                   "skipped_reason": None, "exit_code": 0, "error": None,
                   "counts": {"read": 40, "written": 40, "rejected": 0}}

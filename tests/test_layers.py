@@ -31,6 +31,7 @@ LAYERS = {
     "etl.job": 6,
     "etl.tools": 6,
     "etl.schedule": 7,
+    "etl.quality": 7,  # quality gates: the report's statistics (etl.tools) against checks:
     "etl": 8,  # the public face (etl/__init__.py): nothing inside etl imports it
     "transforms": 8,
     "cli": 9,

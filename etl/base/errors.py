@@ -5,7 +5,8 @@ Exit codes (documented in the README; `run_pipeline.py` maps every EtlError to i
     0 ok · 1 other failure · 2 bad configuration or arguments (also a refused output) ·
     3 bad input over the allowed fraction, input whose rest cannot be read, or an output
       that fails `verify` ·
-    4 output locked by another run · 5 storage error (disk full, permission, I/O)
+    4 output locked by another run · 5 storage error (disk full, permission, I/O) ·
+    6 blocked by a quality check (`checks:`): the span is quarantined, a person decides
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ EXIT_CONFIG = 2
 EXIT_BAD_INPUT = 3
 EXIT_LOCKED = 4
 EXIT_STORAGE = 5
+EXIT_BLOCKED = 6
 
 QUOTE_LIMIT = 200  # characters of a user's value quoted in a message
 REASON_LIMIT = 1000  # characters of a rejected record's reason (a safety net; quote() is the rule)
@@ -95,6 +97,18 @@ class StorageError(EtlError):
     """A read or write failed in storage (disk full, permission, I/O); names the path."""
 
     exit_code = EXIT_STORAGE
+
+
+class BlockedError(EtlError):
+    """A `block:` quality check failed (etl.quality): nothing was published, the run's data
+    waits in quarantine for a person (`quarantine release|drop OUT`, or `run --accept`).
+    `checks`: the failed checks as etl.quality results (dicts), for the history."""
+
+    exit_code = EXIT_BLOCKED
+
+    def __init__(self, message: str, checks: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.checks = list(checks or [])
 
 
 class VerifyError(EtlError):

@@ -44,13 +44,14 @@ from etl.base.units import DEFAULT_MAX_RECORD_BYTES, parse_size
 from etl.base.yaml_load import load_yaml
 from etl.formats.shards import ARRAY_RECORD, FORMATS, TFRECORD, default_index
 from etl.formats.tfrecord import COMPRESSIONS
+from etl.job.checks import Checks, Lines, check_features, key_lines, parse_checks
 from etl.job.spans import PLACEHOLDERS, Span, default_span, fill, fill_all, placeholders, strings_in
 from etl.storage import fs
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
          "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
          "spill", "spill_in_memory", "max_record_bytes", "split_bytes", "verify", "allow_empty",
-         "format", "index"}
+         "format", "index", "checks"}
 VERIFY_MODES = ("quick", "full")  # what a rerun checks before it skips a span as current
 DEFAULT_SPLIT_BYTES = 256 * 2**20  # one read task per this much of a large splittable file
 DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
@@ -85,6 +86,7 @@ class JobConfig:
     index: bool = False  # an index file beside each shard (resolved: the default applied)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
     span: str | None = None  # the date its placeholders were filled with; None: it has none
+    checks: Checks | None = field(default=None, compare=False)  # quality gates (etl.job.checks)
 
     @property
     def shuffled(self) -> bool:
@@ -132,8 +134,14 @@ def load_job(path: str, output: str | None = None, span: Span | None = None,
             raise
         raise ConfigError(f"{e}; a path with a placeholder inside [...] or {{...}} must be "
                           "quoted, e.g. paths: [\"raw/{date}/*.csv\"]") from e
+    lines = key_lines(text) if isinstance(doc, Mapping) and "checks" in doc else None
     job = job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output,
-                        span=span)
+                        span=span, lines=lines)
+    if job.checks is not None and any(c.feature for c in job.checks.checks):
+        from etl.contract.schema import load_schema  # noqa: PLC0415 - only for checks naming features
+
+        schema = load_schema(job.schema_path)
+        check_features(job.checks, [f.name for f in schema.features], job.schema_path)
     return dataclasses.replace(job, verify="full") if verify_full else job
 
 
@@ -173,7 +181,8 @@ def _span_for(doc: Mapping[str, Any], path: str, output: str | None,
 
 
 def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
-                  output: str | None = None, span: Span | None = None) -> JobConfig:
+                  output: str | None = None, span: Span | None = None,
+                  lines: Lines | None = None) -> JobConfig:
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{path}: a job file must be a mapping")
     unknown = set(doc) - _KEYS
@@ -244,6 +253,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         shuffle_via=via, verify=verify, allow_empty=allow_empty, format=fmt, index=index,
         raw=dict(doc),
         span=span.name if span is not None else None,
+        checks=parse_checks(doc.get("checks"), path, lines),
     )
 
 

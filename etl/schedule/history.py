@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 RUNS_FILE = "_runs.jsonl"
 RUNS_DIR = "_runs"
 FIELDS = ("run_id", "run_key", "span", "start", "end", "status", "skipped_reason", "exit_code",
-          "error", "counts", "output", "runner", "dataflow_job_id", "rebuilt_reason")
+          "error", "counts", "output", "runner", "dataflow_job_id", "rebuilt_reason",
+          "checks", "accepted")
 READ_THREADS = 16
 ERROR_LIMIT = 1000  # characters of an entry's error
 
@@ -196,13 +197,19 @@ def format_table(entries: list[dict[str, Any]]) -> str:
         status = str(e.get("status") or "")
         if status == "failed" and e.get("exit_code") is not None:
             status = f"failed({e['exit_code']})"
+        if e.get("accepted"):
+            status += "(accepted)"
+        checks = [c for c in e.get("checks") or [] if isinstance(c, dict)]
+        note = e.get("skipped_reason") or e.get("error") or e.get("rebuilt_reason") or ""
+        if checks:  # blocked or warned: the checks that failed, by name
+            note = "checks: " + ", ".join(sorted({str(c.get("check")) for c in checks}))
         rows.append((
             str(e.get("span") or "-"), status,
             "-" if counts.get("written") is None else f"{counts['written']:,}",
             "-" if counts.get("rejected") is None else f"{counts['rejected']:,}",
             "-" if secs is None else f"{secs:.1f}",
             str(e.get("run_id") or ""), str(e.get("output") or ""),
-            _short(e.get("skipped_reason") or e.get("error") or e.get("rebuilt_reason") or ""),
+            _short(note),
         ))
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
     right = {2, 3, 4}

@@ -1,0 +1,120 @@
+"""The statistics the checks read: report-shaped documents (etl.tools.report) of the staged
+dataset and of the previous published span.
+
+`staged_stats` is the one place that gets a staged dataset's statistics. Until the conversion
+gathers them in its own pass (issue 23, point 2: `load_stats`), it reads the staged shards once
+with the report's accumulators (etl.tools.report.stats), exactly as `report` reads a published
+output, so the numbers a check measures are the report's numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import numpy as np
+
+from etl.base.errors import BadInputError, StorageError
+from etl.contract.images import is_image
+from etl.contract.schema import load_schema
+from etl.formats.shards import read_shard
+from etl.job.config import JobConfig, job_from_dict
+from etl.job.spans import Span, parse_date, placeholders
+from etl.output.layout import SCHEMA_FILE, SUCCESS
+from etl.output.manifest import load_manifest
+from etl.storage import fs
+from etl.tools.report import BATCH, build, current_report
+from etl.tools.report.drift import is_categorical
+from etl.tools.report.stats import SplitStats
+
+LOOK_BACK_DAYS = 31  # how far back a dated job looks for its last published span
+
+
+def staged_stats(staging: str, output: str) -> tuple[dict[str, Any],
+                                                     dict[tuple[str, str], list[np.ndarray]]]:
+    """(report-shaped statistics, sample images) of the dataset staged in `staging` (its
+    manifest written, no `_SUCCESS` yet); `output` is what the report names."""
+    manifest = load_manifest(staging)
+    schema = load_schema(fs.join(staging, SCHEMA_FILE))
+    per_split: dict[str, SplitStats] = {}
+    splits: dict[str, Any] = {}
+    for split, info in manifest["splits"].items():
+        acc = SplitStats(schema)
+        batch: list[bytes] = []
+        for shard in info["shards"]:
+            path = fs.join(staging, shard["path"])
+            try:
+                with fs.guarded(path, "reading"):
+                    for _, data in read_shard(path):
+                        batch.append(data)
+                        if len(batch) >= BATCH:
+                            acc.add_batch(batch)
+                            batch = []
+            except FileNotFoundError as e:
+                raise StorageError(f"{path}: staged shard listed in the manifest is missing") from e
+        if batch:
+            acc.add_batch(batch)
+        if acc.records != info["num_records"]:
+            raise BadInputError(f"{staging}: split {split!r} holds {acc.records} records, its "
+                                f"manifest says {info['num_records']}")
+        splits[split] = {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
+                         "num_shards": len(info["shards"])}
+        per_split[split] = acc
+    features: dict[str, Any] = {}
+    samples: dict[tuple[str, str], list[np.ndarray]] = {}
+    for f in schema.features:
+        by_split = {split: acc.features[f.name].to_json() for split, acc in per_split.items()}
+        entry: dict[str, Any] = {"dtype": f.dtype, "shape": list(f.shape), "encoding": f.encoding,
+                                 "sequence": f.is_sequence, "image": is_image(f)}
+        if f.vocabulary:
+            entry["vocabulary"] = list(f.vocabulary)
+        entry["categorical"] = is_categorical(entry, by_split)
+        if entry["image"]:
+            maxima = [s["max"] for s in by_split.values() if s.get("max") is not None]
+            entry["pixel_max"] = max(maxima) if maxima else None
+            for split, acc in per_split.items():
+                samples[(f.name, split)] = acc.features[f.name].samples
+        entry["splits"] = by_split
+        features[f.name] = entry
+    report = {"output": output, "dataset_dir": staging,
+              "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "run_id": manifest.get("run_id"),
+              "schema": {"name": schema.name, "kind": schema.kind,
+                         "sha256": manifest.get("schema_sha256")},
+              "notes": [], "splits": splits, "features": features}
+    return report, samples
+
+
+def previous_output(job: JobConfig) -> str | None:
+    """What drift compares with: for a dated job (a placeholder in its output) the newest
+    published span before this one (looking back LOOK_BACK_DAYS days: a blocked day is
+    skipped over), else the output this run replaces; None when nothing is published."""
+    template = job.raw.get("output")
+    dated = job.span is not None and isinstance(template, str) and bool(placeholders(template))
+    if not dated:
+        return job.output if _published(job.output) else None
+    assert job.span is not None
+    day = parse_date(job.span).date
+    for back in range(1, LOOK_BACK_DAYS + 1):
+        before = Span(day - dt.timedelta(days=back))
+        out = job_from_dict(job.raw, job.path, job.base_dir, None, before).output
+        if _published(out):
+            return out
+    return None
+
+
+def published_stats(output: str) -> dict[str, Any]:
+    """The statistics of a published output: its own current report.json when it has one,
+    else one read of its shards (etl.tools.report.build)."""
+    doc = current_report(output)
+    if doc is not None:
+        return doc
+    report, _ = build(output, keep_samples=False)
+    return report
+
+
+def _published(output: str) -> bool:
+    try:
+        return fs.exists(fs.join(output, SUCCESS))
+    except OSError:
+        return False
