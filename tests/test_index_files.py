@@ -282,3 +282,19 @@ def test_gs_output_publishes_and_verifies_index_files(tmp_path: Path, gcs_emulat
         assert proc.returncode == 3
         assert proc.stderr == f"error: {version}/{first}: missing index file listed in the manifest\n"
 
+
+
+def test_make_dataset_globs_skip_index_files(tmp_path: Path) -> None:
+    """`out/train-*` and a folder without its manifest match the index files too: they hold
+    no records and are left out."""
+    import etl  # noqa: PLC0415 - TensorFlow, for this test only
+
+    run_job(load_job(make_project(tmp_path, rows=600)), BEAM)
+    out = tmp_path / "out"
+    counts = {split: info["num_records"]
+              for split, info in load_manifest(str(out))["splits"].items()}
+    ds = etl.make_dataset(str(out / "train-*"), schema=str(out / "schema.yaml"), batch_size=1000)
+    assert sum(len(b["id"]) for b in ds) == counts["train"]
+    (out / "manifest.json").unlink()
+    ds = etl.make_dataset(str(out), split="test", batch_size=1000)
+    assert sum(len(b["id"]) for b in ds) == counts["test"]

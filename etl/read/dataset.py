@@ -32,6 +32,7 @@ from tensorflow.python.data.ops import dataset_ops, iterator_ops
 
 from etl.base.errors import EtlError, VerifyError
 from etl.contract.schema import Schema, load_schema
+from etl.formats.record_index import INDEX_SUFFIX
 from etl.formats.tfrecord import compression_of, read_file
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.storage import fs
@@ -298,6 +299,10 @@ def _split_shards(root: str, split: str) -> tuple[list[str], int | None]:
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{manifest_path}: not valid JSON: {e}") from e
         splits = manifest.get("splits") if isinstance(manifest, dict) else None
+        if isinstance(manifest, dict) and manifest.get("format", "tfrecord") != "tfrecord":
+            raise DatasetError(f"{root}: holds {manifest['format']} shards (format: "
+                               f"{manifest['format']}), which tf.data cannot read; read them "
+                               "with etl.open_records or Grain's ArrayRecordDataSource")
         if isinstance(splits, dict):
             if split not in splits:
                 raise DatasetError(f"{root}: split {split!r} not in {MANIFEST}; "
@@ -326,7 +331,8 @@ def _split_shards(root: str, split: str) -> tuple[list[str], int | None]:
             counts = [entry.get("num_records") for entry in shards]
             known = all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
             return files, (sum(counts) if known else None)
-    files = sorted(tf.io.gfile.glob(_join(root, f"{split}-*-of-*.tfrecord*")))
+    files = sorted(f for f in tf.io.gfile.glob(_join(root, f"{split}-*-of-*.tfrecord*"))
+                   if not f.endswith(INDEX_SUFFIX))
     if not files:
         present = sorted({posixpath.basename(f).split("-", 1)[0]
                           for f in tf.io.gfile.glob(_join(root, "*-of-*.tfrecord*"))})
@@ -391,8 +397,8 @@ def _tf_compression(name: str) -> str:
 def _expand(patterns: Iterable[str]) -> list[str]:
     files: list[str] = []
     for p in patterns:
-        if any(c in p for c in "*?["):
-            files.extend(sorted(tf.io.gfile.glob(p)))
+        if any(c in p for c in "*?["):  # index files beside the shards hold no records
+            files.extend(f for f in sorted(tf.io.gfile.glob(p)) if not f.endswith(INDEX_SUFFIX))
         elif tf.io.gfile.isdir(p):
             raise DatasetError(f"{p} is a directory: pass a dataset directory on its own, "
                                "or TFRecord files / globs")
