@@ -39,6 +39,7 @@ from etl.formats.proto_wire import binary_column
 from etl.formats.shards import TFRECORD, ShardFormat
 from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
 from etl.output.finalize import finalize_run
+from etl.read.decode import RecordDecoder, check_decodable
 from etl.schedule.progress import Tally, TaskBytes
 from etl.shuffle import engine, files, keys
 from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
@@ -48,6 +49,8 @@ from etl.sources import make_reader
 from etl.sources.base import Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.storage import fs
+from etl.tools.report.dataset_stats import stats_document
+from etl.tools.report.stats import SplitStats
 from transforms import beam_fixes
 from transforms import coders as _coders  # noqa: F401 - registers the shuffle's coders
 from transforms.prefetch import ordered_map, prefetch
@@ -94,6 +97,7 @@ class ConvertSpec:
 
 # one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
 REPORTS = "reports"  # stage 1's tagged output: one read report per read task
+STATS = "stats"  # stage 1's tagged output: (split, SplitStats) per read task and split
 
 
 class _SplitFilesFn(beam.DoFn):
@@ -136,6 +140,7 @@ class _ReadEncodeFn(beam.DoFn):
         for reader in self.readers.values():
             reader.prepare(schema, self.spec.max_record_bytes)
         self.held = _held_store(self.held_handle, self.spec)
+        self.stats = _StatsFeed(schema)
         self.read_counter = Metrics.counter("etl", "records_read")
         self.bad_counter = Metrics.counter("etl", "records_rejected")
         self.encoded_counter = Metrics.counter("etl", "records_encoded")
@@ -146,6 +151,7 @@ class _ReadEncodeFn(beam.DoFn):
     def process(self, task: ReadTask):  # type: ignore[override]
         read = 0
         rejected: list[dict[str, Any]] = []
+        gathered: dict[str, SplitStats] = {}  # this task's statistics per split
         tally = self.tally
         if tally is not None:
             tally.stage("reading+encoding")
@@ -165,6 +171,11 @@ class _ReadEncodeFn(beam.DoFn):
                 tally.add(read=done.read, rejected=bad, encoded=done.encoded, bytes=got)
             read += done.read
             rejected += done.rejected
+            for split, part in done.stats.items():
+                if split in gathered:
+                    gathered[split].merge(part)
+                else:
+                    gathered[split] = part
             yield from done.outputs
         rest = span.finish()  # the task's exact byte count, whatever its blocks said
         self.bytes_counter.inc(rest)
@@ -179,9 +190,11 @@ class _ReadEncodeFn(beam.DoFn):
         summary = {"ordinal": task.ordinal, "split": task.split.index,
                    "splits": task.split.count, "path": task.path, "read": read}
         yield beam.pvalue.TaggedOutput(REPORTS, [summary, *rejected])
+        for split, part in gathered.items():
+            yield beam.pvalue.TaggedOutput(STATS, (split, part))
 
     def _stage1(self, task: ReadTask, block: Block) -> EncodedBlock:
-        done = encode_block(self.encoder, self.spec, task, block)
+        done = encode_block(self.encoder, self.spec, task, block, self.stats)
         done.outputs = [self._emit(run) for run in done.outputs]
         done.end_offset = block.end_offset
         return done
@@ -213,6 +226,36 @@ def _tally(handle: Shared | None) -> Tally | None:
     return None if handle is None else handle.acquire(Tally)
 
 
+class _StatsFeed:
+    """Statistics of the records a block sends to a split: the report's accumulators
+    (etl.tools.report.stats) fed by the TensorFlow-free decoder (etl.read.decode), so a run
+    gathers them without importing TensorFlow; schemas that decoder refuses (16-bit colour
+    PNG) take the report's TensorFlow path."""
+
+    def __init__(self, schema: Any):
+        self.schema = schema
+        try:
+            check_decodable(schema, "stats")
+            self.decoder: RecordDecoder | None = RecordDecoder(schema)
+        except Exception:  # noqa: BLE001 - any refusal: the TensorFlow path
+            self.decoder = None
+
+    def __call__(self, records: pa.Array, storage: dict[str, pa.Array] | None,
+                 rows: np.ndarray) -> SplitStats:
+        """`records` serialized; `storage`: the encoder's typed lists (rows `rows` of it are
+        these records), None for records that came serialized."""
+        acc = SplitStats(self.schema)
+        if storage and acc.storable():  # no decode: the values the encoder just wrote
+            acc.add_storage(storage, rows)
+            return acc
+        batch = records.to_pylist()
+        if self.decoder is None:
+            acc.add_batch(batch)
+        else:
+            acc.add_decoded(self.decoder.decode(batch, lambda i: f"record {i}"), batch)
+        return acc
+
+
 @dataclass
 class EncodedBlock:
     read: int
@@ -220,13 +263,17 @@ class EncodedBlock:
     outputs: list[Any]  # SortedRun, one per split the block feeds (or their SpillRefs)
     rejected: list[dict[str, Any]]
     end_offset: int | None = None  # the block's Block.end_offset (progress)
+    stats: dict[str, SplitStats] = dataclasses.field(default_factory=dict)  # per split
 
 
-def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block) -> EncodedBlock:
-    """One block: encode it, key it, and sort it into one run per split it feeds."""
+def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block,
+                 stats: _StatsFeed | None = None) -> EncodedBlock:
+    """One block: encode it, key it, and sort it into one run per split it feeds (with the
+    statistics of each run's records when `stats` is given: exactly the records written)."""
     rejected = [bad.to_json() for bad in block.bad]
     if not block.num_rows:
         return EncodedBlock(block.num_read, 0, [], rejected)
+    storage = None
     if SERIALIZED in block.columns:  # checked against the schema by the reader's prepare()
         records = binary_column(block.columns[SERIALIZED])
         rows = np.arange(block.num_rows)
@@ -234,7 +281,7 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
         encoded = encoder.encode(block.columns, source=task.path, positions=block.positions,
                                  lines=block.lines, offsets=block.offsets)
         rejected += [bad.to_json() for bad in encoded.bad]
-        records, rows = encoded.array, encoded.rows
+        records, rows, storage = encoded.array, encoded.rows, encoded.storage
     if not len(rows):
         return EncodedBlock(block.num_read, 0, [], rejected)
     positions = np.asarray(block.positions)[rows]
@@ -247,15 +294,43 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
     else:
         targets = [(task.source, np.arange(len(rows)))]
     runs: list[SortedRun] = []
+    gathered: dict[str, SplitStats] = {}
     for split, idx in targets:
         if len(idx):
             chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
             runs.append(sorted_run(split, sort_keys[idx], ids[idx], chosen))
-    return EncodedBlock(block.num_read, len(rows), runs, rejected)
+            if stats is not None:
+                gathered[split] = stats(chosen, storage, rows[idx])
+    return EncodedBlock(block.num_read, len(rows), runs, rejected, stats=gathered)
 
 
 def _stats_of(item: SortedRun | files.SpillRef, shuffled: bool) -> BlockStats:
     return item.stats if isinstance(item, files.SpillRef) else item.stats(shuffled)
+
+
+class MergeSplitStatsFn(beam.CombineFn):
+    """(split, SplitStats) parts -> one SplitStats per split (CombinePerKey): the report's
+    accumulators merged as they arrive; bounded memory (fixed-size sketches per feature),
+    picklable (worker processes, Dataflow)."""
+
+    def __init__(self, schema_yaml: str):
+        self.schema_yaml = schema_yaml
+
+    def create_accumulator(self) -> SplitStats | None:
+        return None  # the first part becomes the accumulator (no schema parse per bundle)
+
+    def add_input(self, acc: SplitStats | None, part: SplitStats) -> SplitStats:  # type: ignore[override]
+        return part if acc is None else acc.merge(part)
+
+    def merge_accumulators(self, accs: Any) -> SplitStats | None:  # type: ignore[override]
+        out = None
+        for acc in accs:
+            if acc is not None:
+                out = acc if out is None else out.merge(acc)
+        return out
+
+    def extract_output(self, acc: SplitStats | None) -> SplitStats | None:  # type: ignore[override]
+        return acc
 
 
 class MergeStatsFn(beam.CombineFn):
@@ -365,7 +440,8 @@ def _slim(ref: files.SpillRef) -> files.SpillRef:
 
 @wire_errors
 def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
-              spec: ConvertSpec, tally: Shared | None = None) -> dict[str, Any]:
+              stats: dict[str, SplitStats | None], spec: ConvertSpec,
+              tally: Shared | None = None) -> dict[str, Any]:
     """Every shard result, read report and the plan's notes -> the manifest (etl.output.finalize)."""
     import yaml  # noqa: PLC0415
 
@@ -377,9 +453,12 @@ def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str
 
 
     read_plan = ReadPlan.load(spec.read_plan)
-    return finalize_run(spec.staging_dir, schema_from_dict(yaml.safe_load(spec.schema_yaml)),
-                        spec.splits, spec.seed, spec.shard_format, list(shards), list(reports),
-                        plan.notes, read_plan.inputs, expected_reads(read_plan.units, reports))
+    schema = schema_from_dict(yaml.safe_load(spec.schema_yaml))
+    per_split = {split: stats.get(split) or SplitStats(schema) for split in spec.splits}
+    return finalize_run(spec.staging_dir, schema, spec.splits, spec.seed, spec.shard_format,
+                        list(shards), list(reports), plan.notes, read_plan.inputs,
+                        expected_reads(read_plan.units, reports),
+                        stats=stats_document(schema, per_split))
 
 
 class ConvertToShards(beam.PTransform):
@@ -415,8 +494,11 @@ class ConvertToShards(beam.PTransform):
         run_type = files.SpillRef if spec.via == files.NAME else SortedRun  # coders.py
         blocks = tasks | "ReadEncode" >> beam.ParDo(
             _ReadEncodeFn(spec, self.held, self.tally)).with_output_types(run_type).with_outputs(
-            REPORTS, main="runs")
+            REPORTS, STATS, main="runs")
         reports = blocks[REPORTS]
+        # the statistics of the records written, per split (stats.json; the report's numbers)
+        stats = blocks[STATS] | "GatherStats" >> beam.CombinePerKey(
+            MergeSplitStatsFn(spec.schema_yaml))
         blocks = blocks.runs
         # a single-key CombinePerKey: fewer pipeline nodes than CombineGlobally (whose
         # default-value branch is not needed, see the empty run per input file)
@@ -449,7 +531,8 @@ class ConvertToShards(beam.PTransform):
                 _WriteShardFn(spec, self.held, self.tally), beam.pvalue.AsSingleton(plan))
         # one finalize step, once every shard and read report is in (side inputs)
         return plan | "Finalize" >> beam.Map(_finalize, beam.pvalue.AsList(results),
-                                             beam.pvalue.AsList(reports), spec, self.tally)
+                                             beam.pvalue.AsList(reports),
+                                             beam.pvalue.AsDict(stats), spec, self.tally)
 
 
 __all__ = ["ConvertSpec", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult"]

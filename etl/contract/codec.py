@@ -35,6 +35,9 @@ class EncodedBatch:
     array: pa.LargeBinaryArray
     rows: np.ndarray
     bad: list[BadRecord] = field(default_factory=list)
+    # each feature's stored lists for every row of the batch (row i of `array` is row
+    # `rows[i]` here): what the records hold, typed, for statistics without a decode
+    storage: dict[str, pa.Array] = field(default_factory=dict)
 
     @property
     def records(self) -> list[bytes]:
@@ -92,7 +95,7 @@ class Encoder:
                         _row_preview(columns, r))
             for r, (name, code, reason) in sorted(bad.items())
         ]
-        return EncodedBatch(records, rows, rejected)
+        return EncodedBatch(records, rows, rejected, storage)
 
     def _drop_oversized(self, records: pa.LargeBinaryArray, rows: np.ndarray,
                         bad: dict[int, tuple[str, str, str]]) -> tuple[pa.LargeBinaryArray, np.ndarray]:

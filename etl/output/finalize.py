@@ -21,7 +21,7 @@ from etl.contract.schema import Schema
 from etl.contract.tfmd import to_pbtxt
 from etl.formats.shards import ShardFormat
 from etl.output.accounting import account
-from etl.output.layout import MANIFEST, REJECTED_FILE, SCHEMA_FILE, TFMD_FILE
+from etl.output.layout import MANIFEST, REJECTED_FILE, SCHEMA_FILE, STATS_FILE, TFMD_FILE
 from etl.output.manifest import build_manifest, file_entry
 from etl.shuffle.shard_writer import ATTEMPT_SUFFIX, ShardResult
 from etl.storage import fs
@@ -30,9 +30,11 @@ from etl.storage import fs
 def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int | None,
                  fmt: ShardFormat, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
                  notes: list[str], input_files: list[dict[str, Any]],
-                 expected_reads: Iterable[tuple[int, int]]) -> dict[str, Any]:
+                 expected_reads: Iterable[tuple[int, int]],
+                 stats: bytes | None = None) -> dict[str, Any]:
     """Check and describe a finished run in `staging`; returns the manifest it wrote.
-    `reports`: per read task, its summary line then its rejected records."""
+    `reports`: per read task, its summary line then its rejected records. `stats`: the
+    statistics gathered in the conversion pass (stats.json), listed like the schema files."""
     splits = list(splits)
     shards = unique_results(shards)
     for split in splits:
@@ -45,6 +47,8 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
                     + [r.index_file.name for r in shards if r.index_file is not None])
     acc = account(reports, shards, expected_reads)
     published = {SCHEMA_FILE: schema.to_yaml().encode(), TFMD_FILE: to_pbtxt(schema).encode()}
+    if stats is not None:
+        published[STATS_FILE] = stats
     if acc.rejected:
         published[REJECTED_FILE] = "".join(json.dumps(b, sort_keys=True) + "\n"
                                            for b in acc.rejected).encode()

@@ -1,10 +1,11 @@
 """The statistics the checks read: report-shaped documents (etl.tools.report) of the staged
 dataset and of the previous published span.
 
-`staged_stats` is the one place that gets a staged dataset's statistics. Until the conversion
-gathers them in its own pass (issue 23, point 2: `load_stats`), it reads the staged shards once
-with the report's accumulators (etl.tools.report.stats), exactly as `report` reads a published
-output, so the numbers a check measures are the report's numbers.
+`staged_stats` is the one place that gets a staged dataset's statistics: the `stats.json` the
+conversion gathered in its own pass (etl.tools.report.dataset_stats.load_stats: no second read
+of the data); for a staged dataset without one, it reads the staged shards once with the
+report's accumulators (etl.tools.report.stats), exactly as `report` reads a published output.
+Either way the numbers a check measures are the report's numbers (the same document shape).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from etl.output.layout import SCHEMA_FILE, SUCCESS
 from etl.output.manifest import load_manifest
 from etl.storage import fs
 from etl.tools.report import BATCH, build, current_report
+from etl.tools.report.dataset_stats import load_stats
 from etl.tools.report.drift import is_categorical
 from etl.tools.report.stats import SplitStats
 
@@ -33,11 +35,31 @@ LOOK_BACK_DAYS = 31  # how far back a dated job looks for its last published spa
 def staged_stats(staging: str, output: str) -> tuple[dict[str, Any],
                                                      dict[tuple[str, str], list[np.ndarray]]]:
     """(report-shaped statistics, sample images) of the dataset staged in `staging` (its
-    manifest written, no `_SUCCESS` yet); `output` is what the report names."""
+    manifest written, no `_SUCCESS` yet); `output` is what the report names. From its
+    stats.json when the run gathered one (no sample images then), else read from its shards."""
     manifest = load_manifest(staging)
     schema = load_schema(fs.join(staging, SCHEMA_FILE))
+    splits = {split: {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
+                      "num_shards": len(info["shards"])}
+              for split, info in manifest["splits"].items()}
+    gathered = load_stats(staging)
+    samples: dict[tuple[str, str], list[np.ndarray]] = {}
+    features = (gathered.doc["features"] if gathered is not None
+                else _read_features(staging, manifest, schema, samples))
+    report = {"output": output, "dataset_dir": staging,
+              "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "run_id": manifest.get("run_id"),
+              "schema": {"name": schema.name, "kind": schema.kind,
+                         "sha256": manifest.get("schema_sha256")},
+              "notes": [], "splits": splits, "features": features}
+    return report, samples
+
+
+def _read_features(staging: str, manifest: dict[str, Any], schema: Any,
+                   samples: dict[tuple[str, str], list[np.ndarray]]) -> dict[str, Any]:
+    """The report's `features` section, from one read of the staged shards (a staged dataset
+    without stats.json); fills `samples` with the first images of each split."""
     per_split: dict[str, SplitStats] = {}
-    splits: dict[str, Any] = {}
     for split, info in manifest["splits"].items():
         acc = SplitStats(schema)
         batch: list[bytes] = []
@@ -57,11 +79,8 @@ def staged_stats(staging: str, output: str) -> tuple[dict[str, Any],
         if acc.records != info["num_records"]:
             raise BadInputError(f"{staging}: split {split!r} holds {acc.records} records, its "
                                 f"manifest says {info['num_records']}")
-        splits[split] = {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
-                         "num_shards": len(info["shards"])}
         per_split[split] = acc
     features: dict[str, Any] = {}
-    samples: dict[tuple[str, str], list[np.ndarray]] = {}
     for f in schema.features:
         by_split = {split: acc.features[f.name].to_json() for split, acc in per_split.items()}
         entry: dict[str, Any] = {"dtype": f.dtype, "shape": list(f.shape), "encoding": f.encoding,
@@ -76,13 +95,7 @@ def staged_stats(staging: str, output: str) -> tuple[dict[str, Any],
                 samples[(f.name, split)] = acc.features[f.name].samples
         entry["splits"] = by_split
         features[f.name] = entry
-    report = {"output": output, "dataset_dir": staging,
-              "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "run_id": manifest.get("run_id"),
-              "schema": {"name": schema.name, "kind": schema.kind,
-                         "sha256": manifest.get("schema_sha256")},
-              "notes": [], "splits": splits, "features": features}
-    return report, samples
+    return features
 
 
 def previous_output(job: JobConfig) -> str | None:
@@ -104,8 +117,11 @@ def previous_output(job: JobConfig) -> str | None:
 
 
 def published_stats(output: str) -> dict[str, Any]:
-    """The statistics of a published output: its own current report.json when it has one,
-    else one read of its shards (etl.tools.report.build)."""
+    """The statistics of a published output: its stats.json, else its own current
+    report.json, else one read of its shards (etl.tools.report.build)."""
+    gathered = load_stats(output)
+    if gathered is not None:
+        return gathered.doc
     doc = current_report(output)
     if doc is not None:
         return doc

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,14 +29,15 @@ from etl.base.pause import pause
 from etl.contract.images import is_image
 from etl.contract.schema import load_schema
 from etl.formats.shards import read_shard
-from etl.output.layout import MANIFEST, PRODUCER, REPORT_FILES, SUCCESS
+from etl.output.layout import MANIFEST, PRODUCER, REPORT_FILES, STATS_FILE, SUCCESS
 from etl.output.lock import read_settled
 from etl.output.manifest import dataset_dir, load_manifest
 from etl.output.ownership import REPORT_GENERATOR, report_is_ours
 from etl.output.remote import markers, read_pointer
 from etl.storage import fs
 from etl.storage.object_store import Conflict, Store
-from etl.tools.report.drift import compare, is_categorical
+from etl.tools.report.dataset_stats import STATS_FORMAT, STATS_GENERATOR, describe_features
+from etl.tools.report.drift import compare
 from etl.tools.report.html import render
 from etl.tools.report.stats import SAMPLE_IMAGES, SplitStats, caption, label_feature
 
@@ -143,13 +145,81 @@ def drift_lines(drift: dict[str, Any], how: str = "") -> list[str]:
 
 def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
                                                          dict[tuple[str, str], list[np.ndarray]]]:
-    """Read every shard of `out` once; the report's JSON document and the sample images."""
+    """The report's JSON document and the sample images of `out`: from the statistics its
+    run gathered (stats.json, listed in the manifest) and, for image datasets, the first
+    records of each split; outputs without them are read once, every shard."""
 
     ddir = dataset_dir(out)
     manifest = _manifest(out, ddir)
     schema = load_schema(fs.join(ddir, "schema.yaml"))
     pause("report:read")  # tests: a publish between the manifest and the shards (etl.base.pause)
-    splits: dict[str, Any] = {}
+    splits = {split: {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
+                      "num_shards": len(info["shards"])}
+              for split, info in manifest["splits"].items()}
+    gathered = run_stats(ddir, manifest)
+    if gathered is None:
+        per_split = _read_all(ddir, manifest, schema)
+        features = describe_features(schema, per_split)
+    else:
+        features = gathered["features"]
+        images = keep_samples and any(is_image(f) for f in schema.features)
+        per_split = _first_records(ddir, manifest, schema) if images else {}
+    samples: dict[tuple[str, str], list[np.ndarray]] = {}
+    if keep_samples:
+        for f in schema.features:
+            if is_image(f):
+                for split, acc in per_split.items():
+                    samples[(f.name, split)] = acc.features[f.name].samples
+    return _document(out, ddir, manifest, schema, splits, features, per_split, samples), samples
+
+
+def run_stats(ddir: str, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The stats.json the run wrote into `ddir` when it describes this data: listed in the
+    manifest with these bytes (its sha256), this schema and these record counts; else None
+    (an output made before runs gathered statistics, or a file changed since)."""
+    entry = manifest.get("files", {}).get(STATS_FILE)
+    path = fs.join(ddir, STATS_FILE)
+    if entry is None or not fs.exists(path):
+        return None
+    data = fs.read_bytes(path)
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        return None
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    counts = {k: v["num_records"] for k, v in manifest["splits"].items()}
+    if (doc.get("generator") != STATS_GENERATOR or doc.get("stats_format") != STATS_FORMAT
+            or doc.get("schema_sha256") != manifest.get("schema_sha256")
+            or {k: v.get("num_records") for k, v in doc.get("splits", {}).items()} != counts):
+        return None
+    return doc
+
+
+def _first_records(ddir: str, manifest: dict[str, Any], schema: Any) -> dict[str, SplitStats]:
+    """The sample images and their labels: the first SAMPLE_IMAGES records of each split,
+    in shard order (the same records a full read keeps), read from its first shard(s)."""
+    out: dict[str, SplitStats] = {}
+    for split, info in manifest["splits"].items():
+        acc = SplitStats(schema)
+        batch: list[bytes] = []
+        for shard in info["shards"]:
+            path = fs.join(ddir, shard["path"])
+            with fs.guarded(path, "reading"):
+                for _, data in read_shard(path):
+                    batch.append(data)
+                    if len(batch) >= SAMPLE_IMAGES:
+                        break
+            if len(batch) >= SAMPLE_IMAGES:
+                break
+        if batch:
+            _add(acc, batch, fs.join(ddir, info["shards"][0]["path"]))
+        out[split] = acc
+    return out
+
+
+def _read_all(ddir: str, manifest: dict[str, Any], schema: Any) -> dict[str, SplitStats]:
+    """Every record of every split, once, into the report's accumulators."""
     per_split: dict[str, SplitStats] = {}
     for split, info in manifest["splits"].items():
         acc = SplitStats(schema)
@@ -170,27 +240,15 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
         if acc.records != info["num_records"]:
             raise BadInputError(f"{ddir}: split {split!r} holds {acc.records} records, its "
                                 f"manifest says {info['num_records']} (run verify)")
-        splits[split] = {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
-                         "num_shards": len(info["shards"])}
         per_split[split] = acc
-    features: dict[str, Any] = {}
-    samples: dict[tuple[str, str], list[np.ndarray]] = {}
-    for f in schema.features:
-        by_split = {split: acc.features[f.name].to_json() for split, acc in per_split.items()}
-        entry: dict[str, Any] = {"dtype": f.dtype, "shape": list(f.shape),
-                                 "encoding": f.encoding, "sequence": f.is_sequence,
-                                 "image": is_image(f)}
-        if f.vocabulary:
-            entry["vocabulary"] = list(f.vocabulary)
-        entry["categorical"] = is_categorical(entry, by_split)
-        if entry["image"]:
-            maxima = [s["max"] for s in by_split.values() if s.get("max") is not None]
-            entry["pixel_max"] = max(maxima) if maxima else None
-            if keep_samples:
-                for split, acc in per_split.items():
-                    samples[(f.name, split)] = acc.features[f.name].samples
-        entry["splits"] = by_split
-        features[f.name] = entry
+    return per_split
+
+
+def _document(out: str, ddir: str, manifest: dict[str, Any], schema: Any,
+              splits: dict[str, Any], features: dict[str, Any],
+              per_split: dict[str, SplitStats],
+              samples: dict[tuple[str, str], list[np.ndarray]]) -> dict[str, Any]:
+    """report.json's document."""
     sample_labels = None
     if samples:
         label = label_feature(list(schema.features),
@@ -219,7 +277,7 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
     if sample_labels is not None:
         # captions of the sample images: the label of each of the first records of a split
         report["sample_labels"] = sample_labels
-    return report, samples
+    return report
 
 
 def current_report(out: str) -> dict[str, Any] | None:

@@ -49,10 +49,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from etl.contract.images import is_image
+from etl.contract.schema import Schema
 from etl.output.layout import STATS_FILE
 from etl.output.manifest import dataset_dir, load_manifest
 from etl.storage import fs
-from etl.tools.report.drift import feature_drift
+from etl.tools.report.drift import feature_drift, is_categorical
+from etl.tools.report.stats import SplitStats
 
 STATS_FORMAT = 1
 STATS_GENERATOR = "tfrecord-etl stats"
@@ -156,6 +159,43 @@ class DatasetStats:
             return None
         categorical = bool(self.doc["features"][name].get("categorical"))
         return feature_drift(mine, theirs, categorical)
+
+
+def describe_features(schema: Schema, per_split: dict[str, SplitStats]) -> dict[str, Any]:
+    """The report's `features` section from each split's accumulators (one home: `report`'s
+    re-read and the run's stats.json describe features with this)."""
+    features: dict[str, Any] = {}
+    for f in schema.features:
+        by_split = {split: acc.features[f.name].to_json() for split, acc in per_split.items()}
+        entry: dict[str, Any] = {"dtype": f.dtype, "shape": list(f.shape),
+                                 "encoding": f.encoding, "sequence": f.is_sequence,
+                                 "image": is_image(f)}
+        if f.vocabulary:
+            entry["vocabulary"] = list(f.vocabulary)
+        entry["categorical"] = is_categorical(entry, by_split)
+        if entry["image"]:
+            maxima = [s["max"] for s in by_split.values() if s.get("max") is not None]
+            entry["pixel_max"] = max(maxima) if maxima else None
+        entry["splits"] = by_split
+        features[f.name] = entry
+    return features
+
+
+def stats_document(schema: Schema, per_split: dict[str, SplitStats]) -> bytes:
+    """stats.json's bytes (the finalize step writes them; the manifest lists them)."""
+    doc = {"generator": STATS_GENERATOR, "stats_format": STATS_FORMAT,
+           "schema_sha256": schema.sha256(),
+           "splits": {split: {"num_records": acc.records} for split, acc in per_split.items()},
+           "features": describe_features(schema, per_split)}
+    return json.dumps(doc, indent=1, default=_json_default, allow_nan=False).encode()
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np  # noqa: PLC0415 - only for NumPy scalars in a document
+
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON: {type(o).__name__}")
 
 
 def load_stats(out: str) -> DatasetStats | None:

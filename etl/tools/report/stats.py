@@ -117,6 +117,30 @@ class Numeric:
             self.kmv.AddValues(arr)
         self.quantiles.AddValues(pa.array(v64))
 
+    def merge(self, other: Numeric) -> None:
+        """Add `other`'s values (the same dtype): exact parts combine exactly (Chan's update of
+        the second moment), the sketches merge (order-independent while they are exact)."""
+        if not other.count and not other.nan:
+            return
+        self.nan += other.nan
+        if other.count:
+            self.zeros += other.zeros
+            self.min = min(self.min, other.min)
+            self.max = max(self.max, other.max)
+            both = self.count + other.count
+            delta = other.mean - self.mean
+            self.m2 += other.m2 + delta * delta * self.count * other.count / both
+            self.mean += delta * other.count / both
+            self.count = both
+            self.sum += other.sum
+            if self.bins is not None:
+                assert other.bins is not None
+                self.bins += other.bins
+            else:
+                self.mg.Merge(other.mg)
+                self.kmv.Merge(other.kmv)
+            self.quantiles.Merge(other.quantiles)
+
     # ---- results -----------------------------------------------------------------------
     def value_counts(self) -> tuple[list[tuple[float | int, int]], bool, int]:
         """(value, count) pairs by descending count, whether they are exact, distinct values."""
@@ -292,6 +316,14 @@ class Categorical:
         self.kmv.AddValues(arr)
         self.lengths.add(pa.compute.binary_length(arr).to_numpy(zero_copy_only=False))
 
+    def merge(self, other: Categorical) -> None:
+        if not other.count:
+            return
+        self.count += other.count
+        self.mg.Merge(other.mg)
+        self.kmv.Merge(other.kmv)
+        self.lengths.merge(other.lengths)
+
     def to_json(self) -> dict[str, Any]:
         distinct = int(self.kmv.Estimate()) if self.count else 0
         est = self.mg.Estimate().to_pylist() if self.count else []
@@ -365,6 +397,78 @@ class FeatureStats:
             for i, acc in enumerate(self.components):
                 acc.add(rows[:, i])
 
+    def add_arrays(self, value: Any, n: int, present: np.ndarray | None) -> None:
+        """The same as `add` for a batch decoded without TensorFlow (etl.read.decode): an
+        array [n, *shape], or a list of n per-record arrays (ragged and sequence features;
+        a sequence with ragged steps: a list of per-step arrays). Feeds the same numbers in
+        the same order as `add`; keeps no sample images (a run's report reads those from the
+        first shard)."""
+        self.records += n
+        if isinstance(value, list):
+            lengths = np.fromiter((len(v) for v in value), np.int64, n)
+            parts = [np.asarray(v).reshape(-1) if not isinstance(v, list)
+                     else np.concatenate([np.asarray(s).reshape(-1) for s in v]) if v
+                     else np.zeros(0) for v in value]
+            parts = [p for p in parts if p.size]
+            assert self.lengths is not None
+            self.lengths.add(lengths)
+            if self.missing is not None:
+                self.missing += int(np.count_nonzero(lengths == 0))
+            if parts:
+                self.values.add(np.concatenate(parts))
+            return
+        arr = np.asarray(value)
+        if present is not None and self.missing is not None:
+            self.missing += int(n - np.count_nonzero(present))
+        self.values.add(arr)
+        if self.components:
+            rows = arr.reshape(n, -1)
+            for i, acc in enumerate(self.components):
+                acc.add(rows[:, i])
+
+    def add_storage(self, col: pa.Array, n: int) -> None:
+        """The same as `add` for the encoder's stored lists of `n` records (a Feature with
+        `storable`: values or raw encoding of an Example), without serializing and decoding:
+        a fixed feature is always present in an encoded record (a missing optional one was
+        filled with its default), a variable-length one has its list's length."""
+        f = self.f
+        offsets = np.frombuffer(col.buffers()[1], np.int64, n + 1, col.offset * 8)
+        first, last = int(offsets[0]), int(offsets[-1])
+        if f.encoding == "raw":
+            blobs = col.values
+            wide = pa.types.is_large_binary(blobs.type)
+            ends = np.frombuffer(blobs.buffers()[1], np.int64 if wide else np.int32,
+                                 len(blobs) + 1, blobs.offset * (8 if wide else 4))
+            data = np.frombuffer(blobs.buffers()[2], np.uint8)[int(ends[first]):int(ends[last])]
+            arr = data.view(np.dtype(f.dtype).newbyteorder("<")).astype(f.numpy_dtype)
+            self.add_arrays(arr.reshape(n, *f.shape), n, None)
+            return
+        values = col.values.slice(first, last - first)
+        flat = (values.to_numpy(zero_copy_only=False) if f.storage == "bytes"
+                else values.to_numpy().astype(f.numpy_dtype, copy=False))
+        if f.fixed:
+            self.add_arrays(flat.reshape(n, *f.shape), n, None)
+            return
+        self.records += n
+        lengths = np.diff(offsets) // max(f.value_count, 1)
+        assert self.lengths is not None
+        self.lengths.add(lengths)
+        if self.missing is not None:
+            self.missing += int(np.count_nonzero(lengths == 0))
+        self.values.add(flat)
+
+    def merge(self, other: FeatureStats) -> None:
+        """Add `other`'s records (another part of the same split); sample images and the
+        label head stay this one's."""
+        self.records += other.records
+        if self.missing is not None and other.missing is not None:
+            self.missing += other.missing
+        self.values.merge(other.values)  # type: ignore[arg-type]
+        for mine, theirs in zip(self.components, other.components, strict=True):
+            mine.merge(theirs)
+        if self.lengths is not None and other.lengths is not None:
+            self.lengths.merge(other.lengths)
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"records": self.records, "missing": self.missing}
         if isinstance(self.values, Categorical):
@@ -405,6 +509,38 @@ class SplitStats:
         self.records += n
         for name, acc in self.features.items():
             acc.add(decoded[name], n, present.get(name))
+
+    def storable(self) -> bool:
+        """The encoder's stored lists say what a decode would give (add_storage): Examples
+        whose features are values (fixed, or ragged in the outer dimension only) or raw."""
+        return self.schema.kind == "example" and all(
+            f.encoding in ("values", "raw") and all(d >= 0 for d in f.shape[1:])
+            and f.representation != "sparse" for f in self.schema.features)
+
+    def add_storage(self, storage: dict[str, pa.Array], rows: np.ndarray) -> None:
+        """The records of `rows` of an encoded batch (etl.contract.codec.EncodedBatch.storage),
+        when `storable()`; the numbers `add_batch` gives for those records serialized."""
+        n = len(rows)
+        take = pa.array(rows)
+        self.records += n
+        for name, acc in self.features.items():
+            col = storage[name]
+            acc.add_storage(col if len(col) == n else col.take(take), n)
+
+    def add_decoded(self, decoded: dict[str, Any], records: list[bytes]) -> None:
+        """A batch decoded without TensorFlow (etl.read.decode.RecordDecoder) of `records`."""
+        n = len(records)
+        present = self._presence(records) if self._optional else {}
+        self.records += n
+        for name, acc in self.features.items():
+            acc.add_arrays(decoded[name], n, present.get(name))
+
+    def merge(self, other: SplitStats) -> SplitStats:
+        """Add another part of the same split (mergeable: a Beam CombineFn's accumulator)."""
+        self.records += other.records
+        for name, acc in self.features.items():
+            acc.merge(other.features[name])
+        return self
 
     def _presence(self, records: list[bytes]) -> dict[str, np.ndarray]:
         """Which records carry each optional fixed feature: tfx_bsl's schema-less decoder
