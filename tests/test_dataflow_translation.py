@@ -24,7 +24,7 @@ from transforms.convert import ConvertSpec, ConvertToShards
 DATAFLOW = ["--runner=DataflowRunner", "--project=my-project-123", "--region=us-central1",
             "--temp_location=gs://my-bucket/tmp", "--dry_run=True", "--no_auth"]
 ENGINE_STEPS = ["Start", "ListInputFiles", "SplitFiles", "DistributeReads", "ReadEncode",
-                "BlockStats", "MergeStats", "PlanShards", "PartitionByShard", "EveryShard",
+                "GatherStats", "BlockStats", "MergeStats", "PlanShards", "PartitionByShard", "EveryShard",
                 "Flatten", "GroupByShard", "WriteShards", "Finalize"]
 
 
@@ -76,9 +76,10 @@ def test_dataflow_translation_of_the_engine_path(tmp_path) -> None:
     assert partition.spec.urn == "beam:transform:pardo:v1"
     # the merged plan arrives as a side input of the partition step
     assert sorted(partition.inputs) == ["None", "python_side_input0"]
-    # the finalize step waits for every shard result and read report (side inputs)
+    # the finalize step waits for every shard result, read report and the statistics
+    # gathered per split in the same pass (side inputs)
     assert sorted(steps["Convert/Finalize"].inputs) == [
-        "None", "python_side_input0", "python_side_input1"]
+        "None", "python_side_input0", "python_side_input1", "python_side_input2"]
     assert not any("Spill" in n for n in steps)
     # the shard writer gets the plan as a side input, and what is shuffled has declared,
     # deterministic coders (not the pickling fallback): (split, index) -> Chunk, SortedRun

@@ -85,7 +85,7 @@ def test_run_writes_indexes_that_the_pypi_tfrecord_reader_reads(tmp_path: Path) 
         assert len(offsets) == s["num_records"]
         assert int(offsets[-1] + lengths[-1]) == s["num_bytes"]
     assert sorted(os.listdir(out)) == sorted(
-        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"]
+        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt", "stats.json"]
         + [s["path"] for s in shards] + [s["index"]["path"] for s in shards])
     assert verify(out)["records"] == 3000
     assert verify(out, quick=True)["records"] == 3000

@@ -90,7 +90,7 @@ def test_csv_end_to_end_exact_and_verified(tmp_path, via) -> None:
     assert m["splits"]["train"]["num_records"] == 3000
     assert [s["num_records"] for s in m["splits"]["train"]["shards"]] == [750] * 4
     assert sorted(os.listdir(out)) == sorted(
-        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"]
+        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt", "stats.json"]
         + [f"train-{i:05d}-of-00004.tfrecord{index}" for i in range(4) for index in ("", ".index")])
     assert m["inputs"] == [{"path": str(tmp_path / f"part-{k}.csv"), "read": 1000, "written": 1000,
                             "rejected": 0} for k in range(3)]

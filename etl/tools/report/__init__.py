@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,14 +28,14 @@ from etl.base.pause import pause
 from etl.contract.images import is_image
 from etl.contract.schema import load_schema
 from etl.formats.shards import read_shard
-from etl.output.layout import MANIFEST, PRODUCER, REPORT_FILES, STATS_FILE, SUCCESS
+from etl.output.layout import MANIFEST, PRODUCER, REPORT_FILES, SUCCESS
 from etl.output.lock import read_settled
 from etl.output.manifest import dataset_dir, load_manifest
 from etl.output.ownership import REPORT_GENERATOR, report_is_ours
 from etl.output.remote import markers, read_pointer
 from etl.storage import fs
 from etl.storage.object_store import Conflict, Store
-from etl.tools.report.dataset_stats import STATS_FORMAT, STATS_GENERATOR, describe_features
+from etl.tools.report.dataset_stats import describe_features, load_stats
 from etl.tools.report.drift import compare
 from etl.tools.report.html import render
 from etl.tools.report.stats import SAMPLE_IMAGES, SplitStats, caption, label_feature
@@ -156,12 +155,12 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
     splits = {split: {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
                       "num_shards": len(info["shards"])}
               for split, info in manifest["splits"].items()}
-    gathered = run_stats(ddir, manifest)
+    gathered = load_stats(ddir, manifest)
     if gathered is None:
         per_split = _read_all(ddir, manifest, schema)
         features = describe_features(schema, per_split)
     else:
-        features = gathered["features"]
+        features = gathered.doc["features"]
         images = keep_samples and any(is_image(f) for f in schema.features)
         per_split = _first_records(ddir, manifest, schema) if images else {}
     samples: dict[tuple[str, str], list[np.ndarray]] = {}
@@ -171,29 +170,6 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
                 for split, acc in per_split.items():
                     samples[(f.name, split)] = acc.features[f.name].samples
     return _document(out, ddir, manifest, schema, splits, features, per_split, samples), samples
-
-
-def run_stats(ddir: str, manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """The stats.json the run wrote into `ddir` when it describes this data: listed in the
-    manifest with these bytes (its sha256), this schema and these record counts; else None
-    (an output made before runs gathered statistics, or a file changed since)."""
-    entry = manifest.get("files", {}).get(STATS_FILE)
-    path = fs.join(ddir, STATS_FILE)
-    if entry is None or not fs.exists(path):
-        return None
-    data = fs.read_bytes(path)
-    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-        return None
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return None
-    counts = {k: v["num_records"] for k, v in manifest["splits"].items()}
-    if (doc.get("generator") != STATS_GENERATOR or doc.get("stats_format") != STATS_FORMAT
-            or doc.get("schema_sha256") != manifest.get("schema_sha256")
-            or {k: v.get("num_records") for k, v in doc.get("splits", {}).items()} != counts):
-        return None
-    return doc
 
 
 def _first_records(ddir: str, manifest: dict[str, Any], schema: Any) -> dict[str, SplitStats]:

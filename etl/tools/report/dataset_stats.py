@@ -45,6 +45,7 @@ the Jensen-Shannon divergence of histograms on shared bins for numbers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -198,19 +199,30 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON: {type(o).__name__}")
 
 
-def load_stats(out: str) -> DatasetStats | None:
-    """The stats.json of output `out` (or of a dataset dir), None when it has none (outputs
-    written before runs gathered statistics). Raises ValueError on a file of another format."""
+def load_stats(out: str, manifest: dict[str, Any] | None = None) -> DatasetStats | None:
+    """The stats.json of output `out` (or of a dataset dir) when it describes that data:
+    listed in its manifest with these bytes (sha256), for this schema and these record
+    counts. None when there is none (outputs written before runs gathered statistics) or it
+    does not match (a file changed since): the caller reads the data instead. `manifest`:
+    the dataset dir's manifest when the caller has it already."""
     ddir = dataset_dir(out)
+    manifest = load_manifest(ddir) if manifest is None else manifest
+    entry = manifest.get("files", {}).get(STATS_FILE)
     path = fs.join(ddir, STATS_FILE)
-    if not fs.exists(path):
+    if entry is None or not fs.exists(path):
         return None
-    doc = json.loads(fs.read_bytes(path))
-    if doc.get("generator") != STATS_GENERATOR or doc.get("stats_format") != STATS_FORMAT:
-        raise ValueError(f"{path}: not a stats.json of format {STATS_FORMAT}")
+    data = fs.read_bytes(path)
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        return None
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    counts = {k: v["num_records"] for k, v in manifest["splits"].items()}
+    if (not isinstance(doc, dict) or doc.get("generator") != STATS_GENERATOR
+            or doc.get("stats_format") != STATS_FORMAT
+            or doc.get("schema_sha256") != manifest.get("schema_sha256")
+            or {k: (v or {}).get("num_records") for k, v in doc.get("splits", {}).items()}
+            != counts):
+        return None
     return DatasetStats(doc)
-
-
-def listed_in_manifest(ddir: str) -> bool:
-    """The dataset dir's manifest lists a stats.json (so verify has checked its bytes)."""
-    return STATS_FILE in load_manifest(ddir).get("files", {})
