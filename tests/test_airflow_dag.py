@@ -7,12 +7,17 @@
   skipped as current and leaves the current report as it is. The Dataflow DAG runs through the same
   operator with only the cloud cut off (no process started, no Dataflow API call): the command
   it would run and the job name it would wait for are checked.
+- A day a `block:` quality check stops (its label column collapsed to one class): the task fails
+  at its first try (exit 6 is not retried), its log holds the CLI's check lines, the day before
+  stays published and current, the quarantine holds the day; a rerun stays blocked; after
+  `quarantine release` the rerun of the task succeeds (the day is published and current).
 - examples/schedule/: the cron line and the systemd units parse, and the commands they hold
   run our CLI with valid arguments (`--dry-run`).
 """
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import fcntl
 import json
@@ -38,9 +43,11 @@ LOGICAL = "2026-11-22"
 SPAN = "2026-11-21"
 LABELS = "--labels=airflow-version=v3-3-2"
 
-# Runs inside .venv-airflow. argv: mode (local | dataflow), logical date. Prints one RESULT line.
+# Runs inside .venv-airflow. argv: mode (local | dataflow | steps), logical date, DAG folder, and
+# for `steps` a JSON list: a date runs etl_daily for that logical date (its DAG retries kept, a
+# second apart), a list is a command run between. Prints one RESULT line.
 DRIVER = textwrap.dedent("""\
-    import datetime as dt, json, sys
+    import datetime as dt, json, subprocess, sys
     from unittest import mock
 
     from airflow.dag_processing.dagbag import DagBag
@@ -53,8 +60,24 @@ DRIVER = textwrap.dedent("""\
            "dag_ids": sorted(bag.dag_ids), "runs": []}
     for dag in bag.dags.values():
         for task in dag.tasks:
-            task.retries = 0  # a failure ends the test run now, not after the DAG's retry delay
-    if mode == "local":
+            if mode == "steps":  # a retry would come in a second, not after the DAG's delay
+                task.retry_delay = dt.timedelta(seconds=1)
+            else:
+                task.retries = 0  # a failure ends the test run now, not after the retry delay
+    if mode == "steps":
+        dag = bag.dags["etl_daily"]
+        for step in json.loads(sys.argv[4]):
+            if isinstance(step, list):
+                done = subprocess.run(step, capture_output=True, text=True, timeout=120)
+                out["runs"].append({"exit": done.returncode, "stdout": done.stdout,
+                                    "stderr": done.stderr})
+                continue
+            logical = dt.datetime.fromisoformat(step).replace(tzinfo=dt.timezone.utc)
+            run = dag.test(logical_date=logical)
+            tis = run.get_task_instances()
+            out["runs"].append({"state": str(run.state), "span": run.data_interval_start.date().isoformat(),
+                                "tasks": {t.task_id: [str(t.state), t.try_number] for t in tis}})
+    elif mode == "local":
         dag = bag.dags["etl_daily"]
         for _ in range(2):
             run = dag.test(logical_date=day)
@@ -87,7 +110,7 @@ def airflow_python() -> str:
     return AIRFLOW_PYTHON
 
 
-def run_driver(tmp_path: Path, mode: str, **settings: str) -> dict:
+def run_driver(tmp_path: Path, mode: str, *steps: str | list[str], **settings: str) -> dict:
     """DRIVER in a fresh AIRFLOW_HOME (sqlite, no examples); returns its RESULT."""
     home = tmp_path / "airflow"
     home.mkdir()
@@ -98,8 +121,9 @@ def run_driver(tmp_path: Path, mode: str, **settings: str) -> dict:
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
                 "ETL_PYTHON": sys.executable, **settings})
-    proc = subprocess.run([airflow_python(), str(script), mode, LOGICAL, DAG_DIR], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=150)
+    argv = [airflow_python(), str(script), mode, LOGICAL, DAG_DIR, *([json.dumps(steps)] if steps else [])]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=150 + 30 * len(steps))
     log = proc.stdout + proc.stderr
     (tmp_path / "airflow.log").write_text(log)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -171,6 +195,142 @@ def test_dataflow_dag_command_and_job_name(tmp_path: Path) -> None:
     # our launcher's 'submitted job' line is not the 'Submitted job: ID' its pattern reads)
     assert result["waits"] == [{"job_name": "etl-20261121", "location": "europe-west1",
                                 "job_id": None, "project_id": "my-project-123"}]
+
+
+# --- a day a quality check blocks ---------------------------------------------------------------
+# What the CLI prints, as the Beam hook logs it: stdout lines at info, stderr lines at warning.
+HOOK_EVENT = re.compile(r"^\S+ \[(\w+) *\] (.*?) +\[airflow\.task\.hooks\.airflow\.providers\.apache"
+                        r"\.beam\.hooks\.beam\.BeamHook\]")
+CHECKED_JOB = """\
+schema: {root}/schemas/iris.yaml
+source: {{format: csv, paths: ["data/{{date}}/iris.csv"]}}
+split: {{train: 0.8, test: 0.2}}
+output: "out/{{date}}"
+shuffle: {{seed: 7}}
+shards: 2
+checks:
+  block:
+    features:
+      label: {{drift: 0.1, distinct: {{min: 2}}}}
+"""
+
+
+def command_runs(log: str) -> list[tuple[str, list[tuple[str, str]], int]]:
+    """Each command the operator ran: (its command line, what it printed as (level, line), its
+    exit code), from the hook's lines in the captured Airflow log."""
+    runs: list[tuple[str, list[tuple[str, str]], int]] = []
+    command, printed, waiting = "", [], False
+    for line in log.splitlines():
+        m = HOOK_EVENT.match(line)
+        if not m:
+            continue
+        level, text = m.groups()
+        if text.startswith("Running command: "):
+            command, printed = text[len("Running command: "):], []
+        elif text == "Start waiting for Apache Beam process to complete.":
+            waiting = True
+        elif text.startswith("Process exited with return code: "):
+            runs.append((command, printed, int(text.rsplit(" ", 1)[1])))
+            waiting = False
+        elif waiting:
+            printed.append((level, text))
+    return runs
+
+
+def collapsed_day(source: Path, dest: Path) -> None:
+    """The bundled day with every label Iris-setosa: one class."""
+    with open(source, newline="") as fh:
+        rows = list(csv.reader(fh))
+    dest.parent.mkdir(parents=True)
+    with open(dest, "w", newline="") as fh:
+        csv.writer(fh).writerows([rows[0]] + [r[:-1] + ["Iris-setosa"] for r in rows[1:]])
+
+
+def test_a_day_blocked_by_a_check_fails_its_task_until_released(tmp_path: Path) -> None:
+    from etl.output.manifest import load_manifest, verify  # noqa: PLC0415 - .venv's package
+    from etl.output.quarantine import entries  # noqa: PLC0415
+    from etl.quality.stats import published_stats  # noqa: PLC0415
+
+    before, day = "2026-11-20", SPAN  # the good day, and the day whose labels collapse
+    bundled, data = Path(ROOT, "examples", "data", "daily"), tmp_path / "data"
+    (data / before).mkdir(parents=True)
+    shutil.copy(bundled / before / "iris.csv", data / before)
+    collapsed_day(bundled / day / "iris.csv", data / day / "iris.csv")
+    job = tmp_path / "checked.yaml"
+    job.write_text(CHECKED_JOB.format(root=ROOT))
+    out_before, out_day = str(tmp_path / "out" / before), str(tmp_path / "out" / day)
+    cli_ = [sys.executable, RUN]
+    result = run_driver(
+        tmp_path, "steps",
+        "2026-11-21",  # converts the good day
+        LOGICAL,  # the collapsed day: blocked
+        [*cli_, "quarantine", "list", out_day],
+        [*cli_, "run", str(job), "--date", before],  # the day before is still current
+        LOGICAL,  # cleared and run again: still blocked
+        [*cli_, "quarantine", "release", out_day],
+        LOGICAL,  # cleared after the release: the day is published and current
+        ETL_JOB=str(job))
+    assert result["dag_ids"] == ["etl_daily"]
+    good, blocked, listed, current, again, released, after = result["runs"]
+    # each blocked try failed the task at its first try (exit 6 is not retried), the DAG run too
+    assert good == {"state": "success", "span": before, "tasks": {"convert": ["success", 1]}}
+    assert blocked == again == {"state": "failed", "span": day, "tasks": {"convert": ["failed", 1]}}
+    assert after == {"state": "success", "span": day, "tasks": {"convert": ["success", 1]}}
+
+    # the check lines: the day before's label shares (exact counts from its statistics) against
+    # one class, and one distinct value where two are needed
+    shares = {split: dict(stats["value_counts"]) for split, stats in
+              published_stats(out_before)["features"]["label"]["splits"].items()}
+    checks = [f"  blocked: features.label.drift, split {split}: measured "
+              f"{round(1 - shares[split][0] / sum(shares[split].values()), 6)!r}, must be at most 0.1"
+              for split in ("train", "test")]
+    checks += [f"  blocked: features.label.distinct.min, split {split}: measured 1, must be at least 2"
+               for split in ("train", "test")]
+    history = [json.loads(ln) for ln in (tmp_path / "out" / "_runs.jsonl").read_text().splitlines()]
+    quarantined = history[1]["run_id"]
+    where = f"{out_day}.quarantine/{quarantined}"
+    head = (f"error: span {day} blocked by 4 quality check(s){{}}: nothing published (nothing is "
+            f"published there); the run is quarantined in {where} (checks.json, report.html); "
+            f"publish it with `run_pipeline.py quarantine release {out_day}` or `run --accept`, "
+            f"or remove it with `quarantine drop {out_day}`")
+    command = f"{sys.executable} {RUN} run --report {job} --runner=FnApiRunner --date={{}} {LABELS}"
+    runs = command_runs(result["log"])
+    assert [(c, code) for c, _, code in runs] == [
+        (command.format(before), 0), (command.format(day), 6), (command.format(day), 6),
+        (command.format(day), 0)]
+    assert runs[1][1] == [("warning", head.format("")), *(("warning", c) for c in checks)]
+    assert runs[2][1] == [("warning", head.format(f" (run {quarantined}, same inputs, job and schema: "
+                                                  "still blocked, not run again)")),
+                          *(("warning", c) for c in checks)]
+    # why the task failed, with no retry
+    assert result["log"].count("AirflowFailException: exit 6: the span is blocked by a quality check "
+                               "(the lines above say which) and quarantined, nothing was published; "
+                               "not retried") == 2
+
+    # while blocked: the quarantine holds the day, the day before is current, nothing else changed
+    assert listed["exit"] == 0
+    assert listed["stdout"].splitlines()[0].startswith(f"{quarantined}  span {day}  blocked ")
+    assert listed["stdout"].splitlines()[0].endswith(f"  {where}")
+    assert listed["stdout"].splitlines()[1:] == checks
+    assert (current["exit"], current["stdout"].splitlines()[0]) == (
+        0, f"Skipped {before} ({out_before}): already published and current (inputs, schema and job "
+           "unchanged)")
+    assert load_manifest(out_before)["run_id"] == history[0]["run_id"]
+    assert verify(out_before)["records"] == 50
+
+    # released: the day publishes the quarantined run; the task's rerun skips it as current and
+    # makes its report (drift against the day before)
+    assert (released["exit"], released["stdout"]) == (
+        0, f"released run {quarantined}: {out_day} publishes it now\n")
+    assert entries(out_day) == []
+    assert load_manifest(out_day)["run_id"] == quarantined and verify(out_day)["records"] == 50
+    assert runs[3][1][0] == ("info", f"Skipped {day} ({out_day}): already published and current "
+                                     "(inputs, schema and job unchanged)")
+    report = json.loads(Path(out_day, "report.json").read_text())
+    assert report["run_id"] == quarantined and "drift" in report
+    assert [(h["span"], h["status"], h["exit_code"], h["run_id"] == quarantined) for h in history] == [
+        (before, "ok", 0, False), (day, "blocked", 6, True), (before, "skipped", 0, False),
+        (day, "blocked", 6, False), (day, "released", 0, True), (day, "skipped", 0, False)]
 
 
 # --- cron and systemd -------------------------------------------------------------------------

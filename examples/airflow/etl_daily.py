@@ -26,18 +26,38 @@ Settings (environment of the Airflow scheduler and workers, read when the DAG fi
 
 Reruns are safe: a span whose output is published and current is skipped by the CLI (exit 0),
 and a second run of a span while one is running exits 4 (the span's lock), which fails the task.
+
+When a quality check blocks a day (a `block:` check of the job's `checks:` fails, exit 6), the
+task fails at once, without retries, and its log holds the CLI's lines:
+
+    error: span D blocked by N quality check(s): nothing published (...); the run is ...
+      blocked: features.label.distinct.min, split train: measured 1, must be at least 2
+
+Nothing of that day is published; the days before stay as they are. A retry would change
+nothing: a rerun of the same inputs (same job, schema and input files) stays blocked without
+running again; only a person publishes it. Look at OUT.quarantine/RUN_ID/report.html (the
+failed checks on top), then, with the Python that has our package:
+  - publish the day as it is: `run_pipeline.py quarantine release OUT` (or
+    `run_pipeline.py run ETL_JOB --date D --accept`, which releases it too), then clear the
+    failed task: its rerun finds the day published and current (exit 0) and writes its report;
+  - or fix the day's input and clear the task: the new inputs are converted and checked again;
+  - or throw the blocked run away: `run_pipeline.py quarantine drop OUT`.
+OUT is the day's output (the job's `output` or ETL_OUTPUT, with D filled in). The day's run
+history (`run_pipeline.py history`) says `blocked`, then `released`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import sys
 from typing import Any
 
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
 from airflow.providers.google.cloud.operators.dataflow import DataflowConfiguration
 from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,10 +73,14 @@ SPAN = "{{ data_interval_start | ds }}"
 # Dataflow job names: [a-z]([-a-z0-9]*[a-z0-9])?, one per span and not per attempt (see below).
 DATAFLOW_JOB_NAME = "etl-{{ data_interval_start | ds_nodash }}"
 
+# The CLI's exit code for a span a `block:` quality check stopped (etl.base.errors.EXIT_BLOCKED).
+EXIT_BLOCKED = 6
+
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "etl",
     # a transient failure (storage 5xx past our own retries, a lost worker) gets two more tries;
-    # a failed try published nothing, and a span published meanwhile is skipped (exit 0)
+    # a failed try published nothing, and a span published meanwhile is skipped (exit 0).
+    # A blocked span (exit 6) is not retried: see EtlRunOperator
     "retries": 2,
     "retry_delay": dt.timedelta(minutes=10),
     "retry_exponential_backoff": True,
@@ -85,11 +109,33 @@ def _options(**extra: Any) -> dict[str, Any]:
     return options
 
 
+class EtlRunOperator(BeamRunPythonPipelineOperator):
+    """The Beam provider's operator, except that a span blocked by a quality check (our exit 6)
+    fails the task for good (AirflowFailException: no retry). The check lines are already in
+    the task log above (the operator logs the command's output); retrying would only log them
+    again after the retry delay, since a rerun of the same inputs stays blocked without running.
+    Every other failure is raised as it is, for the DAG's retries."""
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return super().execute(context)
+        except AirflowException as e:
+            # the hook's message: "Apache Beam process failed with return code N"
+            code = re.search(r"return code (-?\d+)", str(e))
+            if code is None or int(code.group(1)) != EXIT_BLOCKED:
+                raise
+            raise AirflowFailException(
+                f"exit {EXIT_BLOCKED}: the span is blocked by a quality check (the lines above say "
+                "which) and quarantined, nothing was published; not retried: a rerun of the same "
+                "inputs stays blocked. Release it with `run_pipeline.py quarantine release OUT` "
+                "(or `run_pipeline.py run JOB --date D --accept`) and clear this task") from e
+
+
 def _convert(runner: str, hours: int, *run_flags: str, **kwargs: Any) -> BeamRunPythonPipelineOperator:
     """The one task of a DAG: `run_pipeline.py run [FLAGS] JOB --date=SPAN ...` on `runner`
     (our positional `run JOB` can only go through py_options + py_file: the operator puts every
     pipeline option after py_file as --key=value; our own flags go before JOB)."""
-    return BeamRunPythonPipelineOperator(
+    return EtlRunOperator(
         task_id="convert",
         py_interpreter=PYTHON,
         py_options=[RUN_PIPELINE, "run", *run_flags],
