@@ -1,13 +1,16 @@
 """The tools around a conversion, against what users run instead, on the same data in one run.
 
     python -m benchmarks.tools_bench [--rows N] [--repeat R] [--workdir DIR] [--json PATH]
-                                     [--only infer_schema|report]
+                                     [--only infer_schema|report|report_reread]
 
 - infer-schema: `run_pipeline.py infer-schema data.csv` (reads a 10,000-record sample) against
   `pandas.read_csv(data.csv).dtypes`, the usual way to guess a CSV's types (the whole file).
 - report: `run_pipeline.py report OUT` (one pass: statistics, sketches, plots, sample images)
   against the plain read it cannot avoid: every batch of `etl.make_dataset(OUT)` pulled into
   Python and nothing computed. Their ratio is what the statistics cost on top of reading.
+- report_reread: `report OUT` built from the stats.json the run gathered in its conversion pass
+  (issue 23), against `report` of the same output without it (a copy whose manifest lists no
+  stats.json: what `report` did before runs gathered statistics, one read of every shard).
 
 Each is a fresh process (imports included, as a user runs it): wall seconds, CPU seconds and
 peak RSS (benchmarks.rss), medians of `--repeat` runs, the two commands of a pair alternating
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,6 +61,37 @@ def convert(csv: str, workdir: str) -> str:
     return out
 
 
+def without_stats(out: str) -> str:
+    """A copy of output `out` whose manifest lists no stats.json (an output written before
+    runs gathered statistics): `report` reads every shard of it."""
+    bare = out + "_without_stats"
+    shutil.rmtree(bare, ignore_errors=True)
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns("stats.json", "report.*"))
+    path = os.path.join(bare, "manifest.json")
+    with open(path, encoding="utf-8") as fh:
+        manifest = json.load(fh)
+    manifest.get("files", {}).pop("stats.json", None)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1)
+    return bare
+
+
+def same_numbers(a: str, b: str) -> bool:
+    """Two report.json files give the same features section (floats to 1e-12 relative: a
+    merged sum differs from a one-pass sum in the last bits)."""
+    def close(x: Any, y: Any) -> bool:
+        if isinstance(x, dict):
+            return isinstance(y, dict) and x.keys() == y.keys() and all(close(x[k], y[k]) for k in x)
+        if isinstance(x, list):
+            return isinstance(y, list) and len(x) == len(y) and all(map(close, x, y))
+        if isinstance(x, float) and isinstance(y, float):
+            return math.isclose(x, y, rel_tol=1e-12) or (math.isnan(x) and math.isnan(y))
+        return x == y
+
+    with open(a, encoding="utf-8") as fa, open(b, encoding="utf-8") as fb:
+        return close(json.load(fa)["features"], json.load(fb)["features"])
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     m = measure(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     if m.returncode != 0:
@@ -86,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", default="bench_out")
     p.add_argument("--json", default=None, help="default WORKDIR/tools_bench.json")
-    p.add_argument("--only", choices=["infer_schema", "report"], default=None)
+    p.add_argument("--only", choices=["infer_schema", "report", "report_reread"], default=None)
     args = p.parse_args(argv)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO}
     csv = ensure_csv(args.workdir, args.rows)
@@ -101,8 +137,22 @@ def main(argv: list[str] | None = None) -> int:
         results["report"] = pair(
             "report", [sys.executable, RUN, "report", out, "--out", report_dir],
             [sys.executable, "-c", PLAIN_READ, out], args.repeat, env)
+    if args.only in (None, "report_reread"):
+        out = convert(csv, args.workdir)
+        bare = without_stats(out)
+        report_dir = os.path.join(args.workdir, "tools", "report_stats")
+        results["report_reread"] = pair(
+            "report", [sys.executable, RUN, "report", out, "--out", report_dir],
+            [sys.executable, RUN, "report", bare, "--out", report_dir + "_reread"],
+            args.repeat, env)
+        results["report_reread"]["same_numbers"] = same_numbers(
+            os.path.join(report_dir, "report.json"),
+            os.path.join(report_dir + "_reread", "report.json"))
+        print(f"  report from stats.json and from a re-read: "
+              f"{'the same numbers' if results['report_reread']['same_numbers'] else 'DIFFER'}")
     for name, label in (("infer_schema", "pandas.read_csv(...).dtypes"),
-                        ("report", "plain make_dataset read")):
+                        ("report", "plain make_dataset read"),
+                        ("report_reread", "report re-reading every shard")):
         if name not in results:
             continue
         med = results[name]["median"]

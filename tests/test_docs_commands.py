@@ -37,7 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "run_pipeline.py")
 DOCS = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 LINKED = [*DOCS, os.path.join(ROOT, "benchmarks", "README.md")]  # pages whose links must resolve
-SUBCOMMANDS = ("run", "demo", "history", "verify", "spec", "inspect", "infer-schema", "report")
+SUBCOMMANDS = ("run", "demo", "history", "verify", "spec", "inspect", "infer-schema", "report",
+               "quarantine")
 COMMAND_BLOCKS = ("sh", "bash", "shell", "console", "cron", "")  # "" is the synopsis block
 INLINE_START = re.compile(r"(python3? |\.venv/bin/python |run_pipeline\.py |make |pip |gcloud |"
                           r"docker |systemctl |(?:" + "|".join(SUBCOMMANDS) + r") )")

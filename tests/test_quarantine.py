@@ -263,3 +263,35 @@ def test_gcs_blocked_span_is_quarantined_then_released_and_dropped(
     bucket = gcs_emulator.client().bucket(gcs_bucket[len("gs://"):])
     assert list(bucket.list_blobs(prefix=f"data/out.quarantine/{second.run_id}/")) == []
     assert json.loads(gcs_emulator.download(f"{out}/_SUCCESS"))["version"] == entry.run_id
+
+
+def test_drift_compares_with_the_previous_day_under_the_output_given_on_the_command_line(
+        tmp_path: Path) -> None:
+    """A dated job run with `--output` (as the Airflow DAG does with ETL_OUTPUT): the previous
+    day is looked for under that template, not under the job file's `output:` (which holds an
+    unrelated dataset for that day here, and nothing for the others)."""
+    for day in ("2026-11-20", "2026-11-21"):
+        (tmp_path / day).mkdir()
+        write_input(tmp_path / day / "iris.csv", collapse=day == "2026-11-21")
+    job = tmp_path / "job.yaml"
+    job.write_text(f"schema: {ROOT}/schemas/iris.yaml\n"
+                   "source: {format: csv, paths: ['{date}/iris.csv']}\n"
+                   "split: {train: 0.8, test: 0.2}\n"
+                   "output: 'file-out/{date}'\nshuffle: {seed: 7}\nshards: 2\n"
+                   "checks: {block: {features: {label: {drift: 0.1}}}}\n")
+    # the job file's own output for 2026-11-20 holds the collapsed day: no drift against it
+    first = cli("run", str(job), "--date", "2026-11-20")
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(tmp_path / "file-out" / "2026-11-20")
+    (tmp_path / "2026-11-20" / "iris.csv").write_bytes((tmp_path / "2026-11-21" / "iris.csv").read_bytes())
+    assert cli("run", str(job), "--date", "2026-11-20").returncode == 0
+    write_input(tmp_path / "2026-11-20" / "iris.csv")
+    template = str(tmp_path / "cli-out" / "{date}")
+    ok = cli("run", str(job), "--date", "2026-11-20", "--output", template)
+    assert ok.returncode == 0, ok.stderr
+    blocked = cli("run", str(job), "--date", "2026-11-21", "--output", template)
+    assert blocked.returncode == 6, blocked.stderr
+    assert blocked_lines(blocked.stderr) == [
+        line for line in expected_blocks(str(tmp_path / "cli-out" / "2026-11-20"))
+        if ".drift" in line]
+    assert not (tmp_path / "cli-out" / "2026-11-21").exists()

@@ -87,6 +87,9 @@ class JobConfig:
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
     span: str | None = None  # the date its placeholders were filled with; None: it has none
     checks: Checks | None = field(default=None, compare=False)  # quality gates (etl.job.checks)
+    # `--output` as given (placeholders unfilled): what another span of the same job and
+    # command line writes (previous_output); None: the job file's `output:`
+    output_override: str | None = field(default=None, compare=False)
 
     @property
     def shuffled(self) -> bool:
@@ -254,6 +257,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         raw=dict(doc),
         span=span.name if span is not None else None,
         checks=parse_checks(doc.get("checks"), path, lines),
+        output_override=output,
     )
 
 

@@ -101,8 +101,9 @@ def _read_features(staging: str, manifest: dict[str, Any], schema: Any,
 def previous_output(job: JobConfig) -> str | None:
     """What drift compares with: for a dated job (a placeholder in its output) the newest
     published span before this one (looking back LOOK_BACK_DAYS days: a blocked day is
-    skipped over), else the output this run replaces; None when nothing is published."""
-    template = job.raw.get("output")
+    skipped over), else the output this run replaces; None when nothing is published. Spans
+    of a run given `--output` are looked for under that template too."""
+    template = job.output_override or job.raw.get("output")
     dated = job.span is not None and isinstance(template, str) and bool(placeholders(template))
     if not dated:
         return job.output if _published(job.output) else None
@@ -110,7 +111,7 @@ def previous_output(job: JobConfig) -> str | None:
     day = parse_date(job.span).date
     for back in range(1, LOOK_BACK_DAYS + 1):
         before = Span(day - dt.timedelta(days=back))
-        out = job_from_dict(job.raw, job.path, job.base_dir, None, before).output
+        out = job_from_dict(job.raw, job.path, job.base_dir, job.output_override, before).output
         if _published(out):
             return out
     return None
