@@ -12,7 +12,7 @@
     python run_pipeline.py spec SCHEMA.yaml
     python run_pipeline.py inspect PATH... [--limit N] [--schema SCHEMA.yaml] [--images DIR]
     python run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output SCHEMA.yaml]
-                                       [--job JOB.yaml] [--name NAME]
+                                       [--job JOB.yaml] [--name NAME] [--checks]
     python run_pipeline.py report OUT [--against OUT2] [--out DIR]
     python run_pipeline.py quarantine list|release|drop OUT [--run RUN_ID] [--all]
 
@@ -185,6 +185,10 @@ def _add_tools(sub: Any, common: argparse.ArgumentParser) -> None:
     infer.add_argument("--job", default=None, metavar="JOB.yaml",
                        help="also write a job file that converts SOURCE with this schema")
     infer.add_argument("--name", default=None, help="the schema's name (default: from the files)")
+    infer.add_argument("--checks", action="store_true",
+                       help="also propose a checks: block (quality gates) from the sample: in "
+                            "the --job file, or printed after the schema is written (needs "
+                            "--output)")
     report = sub.add_parser("report", parents=[common],
                             help="statistics, plots and sample images of an output: report.json "
                                  "and a self-contained report.html beside the data")

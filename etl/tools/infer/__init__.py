@@ -9,5 +9,7 @@ write a schema YAML whose guesses carry `# review:` comments.
 - `etl.tools.infer.guess`: one column of the sample -> a feature spec and its review notes;
 - `etl.tools.infer.render`: the schema (and job) YAML with comments, checked by `etl.contract.schema` before
   anything is written;
+- `etl.tools.infer.checks`: `--checks`, a proposed `checks:` block (quality gates) for the job
+  file from what the sample held (ranges with a margin, missing and NaN fractions, classes);
 - `etl.tools.infer.command.command`: the CLI entry.
 """

@@ -1,28 +1,42 @@
-"""`run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output S] [--job J]`.
+"""`run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output S] [--job J]
+[--checks]`.
 
 Reads the first N records of each input (etl.tools.infer.sample), guesses one feature per column
 (etl.tools.infer.guess) and writes a schema YAML in which every guess a person should check carries
 a `# review:` comment (etl.tools.infer.render). The schema is loaded back through etl.contract.schema before
 it is written, so what is written always loads; `--job` also writes a job file converting the
-same inputs with it. Existing files are never overwritten.
+same inputs with it. `--checks` proposes a `checks:` block from the same sample
+(etl.tools.infer.checks): in the job file with `--job`, else on standard output after the
+`wrote` line. Existing files are never overwritten.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from etl.base.errors import BadInputError, ConfigError
-from etl.contract.schema import schema_from_dict
+from etl.contract.schema import Schema, schema_from_dict
 from etl.formats.tfrecord import compression_of
 from etl.output.layout import SCHEMA_FILE
 from etl.sources import make_reader
 from etl.storage import fs
+from etl.tools.infer.checks import checks_yaml
 from etl.tools.infer.examples import sample_examples
-from etl.tools.infer.guess import Guess, Sampled, Unsupported, combine, guess, image_facts, image_spec
+from etl.tools.infer.guess import (
+    Guess,
+    Observed,
+    Sampled,
+    Unsupported,
+    combine,
+    guess,
+    image_facts,
+    image_spec,
+)
 from etl.tools.infer.render import job_yaml, schema_yaml
 from etl.tools.infer.sample import Sample, sample
 
@@ -40,26 +54,38 @@ def command(args: Any) -> int:
         raise ConfigError(f"--sample must be a positive number of records, got {n}")
     if args.job and not args.output:
         raise ConfigError("--job needs --output: the job's schema: points at the schema file")
+    proposing = bool(getattr(args, "checks", False))
+    if proposing and not args.output:
+        raise ConfigError("--checks needs --output (and --job to put the checks: block in the "
+                          "job file; without it the block is printed after the schema is "
+                          "written)")
     for path in (args.output, args.job):
         if path and fs.exists(path):
             raise ConfigError(f"{path} exists; infer-schema never overwrites a file: choose "
                               "another name or remove it")
     fmt, source = plan(list(args.sources), args.format)
     name = args.name or default_name(fmt, source)
-    text = infer(fmt, source, n, name)
+    inferred = infer_all(fmt, source, n, name)
+    text = inferred.text
     if not args.output:
         print(text, end="")
         return 0
-    fs.write_bytes(args.output, text.encode())
-    print(f"wrote {args.output}")
+    checks = checks_yaml(inferred.guesses, inferred.sampled, fmt == "tfrecord",
+                         [f.name for f in inferred.schema.features]) if proposing else ""
+    doc = ""
     if args.job:
         job_dir = fs.dirname(fs.abspath(args.job))
         header = [f"Written by `run_pipeline.py infer-schema` with {args.output}: converts the "
                   "inputs it was inferred from. Relative paths are relative to this file."]
         doc = job_yaml(header, _relative(fs.abspath(args.output), job_dir),
-                       _relative_source(source, job_dir), f"out/{name}")
+                       _relative_source(source, job_dir), f"out/{name}") + checks
+    fs.write_bytes(args.output, text.encode())
+    print(f"wrote {args.output}")
+    if args.job:
         fs.write_bytes(args.job, doc.encode())
         print(f"wrote {args.job}")
+    elif checks:
+        print(checks, end="")
     return 0
 
 
@@ -163,8 +189,21 @@ def default_name(fmt: str, source: dict[str, Any]) -> str:
 
 
 # ---- inference -------------------------------------------------------------------------------
+@dataclass
+class Inferred:
+    text: str  # the schema YAML, with its comments
+    schema: Schema  # that text, loaded
+    guesses: list[Guess]
+    sampled: Sampled
+
+
 def infer(fmt: str, source: dict[str, Any], n: int, name: str) -> str:
     """The schema YAML for `source`, checked by etl.contract.schema."""
+    return infer_all(fmt, source, n, name).text
+
+
+def infer_all(fmt: str, source: dict[str, Any], n: int, name: str) -> Inferred:
+    """The schema for `source` (YAML checked by etl.contract.schema) and what it came from."""
     if fmt == "images":
         guesses, sampled, left_out = _image_folder(source, n)
     else:
@@ -196,10 +235,10 @@ def infer(fmt: str, source: dict[str, Any], n: int, name: str) -> str:
         header += _written_with(source["paths"])
     text = schema_yaml(name, header, guesses)
     try:
-        schema_from_dict(yaml.safe_load(text))
+        schema = schema_from_dict(yaml.safe_load(text))
     except Exception as e:  # a bug here, not the user's: say what was produced
         raise ConfigError(f"the inferred schema does not load ({e}); please report it") from e
-    return text
+    return Inferred(text, schema, guesses, sampled)
 
 
 def _written_with(paths: list[str]) -> list[str]:
@@ -274,7 +313,8 @@ def _image_folder(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled,
     image_spec(image, facts)
     classes = sorted(by_class)
     label = Guess("label", {"dtype": "int64", "shape": [], "vocabulary": classes},
-                  counts={c: len(by_class[c]) for c in classes}, counted="images")
+                  counts={c: len(by_class[c]) for c in classes}, counted="images",
+                  observed=Observed(len(files), 0, len(files), distinct=len(classes)))
     label.notes.append(f"vocabulary: the {len(classes)} class folder names, sorted (ids 0.."
                        f"{len(classes) - 1}); an image in a folder not listed here would be "
                        "rejected as not_in_vocabulary")

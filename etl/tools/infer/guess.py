@@ -37,6 +37,21 @@ class Sampled:
 
 
 @dataclass
+class Observed:
+    """What the sample held for one feature, as the statistics of a run would count it (what
+    `infer-schema --checks` proposes thresholds from, etl.tools.infer.checks)."""
+
+    rows: int  # sampled records
+    missing: int = 0  # records without a value (a null, empty text, no list or an empty list)
+    values: int = 0  # values seen (numbers: the finite ones)
+    low: float | int | None = None  # the smallest and largest finite number
+    high: float | int | None = None
+    nan: int = 0  # NaN and +-Inf among the numbers
+    distinct: int | None = None  # distinct strings (vocabulary labels too); None: not counted
+    integer: bool = False  # the numbers are integers
+
+
+@dataclass
 class Guess:
     """A feature: its schema spec, review notes, and the counts behind a vocabulary."""
 
@@ -45,6 +60,7 @@ class Guess:
     notes: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # vocabulary label -> times seen
     counted: str = "seen"  # what the counts count
+    observed: Observed | None = None  # None: nothing a check could use (images, bools)
 
 
 class Unsupported(Exception):
@@ -106,6 +122,8 @@ def _numpy(g: Guess, a: np.ndarray, sampled: Sampled) -> None:
     shape = list(a.shape[1:])
     values = int(np.prod(shape, dtype=np.int64))
     flat = a.reshape(-1)
+    if dtype.kind in "iuf":
+        g.observed = observe_numbers(flat, len(a), 0)
     if not shape:
         _number_spec(g, flat, sampled, np.ones(len(a), bool))
         g.spec["shape"] = []
@@ -235,6 +253,9 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> N
         g.spec["shape"] = shape
         _shape_note(g, nested.levels, shape, variable, valid)
         _missing(g, present, variable, sampled, default=False if kind == "bool" else 0)
+        if kind != "bool":
+            g.observed = observe_numbers(numbers[~leaf_null], n,
+                                         _without_value(nested.levels, present, valid, variable))
         return
     # strings and bytes
     if kind == "bytes" and _images(g, leaves, shape):
@@ -245,9 +266,11 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> N
     text = kind == "text"
     kept = leaves.filter(pc.invert(leaves.is_null())) if leaf_null.any() else leaves
     vc = pc.value_counts(kept) if text else None
+    absent = _without_value(nested.levels, present, valid, variable)
     if stored:
         _stored_bytes_notes(g, kept, vc)
         _missing(g, present, variable, sampled, default="")
+        g.observed = Observed(n, absent, len(kept), distinct=len(vc) if vc is not None else None)
         return
     if vc is not None and len(vc) <= VOCAB_MAX and len(vc) * 2 <= len(kept):
         labels = vc.field("values").to_pylist()
@@ -262,12 +285,33 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> N
                        "in it is rejected as not_in_vocabulary: add missing labels, or set "
                        "oov_id")
         _missing(g, present, variable, sampled, default=-1)
+        g.observed = Observed(n, absent, len(kept), distinct=len(vocab))
         return
     g.spec["dtype"] = "string"
     if text and vc is not None:
         g.notes.append(f"text with {len(vc)} distinct values in {len(kept)} sampled values: "
                        "kept as strings (no vocabulary)")
     _missing(g, present, variable, sampled, default="")
+
+
+def observe_numbers(numbers: np.ndarray, rows: int, missing: int) -> Observed:
+    """The numbers of a feature's sampled values (ints, or floats with NaN/Inf)."""
+    integer = numbers.dtype.kind in "iu"
+    finite = numbers if integer else numbers[np.isfinite(numbers)]
+    out = Observed(rows, missing, len(finite), nan=len(numbers) - len(finite), integer=integer)
+    if len(finite):
+        lo, hi = finite.min(), finite.max()
+        out.low, out.high = (int(lo), int(hi)) if integer else (float(lo), float(hi))
+    return out
+
+
+def _without_value(levels: list[np.ndarray], present: np.ndarray, valid: np.ndarray,
+                   variable: bool) -> int:
+    """Records a run's statistics count as missing: no value, or an empty list of a
+    variable-length feature (etl.tools.report.stats counts those too)."""
+    if variable:
+        return int((~valid | (np.diff(levels[0]) == 0)).sum())
+    return int((~present).sum())
 
 
 def _flag_note(g: Guess, ints: np.ndarray, nested: bool) -> bool:

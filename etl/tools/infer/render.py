@@ -16,6 +16,7 @@ from etl.tools.infer.guess import Guess
 _WIDTH = 100
 _ORDER = ("dtype", "shape", "encoding", "default", "required", "source", "allow_nan",
           "vocabulary")
+SPLIT = {"train": 0.8, "test": 0.2}  # the written job's split
 
 
 def scalar(value: Any) -> str:
@@ -56,7 +57,7 @@ def job_yaml(header: list[str], schema_path: str, source: dict[str, Any], output
     for key, value in source.items():
         lines.append(f"  {key}: {scalar(value)}")
     lines += ["# review: the split fractions (records are assigned by a hash of their position)",
-              "split: {train: 0.8, test: 0.2}",
+              f"split: {{{', '.join(f'{k}: {v}' for k, v in SPLIT.items())}}}",
               f"output: {scalar(output)}",
               "shuffle: {seed: 0}"]
     return "\n".join(lines) + "\n"
