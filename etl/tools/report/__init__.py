@@ -155,6 +155,16 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
     splits = {split: {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
                       "num_shards": len(info["shards"])}
               for split, info in manifest["splits"].items()}
+    features, per_split, samples = gather(ddir, manifest, schema, keep_samples)
+    return _document(out, ddir, manifest, schema, splits, features, per_split, samples), samples
+
+
+def gather(ddir: str, manifest: dict[str, Any], schema: Any, keep_samples: bool = True
+           ) -> tuple[dict[str, Any], dict[str, SplitStats], dict[tuple[str, str], list[np.ndarray]]]:
+    """The report's `features` section of the dataset in `ddir` (published or staged), the
+    per-split accumulators that hold the sample images and their labels, and those images:
+    from the stats.json its run gathered plus the first records of each split (image datasets
+    only), or from one read of every shard when it has no current stats.json."""
     gathered = load_stats(ddir, manifest)
     if gathered is None:
         per_split = _read_all(ddir, manifest, schema)
@@ -169,7 +179,7 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
             if is_image(f):
                 for split, acc in per_split.items():
                     samples[(f.name, split)] = acc.features[f.name].samples
-    return _document(out, ddir, manifest, schema, splits, features, per_split, samples), samples
+    return features, per_split, samples
 
 
 def _first_records(ddir: str, manifest: dict[str, Any], schema: Any) -> dict[str, SplitStats]:
