@@ -265,7 +265,8 @@ def test_gs_output_publishes_and_verifies_index_files(tmp_path: Path, gcs_emulat
         manifest = json.loads(gcs_emulator.download(f"{version}/manifest.json"))
         shards = [s for info in manifest["splits"].values() for s in info["shards"]]
         assert {s["index"]["path"] for s in shards} <= names
-        assert names == {"_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"} | {
+        assert names == {"_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt",
+                         "stats.json"} | {
             s["path"] for s in shards} | {s["index"]["path"] for s in shards}
         for s in shards:
             data = gcs_emulator.download(f"{version}/{s['index']['path']}")

@@ -342,13 +342,15 @@ def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
     dead = [json.loads(x) for x in open(os.path.join(out, "rejected", "rejected.jsonl"))]
     assert [(d["source"], d["line"], d["feature"], d["code"]) for d in dead] == [
         (str(tmp_path / "ids.csv"), 2002, "id", "unparsable_number")]
-    assert set(m["files"]) == {"schema.yaml", "schema.pbtxt", "rejected/rejected.jsonl"}
+    assert set(m["files"]) == {"schema.yaml", "schema.pbtxt", "stats.json",
+                             "rejected/rejected.jsonl"}
     verify(out)
     # every published file is checked, not only the shards
-    for name in ("rejected/rejected.jsonl", "schema.pbtxt"):
+    for name in ("rejected/rejected.jsonl", "schema.pbtxt", "stats.json"):
         path = os.path.join(out, name)
         original = open(path, "rb").read()
-        open(path, "wb").write(original.replace(b"2002", b"2003").replace(b"INT", b"INU"))
+        open(path, "wb").write(original.replace(b"2002", b"2003").replace(b"INT", b"INU")
+                               .replace(b'"stats_format": 1', b'"stats_format": 2'))
         assert open(path, "rb").read() != original
         with pytest.raises(VerifyError, match=re.escape(path) + ": sha256 .* does not match"):
             verify(out)
