@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from etl.formats.shards import ShardFormat
 from etl.formats.tfrecord import read_file
 from etl.shuffle import engine, files, keys, strategy_for
 from etl.shuffle.files import HELD_PREFIX, HeldSpills, read_index, spills_for, write_spill
@@ -87,7 +88,7 @@ def _write_files(tmp_path, refs, plans, held=None):
     got, sizes, hashes = [], [], []
     for plan in plans:
         result = files.write_files_shard(plan, spills_for(plan, refs), str(tmp_path / "out"),
-                                         "none", held)
+                                         ShardFormat(), held)
         records = [d for _, d in read_file(str(tmp_path / "out" / result.name))]
         assert result.num_records == len(records) == plan.take
         sizes.append(len(records))
@@ -162,7 +163,7 @@ def test_shards_are_exact_rank_ranges_and_both_strategies_agree(tmp_path, shuffl
             grouped.setdefault(key, []).append(chunk)
     assert len(sum(grouped.values(), [])) <= len(runs) * num_shards
     engine_hashes = [engine.write_engine_shard(p, grouped.get(("train", p.index), []),
-                                               str(tmp_path / "engine"), "none").sha256
+                                               str(tmp_path / "engine"), ShardFormat()).sha256
                      for p in plans]
     assert engine_hashes == hashes
 
