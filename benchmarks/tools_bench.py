@@ -47,15 +47,18 @@ PLAIN_READ = ("import sys, etl\n"
               "print(n)\n")
 
 
-def convert(csv: str, workdir: str) -> str:
-    """The CSV converted once with the benchmark schema (8 shards): the report's input."""
-    out = os.path.join(workdir, "tools", "out")
-    job = os.path.join(workdir, "tools", "job.yaml")
+def convert(csv: str, workdir: str, stats: bool = False) -> str:
+    """The CSV converted once with the benchmark schema (8 shards): the report's input;
+    `stats`: with the statistics gathered in the conversion pass (stats.json)."""
+    name = "out_stats" if stats else "out"
+    out = os.path.join(workdir, "tools", name)
+    job = os.path.join(workdir, "tools", f"{name}.yaml")
     os.makedirs(os.path.dirname(job), exist_ok=True)
     with open(job, "w", encoding="utf-8") as fh:
         yaml.safe_dump({"schema": os.path.join(REPO, "schemas", "bench_csv.yaml"),
                         "sources": {"train": {"format": "csv", "paths": [csv]}},
-                        "output": out, "shards": 8, "shuffle": {"seed": 42}}, fh)
+                        "output": out, "shards": 8, "shuffle": {"seed": 42},
+                        "stats": stats}, fh)
     subprocess.run([sys.executable, RUN, "run", job, "--progress", "none"], check=True,
                    stdout=subprocess.DEVNULL)
     return out
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             "report", [sys.executable, RUN, "report", out, "--out", report_dir],
             [sys.executable, "-c", PLAIN_READ, out], args.repeat, env)
     if args.only in (None, "report_reread"):
-        out = convert(csv, args.workdir)
+        out = convert(csv, args.workdir, stats=True)
         bare = without_stats(out)
         report_dir = os.path.join(args.workdir, "tools", "report_stats")
         results["report_reread"] = pair(

@@ -29,6 +29,7 @@ Beam is imported only where a span really runs (run_span), so planning and dry r
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import multiprocessing
@@ -306,6 +307,8 @@ def run_span(req: Request) -> Outcome:
     try:
         job = load_job(req.job_path, req.output, parse_date(span) if span else None,
                        req.verify_full)
+        if req.report:  # the report is built from the statistics the conversion gathers
+            job = dataclasses.replace(job, stats=True)
         span = job.span
         check_buckets(input_places(job.sources, job.base_dir))  # else "no input files"
         skipped = check_inputs(job, req.allow_missing)

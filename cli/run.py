@@ -478,7 +478,7 @@ def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: P
         schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
         fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
         staging_dir=fs.join(tmp, "staging"), compression=job.compression,
-        format=job.format, index=job.index,
+        format=job.format, index=job.index, stats=job.stats,
         splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
         max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
         spill_in_memory=job.spill_in_memory if held else 0, via=via,

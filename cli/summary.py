@@ -5,6 +5,7 @@ span (cli.ranges.report_span)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, TextIO
 
@@ -43,6 +44,8 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
     report error's exit code) saying the data was published."""
     started = time.time()
     job = load_job(job_path, output=output, span=span, verify_full=verify_full)
+    if report:  # the report is built from the statistics the conversion gathers
+        job = dataclasses.replace(job, stats=True)
     try:
         ran = _before_run(job, output, beam_args, force, allow_missing, only, verbose, report)
     except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published

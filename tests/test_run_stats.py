@@ -3,6 +3,7 @@ the report's statistics from reading the output again: every field equal, exact 
 sketches alike, for Examples fed from the encoder's columns (several input files, several
 read tasks per file, a train/test split: the accumulators are merged across tasks) and for
 SequenceExamples and already-serialized records (fed through the TensorFlow-free decoder).
+Gathering is on with `stats: true`, with `checks:` and for `run --report`; off otherwise.
 
 And `report OUT` of such an output reads no shard: it is built from stats.json (the page's
 numbers are the re-read's numbers), while an output whose stats.json no longer matches its
@@ -106,7 +107,7 @@ def example_output(tmp_path_factory: pytest.TempPathFactory) -> str:
     (folder / "job.yaml").write_text(
         "schema: schema.yaml\nsource: {format: jsonl, paths: ['part-*.jsonl']}\n"
         "split: {train: 0.8, test: 0.2}\nsplit_bytes: 64KiB\n"
-        "output: out\nshuffle: {seed: 3}\nshards: 3\n")
+        "output: out\nshuffle: {seed: 3}\nshards: 3\nstats: true\n")
     return run_job(load_job(str(folder / "job.yaml")), BEAM).output
 
 
@@ -168,7 +169,7 @@ def test_sequence_example_statistics_equal_a_reread(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(
         "schema: schema.yaml\nsource: {format: jsonl, paths: [data.jsonl]}\n"
         "split: {train: 0.5, test: 0.5}\nsplit_bytes: 32KiB\n"
-        "output: out\nshuffle: {seed: 1}\nshards: 2\n")
+        "output: out\nshuffle: {seed: 1}\nshards: 2\nstats: true\n")
     out = run_job(load_job(str(tmp_path / "job.yaml")), BEAM).output
     doc = _compare_with_a_reread(out)
     tokens = doc["features"]["tokens"]["splits"]
@@ -181,7 +182,7 @@ def test_already_serialized_records_statistics_equal_a_reread(example_output: st
     (tmp_path / "job.yaml").write_text(
         f"schema: {example_output}/schema.yaml\n"
         f"source: {{format: tfrecord, paths: ['{example_output}/train-*.tfrecord']}}\n"
-        "output: out\nshuffle: {seed: 5}\nshards: 2\n")
+        "output: out\nshuffle: {seed: 5}\nshards: 2\nstats: true\n")
     out = run_job(load_job(str(tmp_path / "job.yaml")), BEAM).output
     doc = _compare_with_a_reread(out)
     before = json.loads((Path(example_output) / "stats.json").read_text())
@@ -191,3 +192,32 @@ def test_already_serialized_records_statistics_equal_a_reread(example_output: st
         theirs = before["features"][name]["splits"]["train"]
         for key in ("records", "missing", "min", "max", "sum", "zeros", "nan_or_inf"):
             assert mine.get(key) == theirs.get(key), (name, key)
+
+
+def test_statistics_are_gathered_only_when_asked_for(tmp_path: Path) -> None:
+    """Off by default (it costs conversion time: benchmarks/README.md); `checks:` turns it
+    on; `run --report` turns it on for that run; `stats: false` with checks is refused."""
+    from etl.base.errors import ConfigError  # noqa: PLC0415
+    from tests.helpers import cli  # noqa: PLC0415
+
+    (tmp_path / "schema.yaml").write_text(EXAMPLE_SCHEMA)
+    (tmp_path / "data.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in _example_rows(0, 300)))
+    base = "schema: schema.yaml\nsource: {format: jsonl, paths: [data.jsonl]}\nshards: 1\n"
+    for name, extra, gathered in [("plain", "", False), ("asked", "stats: true\n", True),
+                                  ("checks", "checks: {block: {records: {min: 1}}}\n", True)]:
+        (tmp_path / f"{name}.yaml").write_text(base + f"output: {name}\n" + extra)
+        run_job(load_job(str(tmp_path / f"{name}.yaml")), BEAM)
+        assert (tmp_path / name / "stats.json").exists() == gathered, name
+        assert ("stats.json" in load_manifest(str(tmp_path / name))["files"]) == gathered
+    proc = cli("run", str(tmp_path / "plain.yaml"), "--output", str(tmp_path / "reported"),
+               "--report")
+    assert proc.returncode == 0, proc.stderr
+    assert load_stats(str(tmp_path / "reported")) is not None
+    (tmp_path / "bad.yaml").write_text(base + "output: bad\nstats: false\n"
+                                       "checks: {block: {records: {min: 1}}}\n")
+    with pytest.raises(ConfigError, match="stats: false with checks:"):
+        load_job(str(tmp_path / "bad.yaml"))
+    (tmp_path / "bad.yaml").write_text(base + "output: bad\nstats: yes please\n")
+    with pytest.raises(ConfigError, match="stats must be true or false, got 'yes please'"):
+        load_job(str(tmp_path / "bad.yaml"))

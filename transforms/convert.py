@@ -85,6 +85,7 @@ class ConvertSpec:
     spread_reads: bool = True  # read tasks on several workers (False: one small file)
     format: str = TFRECORD  # tfrecord | array_record (etl.formats.shards)
     index: bool | None = None  # index files beside the shards; None: the format's default
+    stats: bool = False  # gather the report's statistics while encoding (stats.json)
 
     @property
     def shuffled(self) -> bool:
@@ -140,7 +141,7 @@ class _ReadEncodeFn(beam.DoFn):
         for reader in self.readers.values():
             reader.prepare(schema, self.spec.max_record_bytes)
         self.held = _held_store(self.held_handle, self.spec)
-        self.stats = _StatsFeed(schema)
+        self.stats = _StatsFeed(schema) if self.spec.stats else None
         self.read_counter = Metrics.counter("etl", "records_read")
         self.bad_counter = Metrics.counter("etl", "records_rejected")
         self.encoded_counter = Metrics.counter("etl", "records_encoded")
@@ -454,11 +455,13 @@ def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str
 
     read_plan = ReadPlan.load(spec.read_plan)
     schema = schema_from_dict(yaml.safe_load(spec.schema_yaml))
-    per_split = {split: stats.get(split) or SplitStats(schema) for split in spec.splits}
+    document = None
+    if spec.stats:
+        per_split = {split: stats.get(split) or SplitStats(schema) for split in spec.splits}
+        document = stats_document(schema, per_split)
     return finalize_run(spec.staging_dir, schema, spec.splits, spec.seed, spec.shard_format,
                         list(shards), list(reports), plan.notes, read_plan.inputs,
-                        expected_reads(read_plan.units, reports),
-                        stats=stats_document(schema, per_split))
+                        expected_reads(read_plan.units, reports), stats=document)
 
 
 class ConvertToShards(beam.PTransform):

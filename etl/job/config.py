@@ -20,6 +20,8 @@ split_bytes: 256MiB                   # large CSV/JSONL/text/Parquet/IDX/npy fil
                                       # this many bytes (0: one task per file); default: 256MiB,
                                       # but whole files on a local runner with <= 2 workers
 spill_in_memory: 192MiB               # local runner: spills held in process memory up to this
+stats: false                          # gather the dataset statistics while converting (stats.json);
+                                      # default: true with checks:, and for `run --report`
 ```
 Relative paths (schema, source paths, output) are relative to the job file's directory.
 Source paths, `output` and a text `shuffle.seed` may hold date placeholders (`{date}`, `{YYYY}`,
@@ -51,7 +53,7 @@ from etl.storage import fs
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
          "compression", "max_shard_bytes", "max_bad_fraction", "temp_location", "description",
          "spill", "spill_in_memory", "max_record_bytes", "split_bytes", "verify", "allow_empty",
-         "format", "index", "checks"}
+         "format", "index", "checks", "stats"}
 VERIFY_MODES = ("quick", "full")  # what a rerun checks before it skips a span as current
 DEFAULT_SPLIT_BYTES = 256 * 2**20  # one read task per this much of a large splittable file
 DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
@@ -87,6 +89,9 @@ class JobConfig:
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
     span: str | None = None  # the date its placeholders were filled with; None: it has none
     checks: Checks | None = field(default=None, compare=False)  # quality gates (etl.job.checks)
+    # gather the report's statistics in the conversion pass (stats.json): what checks: and
+    # `run --report` read; off by default otherwise (benchmarks/README.md: what it costs)
+    stats: bool = False
     # `--output` as given (placeholders unfilled): what another span of the same job and
     # command line writes (previous_output); None: the job file's `output:`
     output_override: str | None = field(default=None, compare=False)
@@ -236,6 +241,13 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     allow_empty = doc.get("allow_empty", False)
     if not isinstance(allow_empty, bool):
         raise ConfigError(f"{path}: allow_empty must be true or false, got {allow_empty!r}")
+    checks = parse_checks(doc.get("checks"), path, lines)
+    stats = doc.get("stats", checks is not None)
+    if not isinstance(stats, bool):
+        raise ConfigError(f"{path}: stats must be true or false, got {stats!r}")
+    if checks is not None and not stats:
+        raise ConfigError(f"{path}: stats: false with checks: (the checks read the statistics "
+                          "the conversion gathers); remove one of them")
     temp = doc.get("temp_location")
     if temp is not None and (not isinstance(temp, str) or not temp):
         raise ConfigError(f"{path}: temp_location must be a path (text), got {temp!r}")
@@ -256,7 +268,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         shuffle_via=via, verify=verify, allow_empty=allow_empty, format=fmt, index=index,
         raw=dict(doc),
         span=span.name if span is not None else None,
-        checks=parse_checks(doc.get("checks"), path, lines),
+        checks=checks, stats=stats,
         output_override=output,
     )
 
