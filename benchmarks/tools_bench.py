@@ -1,13 +1,15 @@
 """The tools around a conversion, against what users run instead, on the same data in one run.
 
     python -m benchmarks.tools_bench [--rows N] [--repeat R] [--workdir DIR] [--json PATH]
-                                     [--only infer_schema|report|report_reread]
+                                     [--only infer_schema|report|report_reread|stats_cost]
 
 - infer-schema: `run_pipeline.py infer-schema data.csv` (reads a 10,000-record sample) against
   `pandas.read_csv(data.csv).dtypes`, the usual way to guess a CSV's types (the whole file).
 - report: `run_pipeline.py report OUT` (one pass: statistics, sketches, plots, sample images)
   against the plain read it cannot avoid: every batch of `etl.make_dataset(OUT)` pulled into
   Python and nothing computed. Their ratio is what the statistics cost on top of reading.
+- stats_cost: `run JOB` with `stats: true` (statistics gathered in the conversion pass)
+  against the same job with `stats: false`: what gathering costs a conversion.
 - report_reread: `report OUT` built from the stats.json the run gathered in its conversion pass
   (issue 23), against `report` of the same output without it (a copy whose manifest lists no
   stats.json: what `report` did before runs gathered statistics, one read of every shard).
@@ -47,9 +49,9 @@ PLAIN_READ = ("import sys, etl\n"
               "print(n)\n")
 
 
-def convert(csv: str, workdir: str, stats: bool = False) -> str:
-    """The CSV converted once with the benchmark schema (8 shards): the report's input;
-    `stats`: with the statistics gathered in the conversion pass (stats.json)."""
+def job_file(csv: str, workdir: str, stats: bool = False) -> tuple[str, str]:
+    """(job file, output) converting the CSV with the benchmark schema (8 shards); `stats`:
+    with the statistics gathered in the conversion pass (stats.json)."""
     name = "out_stats" if stats else "out"
     out = os.path.join(workdir, "tools", name)
     job = os.path.join(workdir, "tools", f"{name}.yaml")
@@ -59,6 +61,12 @@ def convert(csv: str, workdir: str, stats: bool = False) -> str:
                         "sources": {"train": {"format": "csv", "paths": [csv]}},
                         "output": out, "shards": 8, "shuffle": {"seed": 42},
                         "stats": stats}, fh)
+    return job, out
+
+
+def convert(csv: str, workdir: str, stats: bool = False) -> str:
+    """The CSV converted once: the report's input."""
+    job, out = job_file(csv, workdir, stats)
     subprocess.run([sys.executable, RUN, "run", job, "--progress", "none"], check=True,
                    stdout=subprocess.DEVNULL)
     return out
@@ -79,20 +87,33 @@ def without_stats(out: str) -> str:
     return bare
 
 
-def same_numbers(a: str, b: str) -> bool:
-    """Two report.json files give the same features section (floats to 1e-12 relative: a
-    merged sum differs from a one-pass sum in the last bits)."""
-    def close(x: Any, y: Any) -> bool:
-        if isinstance(x, dict):
-            return isinstance(y, dict) and x.keys() == y.keys() and all(close(x[k], y[k]) for k in x)
-        if isinstance(x, list):
-            return isinstance(y, list) and len(x) == len(y) and all(map(close, x, y))
-        if isinstance(x, float) and isinstance(y, float):
-            return math.isclose(x, y, rel_tol=1e-12) or (math.isnan(x) and math.isnan(y))
-        return x == y
+SKETCHED = ("quantiles", "histogram")  # estimates of tfx_bsl's QuantilesSketch (eps 0.001)
+
+
+def same_numbers(a: str, b: str) -> dict[str, Any]:
+    """Two report.json files' features sections compared: `exact_equal` (every field but the
+    quantile sketch's: floats to 1e-12 relative, a merged sum differs from a one-pass sum in
+    the last bits) and `sketch_values_differing` (quantiles and the histograms drawn from them:
+    the sketch's answer depends on the order the values arrive in, within its rank error)."""
+    found = {"exact_equal": True, "sketch_values_differing": 0}
+
+    def walk(x: Any, y: Any, sketched: bool) -> None:
+        if isinstance(x, dict) and isinstance(y, dict) and x.keys() == y.keys():
+            for k in x:
+                walk(x[k], y[k], sketched or k in SKETCHED)
+        elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+            for u, v in zip(x, y, strict=True):
+                walk(u, v, sketched)
+        elif not (x == y or (isinstance(x, float) and isinstance(y, float) and (
+                math.isclose(x, y, rel_tol=1e-12) or (math.isnan(x) and math.isnan(y))))):
+            if sketched:
+                found["sketch_values_differing"] += 1
+            else:
+                found["exact_equal"] = False
 
     with open(a, encoding="utf-8") as fa, open(b, encoding="utf-8") as fb:
-        return close(json.load(fa)["features"], json.load(fb)["features"])
+        walk(json.load(fa)["features"], json.load(fb)["features"], False)
+    return found
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
@@ -125,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", default="bench_out")
     p.add_argument("--json", default=None, help="default WORKDIR/tools_bench.json")
-    p.add_argument("--only", choices=["infer_schema", "report", "report_reread"], default=None)
+    p.add_argument("--only", choices=["infer_schema", "report", "report_reread", "stats_cost"], default=None)
     args = p.parse_args(argv)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO}
     csv = ensure_csv(args.workdir, args.rows)
@@ -151,11 +172,19 @@ def main(argv: list[str] | None = None) -> int:
         results["report_reread"]["same_numbers"] = same_numbers(
             os.path.join(report_dir, "report.json"),
             os.path.join(report_dir + "_reread", "report.json"))
-        print(f"  report from stats.json and from a re-read: "
-              f"{'the same numbers' if results['report_reread']['same_numbers'] else 'DIFFER'}")
+        same = results["report_reread"]["same_numbers"]
+        print(f"  report from stats.json vs a re-read: exact fields "
+              f"{'equal' if same['exact_equal'] else 'DIFFER'}, "
+              f"{same['sketch_values_differing']} quantile/histogram values differ")
+    if args.only in (None, "stats_cost"):
+        run = [sys.executable, RUN, "run", "--force", "--progress", "none"]
+        results["stats_cost"] = pair(
+            "run", [*run, job_file(csv, args.workdir, stats=True)[0]],
+            [*run, job_file(csv, args.workdir, stats=False)[0]], args.repeat, env)
     for name, label in (("infer_schema", "pandas.read_csv(...).dtypes"),
                         ("report", "plain make_dataset read"),
-                        ("report_reread", "report re-reading every shard")):
+                        ("report_reread", "report re-reading every shard"),
+                        ("stats_cost", "run with stats: false")):
         if name not in results:
             continue
         med = results[name]["median"]
