@@ -185,45 +185,42 @@ def gather(ddir: str, manifest: dict[str, Any], schema: Any, keep_samples: bool 
 def _first_records(ddir: str, manifest: dict[str, Any], schema: Any) -> dict[str, SplitStats]:
     """The sample images and their labels: the first SAMPLE_IMAGES records of each split,
     in shard order (the same records a full read keeps), read from its first shard(s)."""
-    out: dict[str, SplitStats] = {}
-    for split, info in manifest["splits"].items():
-        acc = SplitStats(schema)
-        batch: list[bytes] = []
-        for shard in info["shards"]:
-            path = fs.join(ddir, shard["path"])
-            with fs.guarded(path, "reading"):
-                for _, data in read_shard(path):
-                    batch.append(data)
-                    if len(batch) >= SAMPLE_IMAGES:
-                        break
-            if len(batch) >= SAMPLE_IMAGES:
-                break
-        if batch:
-            _add(acc, batch, fs.join(ddir, info["shards"][0]["path"]))
-        out[split] = acc
-    return out
+    return _read(ddir, manifest, schema, SAMPLE_IMAGES)
 
 
 def _read_all(ddir: str, manifest: dict[str, Any], schema: Any) -> dict[str, SplitStats]:
     """Every record of every split, once, into the report's accumulators."""
+    return _read(ddir, manifest, schema, None)
+
+
+def _read(ddir: str, manifest: dict[str, Any], schema: Any,
+          first: int | None) -> dict[str, SplitStats]:
+    """Each split's records in shard order into its accumulators, in batches of BATCH: all of
+    them (checked against the manifest's count), or only the `first` ones."""
     per_split: dict[str, SplitStats] = {}
     for split, info in manifest["splits"].items():
         acc = SplitStats(schema)
         batch: list[bytes] = []
+        taken = 0
         for shard in info["shards"]:
             path = fs.join(ddir, shard["path"])
             try:
                 with fs.guarded(path, "reading"):
                     for _, data in read_shard(path):
                         batch.append(data)
+                        taken += 1
                         if len(batch) >= BATCH:
                             _add(acc, batch, path)
                             batch = []
+                        if taken == first:
+                            break
             except FileNotFoundError as e:
                 raise StorageError(f"{path}: shard listed in the manifest is missing") from e
+            if taken == first:
+                break
         if batch:
-            _add(acc, batch, fs.join(ddir, info["shards"][-1]["path"]))
-        if acc.records != info["num_records"]:
+            _add(acc, batch, path)
+        if first is None and acc.records != info["num_records"]:
             raise BadInputError(f"{ddir}: split {split!r} holds {acc.records} records, its "
                                 f"manifest says {info['num_records']} (run verify)")
         per_split[split] = acc
