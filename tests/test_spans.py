@@ -237,7 +237,8 @@ def test_help_lists_the_exit_codes() -> None:
                  "1  other failure", "2  bad job, schema or arguments",
                  "3  bad input: more rejected records than max_bad_fraction allows",
                  "4  another run holds the span's output", "5  storage error",
-                 "mildest first: 0 < 4 < 5 < 3 < 2 < 1"]:
+                 "6  blocked by a quality check",
+                 "mildest first: 0 < 4 < 5 < 6 < 3 < 2 < 1"]:
         assert line in text, line
     for option in ["--date", "--from", "--to", "--reverse", "--dry-run", "--only", "--parallel",
                    "--allow-missing", "--force"]:
