@@ -314,9 +314,6 @@ class MergeSplitStatsFn(beam.CombineFn):
     accumulators merged as they arrive; bounded memory (fixed-size sketches per feature),
     picklable (worker processes, Dataflow)."""
 
-    def __init__(self, schema_yaml: str):
-        self.schema_yaml = schema_yaml
-
     def create_accumulator(self) -> SplitStats | None:
         return None  # the first part becomes the accumulator (no schema parse per bundle)
 
@@ -501,7 +498,7 @@ class ConvertToShards(beam.PTransform):
         reports = blocks[REPORTS]
         # the statistics of the records written, per split (stats.json; the report's numbers)
         stats = blocks[STATS] | "GatherStats" >> beam.CombinePerKey(
-            MergeSplitStatsFn(spec.schema_yaml))
+            MergeSplitStatsFn())
         blocks = blocks.runs
         # a single-key CombinePerKey: fewer pipeline nodes than CombineGlobally (whose
         # default-value branch is not needed, see the empty run per input file)
