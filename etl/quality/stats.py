@@ -21,7 +21,7 @@ from etl.job.spans import Span, parse_date, placeholders
 from etl.output.layout import SCHEMA_FILE, SUCCESS
 from etl.output.manifest import load_manifest
 from etl.storage import fs
-from etl.tools.report import build, current_report, gather
+from etl.tools.report import build, current_report, gather, split_sizes
 from etl.tools.report.dataset_stats import load_stats
 
 LOOK_BACK_DAYS = 31  # how far back a dated job looks for its last published span
@@ -34,9 +34,7 @@ def staged_stats(staging: str, output: str) -> tuple[dict[str, Any],
     stats.json when the run gathered one, else read from its shards (etl.tools.report.gather)."""
     manifest = load_manifest(staging)
     schema = load_schema(fs.join(staging, SCHEMA_FILE))
-    splits = {split: {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
-                      "num_shards": len(info["shards"])}
-              for split, info in manifest["splits"].items()}
+    splits = split_sizes(manifest)
     features, _, samples = gather(staging, manifest, schema)
     report = {"output": output, "dataset_dir": staging,
               "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -152,11 +152,16 @@ def build(out: str, keep_samples: bool = True) -> tuple[dict[str, Any],
     manifest = _manifest(out, ddir)
     schema = load_schema(fs.join(ddir, "schema.yaml"))
     pause("report:read")  # tests: a publish between the manifest and the shards (etl.base.pause)
-    splits = {split: {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
-                      "num_shards": len(info["shards"])}
-              for split, info in manifest["splits"].items()}
+    splits = split_sizes(manifest)
     features, per_split, samples = gather(ddir, manifest, schema, keep_samples)
     return _document(out, ddir, manifest, schema, splits, features, per_split, samples), samples
+
+
+def split_sizes(manifest: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """The report's `splits` section: records, bytes and shards of each split."""
+    return {split: {"num_records": info["num_records"], "num_bytes": info["num_bytes"],
+                    "num_shards": len(info["shards"])}
+            for split, info in manifest["splits"].items()}
 
 
 def gather(ddir: str, manifest: dict[str, Any], schema: Any, keep_samples: bool = True
@@ -276,8 +281,7 @@ def current_report(out: str) -> dict[str, Any] | None:
         doc = json.loads(fs.read_bytes(path))
     except (OSError, ValueError):
         return None
-    splits = {k: {"num_records": v["num_records"], "num_bytes": v["num_bytes"],
-                  "num_shards": len(v["shards"])} for k, v in manifest["splits"].items()}
+    splits = split_sizes(manifest)
     fresh = (doc.get("report_format") == REPORT_FORMAT and manifest.get("run_id")
              and doc.get("run_id") == manifest.get("run_id") and doc.get("splits") == splits
              and (doc.get("schema") or {}).get("sha256") == manifest.get("schema_sha256"))
