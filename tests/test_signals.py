@@ -31,6 +31,8 @@ from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import IDS_SCHEMA, ROOT, RUN
 
+STACKS = Path(__file__).parent / "stacks"
+
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
 PIPELINE = ["read", "shuffle", "write", "finalize"]
 LOCAL_PUBLISH = ["publish:start", "publish:aside", "publish:renamed"]  # before _SUCCESS
@@ -63,7 +65,7 @@ def start(args: list[str], phase: str, pause_dir: Path, env: dict[str, str] | No
           ) -> subprocess.Popen[str]:
     pause_dir.mkdir(exist_ok=True)
     e = dict(env or os.environ)
-    e.update(ETL_PAUSE_AT=phase, ETL_PAUSE_DIR=str(pause_dir))
+    e.update(ETL_PAUSE_AT=phase, ETL_PAUSE_DIR=str(pause_dir), **stacks_env(pause_dir))
     return subprocess.Popen([sys.executable, RUN, *args], cwd=ROOT, env=e, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -79,7 +81,29 @@ def signal_at(proc: subprocess.Popen[str], phase: str, pause_dir: Path, signum: 
             pytest.fail(f"never paused at {phase} (exit {proc.returncode}): {err[-2000:]}")
         time.sleep(0.02)
     proc.send_signal(signum)
-    return proc.communicate(timeout=120)
+    return finish(proc, pause_dir / "stacks.txt")
+
+
+def stacks_env(folder: Path) -> dict[str, str]:
+    """What makes a run dump its threads' stacks on SIGUSR1 (tests/stacks/sitecustomize.py)."""
+    path = os.pathsep.join(p for p in [str(STACKS), os.environ.get("PYTHONPATH", "")] if p)
+    return {"PYTHONPATH": path, "ETL_TEST_STACKS": str(folder / "stacks.txt")}
+
+
+def finish(proc: subprocess.Popen[str], stacks: Path | None = None, timeout: float = 120,
+           ) -> tuple[str, str]:
+    """(stdout, stderr) of a run told to stop; one that hangs instead fails the test with
+    every thread's stack, which is what a hang needs to be fixed."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)  # faulthandler writes at once; a moment for the file to fill
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        dump = stacks.read_text() if stacks and stacks.is_file() else "(no stacks)"
+        pytest.fail(f"still running {timeout:.0f} s after the signal\n{err[-3000:]}\n"
+                    f"its threads:\n{dump}")
 
 
 def digest(folder: str) -> dict[str, str]:
@@ -160,7 +184,7 @@ def test_a_second_signal_during_publishing_waits_for_the_section(tmp_path: Path)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    _, err = finish(proc, pause / "stacks.txt")
     assert_interrupted(proc, err, signal.SIGINT, OLD)
     assert digest(out) == before
     assert leftovers(out) == []
@@ -285,7 +309,7 @@ def test_sigint_while_a_gcs_publish_waits_on_the_store(tmp_path: Path, gcs_emula
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)  # the request stays held a while after the signal (what a user sees)
     proxy.release()
-    _, err = proc.communicate(timeout=120)
+    _, err = finish(proc)
     assert_interrupted(proc, err, signal.SIGINT, OLD)
     assert json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))["version"] == old_version
     versions = {u[len(out) + 1:].split("/", 1)[0] for u in gcs_emulator.list(out + "/")}
@@ -312,7 +336,7 @@ def test_ctrl_c_timed_anywhere_near_the_end_leaves_the_old_or_the_new_output(
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(whole * share)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        _, err = finish(proc)
         records = verify(out)["records"]  # raises if neither output is whole
         if proc.returncode == 0:
             seen.add("finished")

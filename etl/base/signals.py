@@ -16,12 +16,22 @@ for both:
   rolls back, or completes and raises when it ends. Either the publish completes or the
   old output stays.
 
+Python runs a signal's handler only when the main thread executes bytecode. A main thread
+blocked in a lock wait (the local runner waits on a bundle's future with no timeout) does not
+wake when the kernel hands the signal to another thread, so the handler, and with it the
+cancel flag the blocked bundle's worker waits for, would never run: the run hung until killed
+(tests/test_signals.py, gs:// write phase, about 1 in 30). So `handled()` also watches the
+signal wake-up fd (`signal.set_wakeup_fd`: written by the C-level handler in whatever thread
+took the signal) from a thread of its own, which marks the process as cancelled at once; the
+workers stop, the bundle fails, the main thread wakes and raises as above.
+
 Signal handlers are per process by nature, so this module keeps the one piece of
 process-wide state the project has; `handled()` restores the previous handlers on exit.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -61,7 +71,8 @@ class Cancelled(Exception):
 
 @dataclass
 class _State:
-    received: int | None = None  # the first signal
+    received: int | None = None  # the first signal, as the main thread's handler saw it
+    noticed: int | None = None  # the first signal, as the wake-up fd watcher saw it
     raised: bool = False  # Interrupted was raised for it
     depth: int = 0  # critical sections entered
     extra: int = 0  # signals after the first
@@ -97,31 +108,66 @@ def handled(then_ignore: bool = False) -> Iterator[None]:
     for s in HANDLED:
         signal.signal(s, _handler)
     try:
-        yield
+        with _watched():
+            yield
     finally:
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if then_ignore else h)
+
+
+@contextmanager
+def _watched() -> Iterator[None]:
+    """The wake-up fd watcher of the module docstring, for the block."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # the C handler must never block on it
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=_watch, args=(read_end,), daemon=True,
+                               name="etl-signal-watch")
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write_end)  # ends the watcher's read
+        watcher.join(timeout=5)
+        os.close(read_end)
+
+
+def _watch(fd: int) -> None:
+    """Note the first handled signal the moment it arrives (not when the main thread runs)."""
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        for signum in data:
+            if signum in HANDLED and _state.noticed is None:
+                _state.noticed = signum
 
 
 def reset() -> None:
     """Forget a signal (a long-lived process, e.g. a test, that goes on after one)."""
     with _lock:
         _state.received, _state.raised, _state.depth, _state.extra = None, False, 0, 0
+        _state.noticed = None
 
 
 def received() -> int | None:
-    """The first signal this process got, or None."""
-    return _state.received
+    """The first signal this process got (seen by the handler or the watcher), or None."""
+    return _state.received if _state.received is not None else _state.noticed
 
 
 def cancelled() -> bool:
-    return _state.received is not None
+    return received() is not None
 
 
 def check_cancelled(where: str = "") -> None:
     """In worker threads: stop (Cancelled) once the process got a signal."""
-    if _state.received is not None:
-        raise Cancelled(f"stopped by {signal.Signals(_state.received).name}"
+    signum = received()
+    if signum is not None:
+        raise Cancelled(f"stopped by {signal.Signals(signum).name}"
                         + (f" while {where}" if where else ""))
 
 
