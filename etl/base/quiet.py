@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
@@ -32,18 +32,26 @@ def native_stderr_quiet(enabled: bool = True) -> Iterator[None]:
 
 
 @contextmanager
-def stderr_fd_to(fd: int) -> Iterator[None]:
+def stderr_fd_to(fd: int, keep: Callable[[BaseException], bool] | None = None,
+                 ) -> Iterator[None]:
     """File descriptor 2 is a copy of `fd` for the block, then the original again (threads,
     C++ code and child processes write there, not through sys.stderr). Python's own buffer is
-    flushed on both sides, so nothing written before lands after, or the other way round."""
+    flushed on both sides, so nothing written before lands after, or the other way round.
+    A block that raises an error `keep` accepts leaves fd 2 on `fd` for good, with no moment
+    on the original in between (threads still unwinding write there)."""
     _flush_stderr()
     saved = os.dup(2)
+    restore = True
     try:
         os.dup2(fd, 2)
         yield
+    except BaseException as e:
+        restore = keep is None or not keep(e)
+        raise
     finally:
         _flush_stderr()
-        os.dup2(saved, 2)
+        if restore:
+            os.dup2(saved, 2)
         os.close(saved)
 
 

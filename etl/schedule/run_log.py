@@ -15,8 +15,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from etl.base import signals
 from etl.base.quiet import stderr_fd_to
 from etl.storage import fs
+
+
+def _signalled(failure: BaseException) -> bool:
+    """After a signal (etl.base.signals), whether it ends the block as the interrupt or as the
+    failure of a bundle that saw the cancel flag first, worker threads still unwinding print
+    their bundle's traceback to stderr: fd 2 stays in the log for the rest of the process,
+    and the command line prints its one line on its own copy of the terminal's stderr."""
+    return isinstance(failure, KeyboardInterrupt) or signals.received() is not None
 
 
 class RunLog(logging.Handler):
@@ -64,22 +73,16 @@ class RunLog(logging.Handler):
         drain = threading.Thread(target=self._drain, args=(read_end,), daemon=True,
                                  name="etl-stderr-to-log")
         drain.start()
-        spare = os.dup(write_end)
-        kept = False
+        failure: BaseException | None = None
         try:
-            with stderr_fd_to(write_end):
+            with stderr_fd_to(write_end, keep=_signalled):
                 os.close(write_end)  # fd 2 holds the last copy: restoring it ends the drain
                 yield
-        except KeyboardInterrupt:
-            # a signal (etl.base.signals): worker threads still unwinding print their bundle's
-            # traceback to stderr; it goes to this log for the rest of the process, and the
-            # command line prints its one line on its own copy of the terminal's stderr
-            os.dup2(spare, 2)
-            kept = True
+        except BaseException as e:
+            failure = e
             raise
         finally:
-            os.close(spare)
-            if not kept:
+            if failure is None or not _signalled(failure):  # else fd 2 is still the pipe
                 drain.join(timeout=2)  # worker processes still holding it: do not wait
 
     def _drain(self, fd: int) -> None:
