@@ -166,6 +166,43 @@ def test_a_signal_at_any_phase_leaves_one_whole_output(tmp_path: Path, phase: st
     assert leftovers(out) == []  # no lock, no run directory, no staging
 
 
+TGKILL = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)  # syscall numbers
+
+
+@pytest.mark.skipif(TGKILL is None, reason="tgkill's syscall number unknown on this CPU")
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_taken_by_a_worker_thread_stops_the_run(tmp_path: Path, signum: int) -> None:
+    """The kernel hands a process's signal to any thread. Sent to the bundle thread paused in
+    the write phase (tgkill), it used to reach no Python code: the main thread, blocked on
+    that bundle's future, never ran the handler, the bundle waited for the cancel flag, and
+    the run hung (the CI's write-SIGTERM timeout). The wake-up fd watcher ends it."""
+    import ctypes  # noqa: PLC0415 - only this test calls a raw syscall
+
+    out = str(tmp_path / "out")
+    job = write_job(tmp_path / "job", out, rows=300)
+    assert subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT,
+                          capture_output=True, timeout=120).returncode == 0
+    before = digest(out)
+    write_rows(tmp_path / "job" / "ids.csv", 450)
+    pause = tmp_path / "pause"
+    proc = start(["run", job], "write", pause)
+    reached = pause / "write.reached"
+    deadline = time.monotonic() + 120
+    while not (reached.exists() and len(reached.read_text().split()) == 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    pid, tid = map(int, reached.read_text().split())
+    assert tid != pid  # a worker thread, not the main one
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(TGKILL, pid, tid, signum) == 0, os.strerror(ctypes.get_errno())
+    _, err = finish(proc, pause / "stacks.txt")
+    assert_interrupted(proc, err, signum, OLD)
+    assert digest(out) == before
+    entry = last_entry(str(tmp_path))
+    assert (entry["status"], entry["exit_code"]) == ("interrupted", 128 + signum)
+    assert leftovers(out) == []
+
+
 def test_a_second_signal_during_publishing_waits_for_the_section(tmp_path: Path) -> None:
     """Ctrl-C twice inside the publish: the first rolls it back at its next safe point, the
     second is counted, not raised, so the rollback is never cut short."""

@@ -4,7 +4,7 @@ input there deterministically (no sleeps, no timing luck).
     ETL_PAUSE_AT=read,publish:renamed   the phases to stop at (comma-separated)
     ETL_PAUSE_DIR=/some/dir             where the handshake files go
 
-At a listed phase the run writes `DIR/PHASE.reached` (its pid inside) and waits until
+At a listed phase the run writes `DIR/PHASE.reached` (its pid and thread id inside) and waits until
 `DIR/PHASE.go` exists. It also stops waiting once the process got a signal
 (etl.base.signals): a paused worker thread then raises Cancelled, a paused main thread lets the
 Interrupted the handler raised go on. Each phase pauses once per process (the first
@@ -42,7 +42,7 @@ def pause(phase: str) -> None:
         _seen.add(phase)
     name = phase.replace(":", "-")
     with open(os.path.join(folder, f"{name}.reached"), "w") as fh:
-        fh.write(str(os.getpid()))
+        fh.write(f"{os.getpid()} {threading.get_native_id()}")  # a test may signal the thread
     go = os.path.join(folder, f"{name}.go")
     main = threading.current_thread() is threading.main_thread()
     while not os.path.exists(go):
