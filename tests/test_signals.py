@@ -106,6 +106,27 @@ def finish(proc: subprocess.Popen[str], stacks: Path | None = None, timeout: flo
                     f"its threads:\n{dump}")
 
 
+def paused_second_run(tmp_path: Path, rows: int, more: int, phase: str,
+                      ) -> tuple[str, dict[str, str], subprocess.Popen[str], Path]:
+    """A first run publishes `rows` records; a second one over `more` is started and waits at
+    `phase`: (the output, its digest after the first run, the paused process, the pause
+    folder, whose PHASE.reached holds "pid thread-id")."""
+    out = str(tmp_path / "out")
+    job = write_job(tmp_path / "job", out, rows=rows)
+    assert subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT,
+                          capture_output=True, timeout=120).returncode == 0
+    before = digest(out)
+    write_rows(tmp_path / "job" / "ids.csv", more)
+    pause = tmp_path / "pause"
+    proc = start(["run", job], phase, pause)
+    reached = pause / (phase.replace(":", "-") + ".reached")
+    deadline = time.monotonic() + 120
+    while not (reached.exists() and len(reached.read_text().split()) == 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    return out, before, proc, pause
+
+
 def digest(folder: str) -> dict[str, str]:
     """sha256 of every file below a local output."""
     out = {}
@@ -178,20 +199,8 @@ def test_a_signal_taken_by_a_worker_thread_stops_the_run(tmp_path: Path, signum:
     the run hung (the CI's write-SIGTERM timeout). The wake-up fd watcher ends it."""
     import ctypes  # noqa: PLC0415 - only this test calls a raw syscall
 
-    out = str(tmp_path / "out")
-    job = write_job(tmp_path / "job", out, rows=300)
-    assert subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT,
-                          capture_output=True, timeout=120).returncode == 0
-    before = digest(out)
-    write_rows(tmp_path / "job" / "ids.csv", 450)
-    pause = tmp_path / "pause"
-    proc = start(["run", job], "write", pause)
-    reached = pause / "write.reached"
-    deadline = time.monotonic() + 120
-    while not (reached.exists() and len(reached.read_text().split()) == 2):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.02)
-    pid, tid = map(int, reached.read_text().split())
+    out, before, proc, pause = paused_second_run(tmp_path, 300, 450, "write")
+    pid, tid = map(int, (pause / "write.reached").read_text().split())
     assert tid != pid  # a worker thread, not the main one
     libc = ctypes.CDLL(None, use_errno=True)
     assert libc.syscall(TGKILL, pid, tid, signum) == 0, os.strerror(ctypes.get_errno())
@@ -206,18 +215,7 @@ def test_a_signal_taken_by_a_worker_thread_stops_the_run(tmp_path: Path, signum:
 def test_a_second_signal_during_publishing_waits_for_the_section(tmp_path: Path) -> None:
     """Ctrl-C twice inside the publish: the first rolls it back at its next safe point, the
     second is counted, not raised, so the rollback is never cut short."""
-    out = str(tmp_path / "out")
-    job = write_job(tmp_path / "job", out, rows=200)
-    assert subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT,
-                          capture_output=True, timeout=120).returncode == 0
-    before = digest(out)
-    write_rows(tmp_path / "job" / "ids.csv", 250)
-    pause = tmp_path / "pause"
-    proc = start(["run", job], "publish:aside", pause)
-    reached = pause / "publish-aside.reached"
-    while not reached.exists():
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.02)
+    out, before, proc, pause = paused_second_run(tmp_path, 200, 250, "publish:aside")
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGTERM)
