@@ -41,6 +41,7 @@ from apache_beam.utils.shared import Shared
 
 from etl.base import signals
 from etl.base.errors import BadInputError, BlockedError, ConfigError, EtlError, LockedError
+from etl.base.inflight import InFlight
 from etl.base.pause import pause
 from etl.base.worker_errors import (
     describe_unexpected,
@@ -74,6 +75,8 @@ from transforms.convert import ConvertSpec, ConvertToShards
 from transforms.staging import pipeline_options  # Beam options + our package for workers
 
 log = logging.getLogger(__name__)
+# a stopped run's writers end at their next batch; an upload in its last retries may take longer
+WRITERS_WAIT_SECONDS = 60
 LOCAL_RUNNER = "FnApiRunner"  # DirectRunner in Beam 2.77 first tries to download Prism
 
 
@@ -412,6 +415,9 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
     tally_handle = Shared() if progress is not None and shares_process(options) else None
     tally = tally_handle.acquire(Tally) if tally_handle else None
+    # this run's busy writers, when they run here: the clean-up waits for them to stop
+    writers_handle = Shared() if shares_process(options) else None
+    writers = writers_handle.acquire(InFlight) if writers_handle else None
     bytes_total = sum(u.num_bytes for u in plan.read_plan.units)
     reporter: live.Reporter | None = None
     failure: BaseException | None = None
@@ -421,7 +427,8 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
             reporter = live.start(progress, tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
                 p = beam.Pipeline(options=options)
-                _ = p | "Convert" >> ConvertToShards(spec, held_handle, tally_handle)
+                _ = p | "Convert" >> ConvertToShards(spec, held_handle, tally_handle,
+                                                   writers_handle)
                 submitted = p.run()
                 if reporter is not None and tally is None:  # poll the runner's metrics
                     reporter.attach(live.MetricsFeed(submitted, bytes_total))
@@ -450,6 +457,11 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     finally:
         if reporter is not None:  # before anything else is printed: the summary, an error
             reporter.stop(final=failure is None)
+        if writers is not None and failure is not None:
+            busy = writers.wait_idle(WRITERS_WAIT_SECONDS)
+            if busy:
+                run_log.note(f"{busy} writers still busy after {WRITERS_WAIT_SECONDS} s; "
+                             "what they leave is removed by the next run")
         if store is not None:
             store.release()
         _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.shared import Shared
 
 from etl.base import signals
+from etl.base.inflight import InFlight
 from etl.base.pause import pause
 from etl.base.units import DEFAULT_MAX_RECORD_BYTES
 from etl.base.worker_errors import wire_errors
@@ -123,10 +125,12 @@ class _ReadEncodeFn(beam.DoFn):
     `files` strategy writes each run to a spill (or holds it) and emits its SpillRef, the
     `engine` strategy emits the run itself."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None, tally: Shared | None = None):
+    def __init__(self, spec: ConvertSpec, held: Shared | None, tally: Shared | None = None,
+                 writers: Shared | None = None):
         self.spec = spec
         self.held_handle = held
         self.tally_handle = tally
+        self.writers_handle = writers
 
     def setup(self) -> None:
         import yaml  # noqa: PLC0415
@@ -147,9 +151,14 @@ class _ReadEncodeFn(beam.DoFn):
         self.encoded_counter = Metrics.counter("etl", "records_encoded")
         self.bytes_counter = Metrics.counter("etl", "bytes_read")  # progress: percent, ETA
         self.tally = _tally(self.tally_handle)
+        self.writers = _writers(self.writers_handle)
 
     @wire_errors
     def process(self, task: ReadTask):  # type: ignore[override]
+        with _writing(self.writers):  # its spills: the launcher's clean-up waits for them
+            yield from self._process(task)
+
+    def _process(self, task: ReadTask):  # type: ignore[no-untyped-def]
         read = 0
         rejected: list[dict[str, Any]] = []
         gathered: dict[str, SplitStats] = {}  # this task's statistics per split
@@ -219,6 +228,15 @@ def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | 
     if handle is None or not spec.spill_in_memory or spec.via != files.NAME:
         return None
     return handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory))
+
+
+def _writers(handle: Shared | None) -> InFlight | None:
+    """This run's busy writers (the launcher's object), None when the run is elsewhere."""
+    return None if handle is None else handle.acquire(InFlight)
+
+
+def _writing(writers: InFlight | None) -> AbstractContextManager[None]:
+    return nullcontext() if writers is None else writers.writing()
 
 
 def _tally(handle: Shared | None) -> Tally | None:
@@ -381,17 +399,23 @@ class _WriteShardFn(beam.DoFn):
     index), its chunks) with the plan as a side input."""
 
     def __init__(self, spec: ConvertSpec, held: Shared | None = None,
-                 tally: Shared | None = None):
+                 tally: Shared | None = None, writers: Shared | None = None):
         self.spec = spec
         self.held_handle = held
         self.tally_handle = tally
+        self.writers_handle = writers
 
     def setup(self) -> None:
         self.held = _held_store(self.held_handle, self.spec)
         self.tally = _tally(self.tally_handle)
+        self.writers = _writers(self.writers_handle)
 
     @wire_errors
     def process(self, element: Any, plan: Plan | None = None):  # type: ignore[override]
+        with _writing(self.writers):  # the shard: the launcher's clean-up waits for it
+            yield from self._process(element, plan)
+
+    def _process(self, element: Any, plan: Plan | None):  # type: ignore[no-untyped-def]
         spec = self.spec
         if self.tally is not None:
             self.tally.stage("writing shards")
@@ -439,8 +463,15 @@ def _slim(ref: files.SpillRef) -> files.SpillRef:
 @wire_errors
 def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
               stats: dict[str, SplitStats | None], spec: ConvertSpec,
-              tally: Shared | None = None) -> dict[str, Any]:
+              tally: Shared | None = None, writers: Shared | None = None) -> dict[str, Any]:
     """Every shard result, read report and the plan's notes -> the manifest (etl.output.finalize)."""
+    with _writing(_writers(writers)):  # the launcher's clean-up waits for it
+        return _finalize_run(plan, shards, reports, stats, spec, tally)
+
+
+def _finalize_run(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
+                  stats: dict[str, SplitStats | None], spec: ConvertSpec,
+                  tally: Shared | None) -> dict[str, Any]:
     import yaml  # noqa: PLC0415
 
     live = _tally(tally)
@@ -469,14 +500,16 @@ class ConvertToShards(beam.PTransform):
     `held`: a Shared handle of this run's held-spill store (files strategy, local runner in
     one process); None writes every spill to disk. `tally`: a Shared handle of this run's live
     progress tally (etl.schedule.progress.Tally; local runner in one process), None counts Beam metrics
-    only."""
+    only. `writers`: a Shared handle of this run's busy writers (etl.base.inflight; local
+    runner in one process), which the launcher waits for before its clean-up."""
 
     def __init__(self, spec: ConvertSpec, held: Shared | None = None,
-                 tally: Shared | None = None):
+                 tally: Shared | None = None, writers: Shared | None = None):
         super().__init__()
         self.spec = spec
         self.held = held
         self.tally = tally
+        self.writers = writers
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         beam_fixes.apply()  # before Pipeline.run(): the local runner's data plane drops records
@@ -492,9 +525,9 @@ class ConvertToShards(beam.PTransform):
         if spec.spread_reads:
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
         run_type = files.SpillRef if spec.via == files.NAME else SortedRun  # coders.py
-        blocks = tasks | "ReadEncode" >> beam.ParDo(
-            _ReadEncodeFn(spec, self.held, self.tally)).with_output_types(run_type).with_outputs(
-            REPORTS, STATS, main="runs")
+        read_encode = _ReadEncodeFn(spec, self.held, self.tally, self.writers)
+        blocks = tasks | "ReadEncode" >> beam.ParDo(read_encode).with_output_types(
+            run_type).with_outputs(REPORTS, STATS, main="runs")
         reports = blocks[REPORTS]
         # the statistics of the records written, per split (stats.json; the report's numbers)
         stats = blocks[STATS] | "GatherStats" >> beam.CombinePerKey(
@@ -516,7 +549,7 @@ class ConvertToShards(beam.PTransform):
                                                    ).with_output_types(tuple[ShardPlan, tuple[str, ...]])
                       | "DistributeShards" >> beam.Reshuffle())
             results = shards | "WriteShards" >> beam.ParDo(
-                _WriteShardFn(spec, self.held, self.tally))
+                _WriteShardFn(spec, self.held, self.tally, self.writers))
         else:
             # declared, deterministic coders (transforms/coders.py) for all that is shuffled;
             # one empty chunk per shard, so even a shard without records gets its group
@@ -528,11 +561,13 @@ class ConvertToShards(beam.PTransform):
             shards = ((chunks, empty) | "Flatten" >> beam.Flatten()
                       | "GroupByShard" >> beam.GroupByKey())
             results = shards | "WriteShards" >> beam.ParDo(
-                _WriteShardFn(spec, self.held, self.tally), beam.pvalue.AsSingleton(plan))
+                _WriteShardFn(spec, self.held, self.tally, self.writers),
+                beam.pvalue.AsSingleton(plan))
         # one finalize step, once every shard and read report is in (side inputs)
         return plan | "Finalize" >> beam.Map(_finalize, beam.pvalue.AsList(results),
                                              beam.pvalue.AsList(reports),
-                                             beam.pvalue.AsDict(stats), spec, self.tally)
+                                             beam.pvalue.AsDict(stats), spec, self.tally,
+                                             self.writers)
 
 
 __all__ = ["ConvertSpec", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult"]
