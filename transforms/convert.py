@@ -155,10 +155,6 @@ class _ReadEncodeFn(beam.DoFn):
 
     @wire_errors
     def process(self, task: ReadTask):  # type: ignore[override]
-        with _writing(self.writers):  # its spills: the launcher's clean-up waits for them
-            yield from self._process(task)
-
-    def _process(self, task: ReadTask):  # type: ignore[no-untyped-def]
         read = 0
         rejected: list[dict[str, Any]] = []
         gathered: dict[str, SplitStats] = {}  # this task's statistics per split
@@ -215,9 +211,10 @@ class _ReadEncodeFn(beam.DoFn):
             return run
         if not len(run.keys):
             return files.SpillRef("", run.stats(self.spec.shuffled))
-        return files.write_spill(fs.join(self.spec.spill_dir, run.split,
-                                          f"{uuid.uuid4().hex}.spill"), run,
-                                 self.spec.shuffled, self.held)
+        with _writing(self.writers):  # the launcher's clean-up waits for it
+            return files.write_spill(fs.join(self.spec.spill_dir, run.split,
+                                              f"{uuid.uuid4().hex}.spill"), run,
+                                     self.spec.shuffled, self.held)
 
 
 _NO_KEYS = np.zeros(0, np.uint64)
@@ -412,23 +409,20 @@ class _WriteShardFn(beam.DoFn):
 
     @wire_errors
     def process(self, element: Any, plan: Plan | None = None):  # type: ignore[override]
-        with _writing(self.writers):  # the shard: the launcher's clean-up waits for it
-            yield from self._process(element, plan)
-
-    def _process(self, element: Any, plan: Plan | None):  # type: ignore[no-untyped-def]
         spec = self.spec
         if self.tally is not None:
             self.tally.stage("writing shards")
         signals.check_cancelled("writing shards")
         pause("write")
-        if spec.via == files.NAME:
-            shard, spills = element
-            result = files.write_files_shard(shard, spills, spec.staging_dir,
-                                             spec.shard_format, self.held)
-        else:  # engine: the group's chunks, read once as they stream out of the group
-            (split, index), chunks = element
-            result = engine.write_engine_shard(plan.shards[split][index], chunks,
-                                               spec.staging_dir, spec.shard_format)
+        with _writing(self.writers):  # the shard: the launcher's clean-up waits for it
+            if spec.via == files.NAME:
+                shard, spills = element
+                result = files.write_files_shard(shard, spills, spec.staging_dir,
+                                                 spec.shard_format, self.held)
+            else:  # engine: the group's chunks, read once as they stream out of the group
+                (split, index), chunks = element
+                result = engine.write_engine_shard(plan.shards[split][index], chunks,
+                                                   spec.staging_dir, spec.shard_format)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         if self.tally is not None:
