@@ -4,7 +4,7 @@ Stopped by a signal, the local runner does not wait for its bundles: its SDK har
 them on Beam's shared thread pool, whose `shutdown()` does nothing (apache_beam
 utils/thread_pool_executor.py). A shard upload still under way when the launcher's clean-up
 removed the run's gs:// temp prefix landed afterwards and stayed there, named by no marker
-(tests/test_signals.py, gs:// write phase, ~1 in 40 runs). The DoFns that write hold this
+(tests/test_signals.py, gs:// write phase). The DoFns that write hold this
 for as long as they write; the launcher waits for it to be idle first. Those DoFns stop at
 their next batch once the run is cancelled, so the wait is short.
 """

@@ -20,7 +20,7 @@ Python runs a signal's handler only when the main thread executes bytecode. A ma
 blocked in a lock wait (the local runner waits on a bundle's future with no timeout) does not
 wake when the kernel hands the signal to another thread, so the handler, and with it the
 cancel flag the blocked bundle's worker waits for, would never run: the run hung until killed
-(tests/test_signals.py, gs:// write phase, about 1 in 30). So `handled()` also watches the
+(tests/test_signals.py, test_a_signal_taken_by_a_worker_thread_stops_the_run). So `handled()` also watches the
 signal wake-up fd (`signal.set_wakeup_fd`: written by the C-level handler in whatever thread
 took the signal) from a thread of its own, which marks the process as cancelled at once; the
 workers stop, the bundle fails, the main thread wakes and raises as above.

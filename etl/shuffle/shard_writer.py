@@ -191,20 +191,12 @@ def attempt_file(final: str) -> Iterator[BinaryIO]:
     """A write handle whose bytes appear at `final` only once it is complete. Local: a file
     named for this attempt, renamed over `final` (atomic; a concurrent duplicate renames the
     same bytes); removed if the attempt fails. Object stores: the object itself, which a
-    second upload replaces whole; an upload stopped by a signal is removed again."""
+    second upload replaces whole."""
     if fs.is_remote(final):
-        try:
-            with fs.open_write(final, bypass_cache=True) as fh:
-                yield fh
-        except signals.Cancelled:
-            # the run is being stopped: closing the handle above still finished the upload
-            # (Beam's writer completes it on close, exception or not), possibly after the run's
-            # clean-up removed its temp prefix; the object would stay with no marker naming it.
-            # Only a stopping run's own in-process writers see Cancelled, so no other attempt
-            # of this shard can be the one deleted here.
-            with suppress(Exception):
-                fs.delete([final])
-            raise
+        # an upload a signal stopped still completes on close (Beam's writer); the launcher
+        # waits for this writer (etl.base.inflight) before its clean-up removes the object
+        with fs.open_write(final, bypass_cache=True) as fh:
+            yield fh
         return
     part = f"{final}.{uuid.uuid4().hex[:12]}{ATTEMPT_SUFFIX}"
     try:
