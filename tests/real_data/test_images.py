@@ -282,3 +282,49 @@ def test_pixel_values_for_any_size_are_wrong_type() -> None:
     assert sorted(out.bad) == [0, 1]
     assert out.bad[0] == ("wrong_type", "shape [-1, -1, 3] (any size) takes encoded png files, "
                                         "not pixel values; give the pixels a fixed shape")
+
+
+# ---- the folder source, unit by unit ---------------------------------------------------------
+def prepared(tmp_path: Path, schema: dict[str, Any], **opts: Any) -> Any:
+    reader = make_reader({"format": "images", "paths": ["photos"], **opts}, str(tmp_path),
+                         "job: sources.train")
+    reader.prepare(schema_from_dict(schema), 1 << 26)
+    return reader
+
+
+def test_every_other_file_is_named_once_per_root(tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "photos"
+    (root / "cat/deeper").mkdir(parents=True)
+    shutil.copy(DATA / "chelsea.png", root / "cat/chelsea.png")
+    shutil.copy(DATA / "coffee.png", root / "loose.png")  # not in a class folder
+    shutil.copy(DATA / "camera.png", root / "cat/deeper/camera.png")
+    for i in range(20):
+        (root / f"cat/note{i:02d}.txt").write_text("x")
+    reader = prepared(tmp_path, ANY_SIZE)
+    with caplog.at_level("WARNING", logger="etl.sources.image_source"):
+        blocks = list(reader.read(reader.files()[0]))
+    assert [b.num_rows for b in blocks] == [1] and blocks[0].bad == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{root}: skipped 22 file(s) that are not images (not records, not rejected; stored are "
+        "png/jpg/jpeg/gif/bmp/tif/tiff/webp files at <root>/<class>/<file>): cat/deeper/camera.png"
+        " (not at <root>/<class>/<file>), " + ", ".join(f"cat/note{i:02d}.txt" for i in range(19))
+        + " ... and 2 more"]  # cat/note19.txt, loose.png
+
+
+def test_wide_pixels_are_refused_not_clipped(tmp_path: Path) -> None:
+    root = tmp_path / "photos/grey"
+    root.mkdir(parents=True)
+    wide = (np.arange(12 * 10, dtype=np.uint16).reshape(12, 10) * 500)
+    Image.fromarray(wide).save(root / "wide.tif")  # 16-bit grey TIFF
+    blocks = list(prepared(tmp_path, ANY_SIZE).read(str(tmp_path / "photos")))
+    assert [(b.code, b.reason) for b in blocks[0].bad] == [(
+        "unsupported_image", "a TIFF image of I;16 pixels (16-bit, 32-bit or float): storing it "
+        "as uint8 x 3 channel(s) would change its values; convert it to 8-bit first")]
+    grey16 = {**ANY_SIZE, "features": {**ANY_SIZE["features"], "image": {
+        "dtype": "uint16", "shape": [None, None, 1], "encoding": "png"}}}
+    blocks = list(prepared(tmp_path, grey16).read(str(tmp_path / "photos")))
+    assert blocks[0].bad == []
+    with Image.open(io.BytesIO(blocks[0].columns["image"][0].as_py())) as img:
+        assert img.format == "PNG"
+        np.testing.assert_array_equal(np.asarray(img), wide)  # 16-bit kept exactly
