@@ -328,3 +328,25 @@ def test_wide_pixels_are_refused_not_clipped(tmp_path: Path) -> None:
     with Image.open(io.BytesIO(blocks[0].columns["image"][0].as_py())) as img:
         assert img.format == "PNG"
         np.testing.assert_array_equal(np.asarray(img), wide)  # 16-bit kept exactly
+
+
+def test_fixed_shape_stores_other_formats_of_its_size_as_png(tmp_path: Path) -> None:
+    root = tmp_path / "photos/cat"
+    root.mkdir(parents=True)
+    chelsea = Image.open(DATA / "chelsea.png").convert("RGB").crop((0, 0, 40, 30))
+    chelsea.save(root / "a.jpg", quality=90)
+    chelsea.quantize(32).save(root / "b.gif")
+    chelsea.save(root / "c.bmp")
+    chelsea.crop((0, 0, 40, 29)).save(root / "d.bmp")  # one row short
+    fixed = {**ANY_SIZE, "features": {**ANY_SIZE["features"], "image": {
+        "dtype": "uint8", "shape": [30, 40, 3], "encoding": "png"}}}
+    blocks = list(prepared(tmp_path, fixed, verify=False).read(str(tmp_path / "photos")))
+    assert [(b.raw, b.code, b.reason) for b in blocks[0].bad] == [(
+        "cat/d.bmp", "wrong_shape", "image is 40x29 (width x height), expected 40x30: schema "
+        "feature 'image' has shape [30, 40, 3]")]
+    stored = blocks[0].columns["image"].to_pylist()
+    assert blocks[0].columns["filename"].to_pylist() == ["cat/a.jpg", "cat/b.gif", "cat/c.bmp"]
+    for name, blob in zip(["a.jpg", "b.gif", "c.bmp"], stored, strict=True):
+        assert blob[:8] == b"\x89PNG\r\n\x1a\n"
+        np.testing.assert_array_equal(pillow_rgb(io.BytesIO(blob)),  # type: ignore[arg-type]
+                                      pillow_rgb(root / name), err_msg=name)
