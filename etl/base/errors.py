@@ -140,6 +140,9 @@ REASONS: dict[str, str] = {
     "wrong_shape": "a value count, list nesting or image size that does not fit the shape",
     "wrong_type": "a value of another kind than the schema's (text where a list is due...)",
     "bad_image": "an image that cannot be decoded, or not the schema's encoding",
+    "unsupported_image": "an image file Pillow reads that cannot be stored as it is: several "
+                         "frames (animated GIF, multipage TIFF) without `first_frame: true`, "
+                         "or 16-bit/float pixels an 8-bit image would clip",
     "corrupt_record": "a record whose framing or checksum is broken",
     "oversized_record": "a record larger than `max_record_bytes` (default 64 MiB)",
     "schema_mismatch": "an already-serialized record that does not fit the schema "

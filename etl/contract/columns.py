@@ -523,12 +523,20 @@ def _blob_storage(
             if np.dtype(feature.dtype).kind == "f" and not feature.allow_nan:
                 _flag_raw_nonfinite(feature, blobs, one & ~bad_len, flag)
         else:
+            if feature.resize or feature.pad:
+                blobs, one = _fit_blobs(feature, blobs, one, flag)
             problems = image_header_problems(feature, blobs, one)
             for i, why in problems.items():
                 flag(np.array([i]), why)
         return pa.LargeListArray.from_arrays(
             pa.array(np.arange(n + 1, dtype=np.int64)), blobs.cast(pa.large_binary())
         )
+    if feature.variable_image:  # pixel values carry no height and width
+        flag(np.flatnonzero(present), ("wrong_type", f"shape {list(feature.shape)} (any size) "
+                                       f"takes encoded {feature.encoding} files, not pixel "
+                                       f"values; give the pixels a fixed shape"))
+        return pa.LargeListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int64)),
+                                             pa.array([b""] * n, pa.large_binary()))
     k = feature.value_count
     wrong = present & (counts != k)
     if wrong.any():
@@ -554,6 +562,28 @@ def _blob_storage(
         blobs = pa.array([_encode_image(feature, dense[i]) if ok[i] else b"" for i in range(n)],
                          pa.large_binary())
     return pa.LargeListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int64)), blobs)
+
+
+def _fit_blobs(feature: Feature, blobs: pa.Array, one: np.ndarray, flag: Any
+               ) -> tuple[pa.Array, np.ndarray]:
+    """`resize`/`pad` features: every present blob decoded (any format Pillow reads), brought
+    to the feature's size by its rule and encoded once (etl.contract.images.fit_image); one
+    that cannot be is flagged and left out of the header check."""
+    from etl.contract.images import ImageProblem, fit_image  # noqa: PLC0415 - Pillow's side
+
+    out: list[bytes] = []
+    ok = one.copy()
+    for i, blob in enumerate(blobs.to_pylist()):
+        if not one[i] or blob is None:
+            out.append(b"")
+            continue
+        try:
+            out.append(fit_image(feature, blob))
+        except ImageProblem as e:
+            flag(np.array([i]), (e.code, e.reason))
+            ok[i] = False
+            out.append(b"")
+    return pa.array(out, pa.large_binary()), ok
 
 
 def _flag_raw_nonfinite(feature: Feature, blobs: pa.Array, rows: np.ndarray, flag: Any) -> None:
@@ -636,7 +666,7 @@ def image_header_problems(feature: Feature, blobs: pa.Array, check: np.ndarray) 
     offsets = np.frombuffer(buffers[1], np.int64)[blobs.offset: blobs.offset + n + 1]
     data = (np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None
             else np.zeros(0, np.uint8))
-    height, width = feature.shape[0], feature.shape[1]
+    height, width = feature.shape[0], feature.shape[1]  # -1, -1: any size, not compared
     if feature.encoding == "png":
         return _png_problems(feature, data, offsets, check, height, width)
     return _jpeg_problems(data, offsets, check, height, width, feature)
@@ -667,7 +697,7 @@ def _png_problems(feature: Feature, data: np.ndarray, offsets: np.ndarray, check
     for c, depths in _PNG_DEPTHS.items():
         bad_combo &= ~((ctype == c) & np.isin(depth, depths))
     broken = not_png | no_ihdr | bad_combo | (w == 0) | (h == 0)
-    wrong = ~broken & ((h != height) | (w != width))
+    wrong = ~broken & ((h != height) | (w != width)) & (height > 0)
     for j in np.flatnonzero(broken | wrong).tolist():
         i = int(rows[j])
         if not_png[j]:
@@ -724,7 +754,7 @@ def _jpeg_problems(data: np.ndarray, offsets: np.ndarray, check: np.ndarray, hei
     h, w, components = frames[:, 0], frames[:, 1], frames[:, 2]
     broken = found & ((h == 0) | (w == 0) | (components == 0))
     alone |= broken
-    wrong = found & ~broken & ((h != height) | (w != width))
+    wrong = found & ~broken & ((h != height) | (w != width)) & (height > 0)
     for j in np.flatnonzero(wrong).tolist():
         out[int(idx[j])] = ("wrong_shape", f"JPEG image is {h[j]}x{w[j]}x{components[j]} (height "
                                            f"x width x channels), shape {list(feature.shape)} "
@@ -735,7 +765,7 @@ def _jpeg_problems(data: np.ndarray, offsets: np.ndarray, check: np.ndarray, hei
         frame = _jpeg_frame(mv, int(offsets[i]), int(offsets[i + 1]))
         if isinstance(frame, str):
             out[i] = ("bad_image", frame)
-        elif frame[0] != height or frame[1] != width:
+        elif height > 0 and (frame[0] != height or frame[1] != width):
             out[i] = ("wrong_shape", f"JPEG image is {frame[0]}x{frame[1]}x{frame[2]} (height x "
                                      f"width x channels), shape {list(feature.shape)} expects "
                                      f"{height}x{width}")

@@ -47,7 +47,9 @@ DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, "bytes")
 _RAW_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                "float16", "float32", "float64")
 _FEATURE_KEYS = {"dtype", "shape", "encoding", "default", "required", "source", "vocabulary",
-                 "vocabulary_file", "oov_id", "representation", "description", "allow_nan"}
+                 "vocabulary_file", "oov_id", "representation", "description", "allow_nan",
+                 "resize", "pad"}
+_IMAGE_ENCODINGS = ("png", "jpeg")
 
 
 def _tf() -> Any:
@@ -73,6 +75,8 @@ class Feature:
     is_sequence: bool = False
     description: str = ""
     allow_nan: bool = False
+    resize: tuple[int, int] | None = None  # png/jpeg: every image resized to [height, width]
+    pad: tuple[int, int] | None = None  # png/jpeg: every image zero-padded to [height, width]
 
     # ---- derived facts -------------------------------------------------------------
     @property
@@ -95,6 +99,13 @@ class Feature:
     def fixed(self) -> bool:
         """True when every record (or step) has exactly `value_count` values."""
         return all(d >= 0 for d in self.shape)
+
+    @property
+    def variable_image(self) -> bool:
+        """A png/jpeg feature of shape [null, null, C]: each record holds one encoded image of
+        its own height and width, decoded by the readers to its own size."""
+        return (self.encoding in _IMAGE_ENCODINGS and len(self.shape) == 3
+                and self.shape[0] == -1 and self.shape[1] == -1)
 
     @property
     def value_count(self) -> int:
@@ -192,6 +203,14 @@ class Feature:
         else:
             def decode_one(b: Any) -> Any:
                 return tf.io.decode_jpeg(b, channels=channels, dct_method="INTEGER_ACCURATE")
+        if self.variable_image:
+            # each image keeps its own size: a RaggedTensor [batch, (height), (width), C]
+            def ragged_one(b: Any) -> Any:
+                return tf.RaggedTensor.from_tensor(decode_one(b), ragged_rank=1,
+                                                   row_splits_dtype=tf.int64)
+
+            return tf.map_fn(ragged_one, blobs, fn_output_signature=tf.RaggedTensorSpec(
+                [None, None, channels], out_type, ragged_rank=1, row_splits_dtype=tf.int64))
         images = tf.map_fn(
             decode_one, blobs, fn_output_signature=tf.TensorSpec([None, None, channels], out_type)
         )
@@ -218,6 +237,10 @@ class Feature:
             out["description"] = self.description
         if self.allow_nan:
             out["allow_nan"] = True
+        if self.resize:
+            out["resize"] = list(self.resize)
+        if self.pad:
+            out["pad"] = list(self.pad)
         return out
 
 
@@ -377,10 +400,12 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
     dtype = _ALIASES.get(str(spec["dtype"]), str(spec["dtype"]))
     if dtype not in DTYPES:
         raise fail(f"unknown dtype {spec['dtype']!r}; expected one of {list(DTYPES)}")
-    shape = _shape(spec.get("shape", []), fail)
     encoding = str(spec.get("encoding", "values"))
     if encoding not in ENCODINGS:
         raise fail(f"unknown encoding {encoding!r}; expected one of {list(ENCODINGS)}")
+    image = encoding in _IMAGE_ENCODINGS or any(spec.get(k) is not None for k in ("resize", "pad"))
+    shape = _shape(spec.get("shape", []), fail, image=image)
+    shape, resize, pad = _image_size_rule(spec, shape, encoding, is_sequence, fail)
     representation = str(spec.get("representation", "ragged"))
     if representation not in REPRESENTATIONS:
         raise fail(f"representation must be one of {list(REPRESENTATIONS)}, got {representation!r}")
@@ -414,7 +439,7 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
         required=required, source=source_t, vocabulary=vocabulary,
         oov_id=None if oov_id is None else int(oov_id), representation=representation,
         is_sequence=is_sequence, description=str(spec.get("description", "")),
-        allow_nan=allow_nan,
+        allow_nan=allow_nan, resize=resize, pad=pad,
     )
 
 
@@ -430,7 +455,12 @@ def _check_encoding(dtype: str, shape: tuple[int, ...], encoding: str, represent
             raise fail("uint64 values do not fit tf.train.Int64List; use encoding: raw with a "
                        "smaller dtype or int64")
     else:
-        if not fixed:
+        variable_image = (encoding in _IMAGE_ENCODINGS and len(shape) == 3
+                          and shape[0] == -1 and shape[1] == -1)
+        if variable_image and is_sequence:
+            raise fail("images of any size (shape [null, null, C]) are context features only; "
+                       "give a sequence feature a fixed shape, or 'resize'/'pad'")
+        if not fixed and not variable_image:
             raise fail(f"encoding {encoding!r} needs a fully defined shape, got {list(shape)}")
         if encoding == "raw" and dtype not in _RAW_DTYPES:
             raise fail(f"dtype {dtype!r} cannot be decoded from raw bytes; "
@@ -485,7 +515,9 @@ def _source_columns(source: Any, shape: tuple[int, ...], fixed: bool, fail: Any)
     return source_t
 
 
-def _shape(raw: Any, fail: Any) -> tuple[int, ...]:
+def _shape(raw: Any, fail: Any, image: bool = False) -> tuple[int, ...]:
+    """The declared shape; -1 (or null) only first, except png/jpeg images (`image`), which
+    may be [null, null, channels] (any height and width)."""
     if isinstance(raw, int):
         raw = [raw]
     if not isinstance(raw, Sequence) or isinstance(raw, str):
@@ -497,10 +529,43 @@ def _shape(raw: Any, fail: Any) -> tuple[int, ...]:
         if not isinstance(d, int) or isinstance(d, bool) or d < -1 or d == 0:
             raise fail(f"bad shape {list(raw)}: dimension {i} is {d!r}; use a positive int, "
                        "or -1 (variable) for the first dimension")
-        if d == -1 and i != 0:
-            raise fail(f"bad shape {list(raw)}: only the first dimension may be variable (-1)")
+        any_size = image and i == 1 and len(raw) == 3 and dims[0] == -1
+        if d == -1 and i != 0 and not any_size:
+            hint = "; png/jpeg images of any size are [null, null, channels]" if image else ""
+            raise fail(f"bad shape {list(raw)}: only the first dimension may be variable "
+                       f"(-1){hint}")
         dims.append(d)
     return tuple(dims)
+
+
+def _image_size_rule(spec: Mapping[str, Any], shape: tuple[int, ...], encoding: str,
+                     is_sequence: bool, fail: Any
+                     ) -> tuple[tuple[int, ...], tuple[int, int] | None, tuple[int, int] | None]:
+    """`resize: [H, W]` or `pad: [H, W]`: images of any size stored at one fixed size, by a
+    rule the schema names (etl.contract.image_fit). The shape may say [null, null, C] (it
+    becomes [H, W, C]) or [H, W, C] itself; anything else disagrees."""
+    keys = [k for k in ("resize", "pad") if spec.get(k) is not None]
+    if not keys:
+        return shape, None, None
+    if len(keys) == 2:
+        raise fail("give 'resize' or 'pad', not both")
+    key = keys[0]
+    if encoding not in _IMAGE_ENCODINGS:
+        raise fail(f"'{key}' applies to images stored as png or jpeg; add 'encoding: png' "
+                   f"(got encoding {encoding!r})")
+    if is_sequence:
+        raise fail(f"'{key}' applies to context features only")
+    raw = spec[key]
+    if (not isinstance(raw, Sequence) or isinstance(raw, str) or len(raw) != 2
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in raw)):
+        raise fail(f"'{key}' must be [height, width] in pixels (positive ints), got {raw!r}")
+    size = (int(raw[0]), int(raw[1]))
+    if len(shape) == 3 and shape[0] == -1 and shape[1] == -1:
+        shape = (*size, shape[2])
+    elif len(shape) == 3 and tuple(shape[:2]) != size:
+        raise fail(f"'{key}: {list(size)}' and shape {list(shape)} disagree; write shape "
+                   f"[{size[0]}, {size[1]}, {shape[2]}] or [null, null, {shape[2]}]")
+    return shape, (size if key == "resize" else None), (size if key == "pad" else None)
 
 
 def _vocabulary(spec: Mapping[str, Any], fail: Any, base_dir: str) -> tuple[str, ...]:

@@ -19,7 +19,8 @@ representation), and tfx_bsl's decoder is given the dataset's own TFMD schema
   `tf.io.decode_jpeg(dct_method="INTEGER_ACCURATE")` exactly, the method the tf.data path
   uses too (etl.contract.schema), so both readers give the same pixels (tested). One
   difference: 16-bit PNGs with 3 or 4 channels are refused when the reader opens (Pillow has
-  no 16-bit colour mode).
+  no 16-bit colour mode). Images of any size (shape [null, null, C]) are a list of n arrays
+  [height_i, width_i, C], each of its own size (make_dataset: a RaggedTensor).
 
 Why tfx_bsl: its C++ batch decoders parse a list of serialized records into Arrow list
 columns without TensorFlow (≈ 1 µs per ~180-byte Example here), so a batch costs one C++
@@ -300,13 +301,18 @@ def _blobs(f: Feature, blobs: Any, name: Callable[[int], str]) -> np.ndarray:
         data = np.frombuffer(buffers[2], np.uint8)[int(offsets[0]): int(offsets[-1])]
         little = np.dtype(f.dtype).newbyteorder("<")
         return data.view(little).astype(f.numpy_dtype).reshape(rows, *f.shape)
-    out = np.empty((rows, *f.shape), f.numpy_dtype)
+    variable = f.variable_image
+    out: Any = [] if variable else np.empty((rows, *f.shape), f.numpy_dtype)
     for i, blob in enumerate(blobs.to_pylist()):
         try:
-            out[i] = _image(f, blob)
+            pixels = _image(f, blob)
         except (OSError, ValueError, SyntaxError) as e:  # Pillow's errors for broken images
             raise RecordDecodeError(f"{name(i)}: feature {f.name!r}: cannot decode the "
                                     f"{f.encoding} image: {e}") from e
+        if variable:
+            out.append(pixels)
+        else:
+            out[i] = pixels
     return out
 
 
@@ -332,7 +338,7 @@ def _image(f: Feature, blob: bytes) -> np.ndarray:
                 pixels = pixels.astype(np.uint16) * 257
     if pixels.ndim == 2:
         pixels = pixels[..., None]
-    if pixels.shape != tuple(f.shape):
+    if pixels.shape[-1] != f.shape[-1] or not f.variable_image and pixels.shape != tuple(f.shape):
         raise ValueError(f"the image is {'x'.join(map(str, pixels.shape))}, shape "
                          f"{list(f.shape)} expected")
     return pixels

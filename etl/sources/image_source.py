@@ -1,4 +1,4 @@
-"""Image folders, one sub-folder per class: root/<class>/<file>.{png,jpg,jpeg}.
+"""Image folders, one sub-folder per class: root/<class>/<file>.{png,jpg,jpeg,gif,bmp,tif,tiff,webp}.
 
 A root directory is the unit: `files()` lists the roots (what `read` takes and `Block.source`
 says), `inputs()` every image file under them. Inside a root the image files are sorted and a
@@ -7,15 +7,30 @@ and a block spans many image files. Columns: `image` (the encoded file bytes as 
 large_binary, or with `decode: true` a uint8 NumPy block (n, H, W, channels)), `label` (the
 class folder name) and `filename` (path relative to the root).
 
+Every file under a root is stored, rejected or skipped, never left out without a word:
+- files that are not images (another extension: README.txt, .DS_Store) or not at
+  <root>/<class>/<file> are skipped, not records: one warning per root names them and their
+  count (on the terminal and in the run's log), when the root is read;
+- image files become records. PNG and JPEG files already in the schema feature's encoding
+  are passed on byte for byte; GIF, BMP, TIFF, WebP (and PNG into a jpeg feature, JPEG into a
+  png one) are decoded with Pillow into the feature's channels and encoded once (PNG:
+  lossless, so the pixels read back are Pillow's decode of the file; JPEG: quality 95).
+  A feature with `resize`/`pad` gets the file's bytes as they are (the encoder fits them,
+  etl.contract.images.fit_image).
+
 Every image is decoded once with Pillow to prove it is readable (`verify: false` skips the
-full decode when not decoding, the header is still read). Rejected images are BadRecords whose
-`source` is the image file itself and `record` its index in the root:
-- `bad_image`: Pillow cannot open or decode it (truncated, not a PNG/JPEG);
+full decode when not decoding and not converting, the header is still read). Rejected images
+are BadRecords whose `source` is the image file itself and `record` its index in the root:
+- `bad_image`: Pillow cannot open or decode it (truncated, not an image);
+- `unsupported_image`: several frames (animated GIF, multipage TIFF/WebP) unless the
+  `first_frame: true` option says to store the first frame; 16-bit or float pixels a
+  conversion would clip;
 - `wrong_shape`: with `prepare(schema, ...)` (the pipeline always calls it) the schema's image
   feature (the one whose source column is `image`) declares [height, width, channels]; an image
   of another height or width is rejected (PNG/JPEG blobs are re-decoded to the schema's channel
-  count by `tf.io.decode_png/jpeg`, so only decoded pixels must match the channels). Without a
-  schema, decoded images must match the root's first good image;
+  count by `tf.io.decode_png/jpeg`, so only decoded pixels must match the channels). Not for
+  features of any size ([null, null, C]) or with `resize`/`pad`. Without a schema, decoded
+  images must match the root's first good image;
 - `oversized_record`: a file over `max_record_bytes`, rejected without being read.
 
 Progress: one listing (fs.match) gives the image files with their sizes; a root's size is the
@@ -26,6 +41,7 @@ sum of its image files' (`sizes`, what read_plan counts for the unit) and each b
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -33,27 +49,39 @@ import numpy as np
 import pyarrow as pa
 
 from etl.base.errors import BadRecord, ConfigError
+from etl.contract.images import (
+    AS_ENCODING,
+    PILLOW_FORMATS,
+    ImageProblem,
+    encoded,
+    feature_pixels,
+    pad_problem,
+    why_unreadable,
+)
 from etl.sources.base import Block
 from etl.sources.files import FileSource, bool_option, join
 from etl.storage import fs
 
 if TYPE_CHECKING:
-    from etl.contract.schema import Schema
+    from etl.contract.schema import Feature, Schema
 
-EXTENSIONS = (".png", ".jpg", ".jpeg")
+EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".webp")
 _MODES = {1: "L", 3: "RGB"}
+SKIPPED_NAMED = 20  # skipped files named in the warning (then "... and N more")
+log = logging.getLogger(__name__)
 
 
 class ImageFolderReader(FileSource):
-    """`format: images`; options: decode, channels (1 | 3), verify, block_rows."""
+    """`format: images`; options: decode, channels (1 | 3), verify, first_frame, block_rows."""
 
-    OPTIONS = {"decode", "channels", "verify", "block_rows"}
+    OPTIONS = {"decode", "channels", "verify", "first_frame", "block_rows"}
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
         super().__init__(config, base_dir, where)
         opts = self.opts
         self.decode = bool_option(opts, "decode", False, where)
         self.verify = bool_option(opts, "verify", True, where)
+        self.first_frame = bool_option(opts, "first_frame", False, where)
         self.channels = opts.get("channels", 3)
         if self.channels not in _MODES:
             raise ConfigError(f"{where}: 'channels' must be 1 or 3, got {self.channels!r}")
@@ -62,18 +90,30 @@ class ImageFolderReader(FileSource):
                               f"are passed on as they are)")
         self.feature = ""  # the schema feature the `image` column feeds, once prepared
         self.shape: tuple[int, int, int] | None = None  # its declared [height, width, channels]
+        self.target: Feature | None = None  # that feature when it stores png/jpeg files
         self._listed: dict[str, dict[str, int]] | None = None  # _images(), once listed
 
     def prepare(self, schema: Schema, max_record_bytes: int) -> None:
         """Learn the image feature's declared shape, so every image is checked against it."""
         super().prepare(schema, max_record_bytes)
         for f in schema.features:
-            if "image" not in f.sources or len(f.shape) != 3 or not f.fixed:
+            if "image" not in f.sources or len(f.shape) != 3 or not (f.fixed
+                                                                      or f.variable_image):
                 continue
             if f.encoding in ("png", "jpeg") or (self.decode and f.dtype == "uint8"):
                 self.feature = f.name
-                self.shape = (int(f.shape[0]), int(f.shape[1]), int(f.shape[2]))
+                if f.encoding in ("png", "jpeg"):
+                    self.target = f
+                if f.fixed and not (f.resize or f.pad):
+                    self.shape = (int(f.shape[0]), int(f.shape[1]), int(f.shape[2]))
                 break
+        if self.target and self.decode and (self.target.variable_image or self.target.resize
+                                            or self.target.pad):
+            size = (f"shape {list(self.target.shape)}" if self.target.variable_image
+                    else "resize" if self.target.resize else "pad")
+            raise ConfigError(f"{self.where}: 'decode: true' gives pixel arrays of one size, "
+                              f"but schema feature {self.feature!r} takes images of any size "
+                              f"({size}); drop 'decode: true' to store the files encoded")
         if self.shape and self.decode and self.shape[2] != self.channels:
             raise ConfigError(f"{self.where}: images are decoded to {self.channels} channel(s) "
                               f"('channels' option), but schema feature {self.feature!r} has "
@@ -113,6 +153,7 @@ class ImageFolderReader(FileSource):
         root = path.rstrip("/")
         listed = _image_files(root).get(root, {})
         images = list(listed)
+        _warn_skipped(root, set(listed))
         # progress: bytes of the image files up to the end of each block (Block.end_offset;
         # the root's num_bytes is their sum, see `sizes`)
         ends = np.cumsum([listed[f] for f in images], dtype=np.int64)
@@ -137,10 +178,15 @@ class ImageFolderReader(FileSource):
                     reject("oversized_record", str(e))
                     continue
                 try:
-                    found, array = self._check(data)
+                    found, array, data = self._check(data)
+                except ImageProblem as e:
+                    reject(e.code, e.reason)
+                    continue
                 except Exception as e:  # Pillow raises many types for broken files
                     reject("bad_image", f"cannot read image: {_why(e)}")
                     continue
+                if self.target and not self.shape:  # any size, or resize/pad: no size check
+                    found = size = (0, 0)
                 size = size or found
                 if found != size:
                     what = (f"schema feature {self.feature!r} has shape {list(self.shape)}"
@@ -175,21 +221,40 @@ class ImageFolderReader(FileSource):
                               f"({self.max_record_bytes}); skipped unread")
             return fh.read()
 
-    def _check(self, data: bytes) -> tuple[tuple[int, int], np.ndarray | None]:
-        """(width, height), and the pixels when `decode` is on. Decodes fully unless
-        `verify: false` (a truncated file fails in `load`); the header is always read."""
+    def _check(self, data: bytes) -> tuple[tuple[int, int], np.ndarray | None, bytes]:
+        """(width, height), the pixels when `decode` is on, and the bytes to store: the file's
+        own when it already is the feature's encoding (or the feature fits it: resize/pad),
+        else its pixels encoded once to that encoding. Decodes fully unless `verify: false`
+        and nothing is converted (a truncated file then fails in `load`); the header is
+        always read. Raises ImageProblem for what cannot be stored as it is."""
         from PIL import Image  # noqa: PLC0415
 
         with Image.open(io.BytesIO(data)) as img:
-            if img.format not in ("PNG", "JPEG"):
-                raise _NotPngJpeg(f"a {img.format} image; PNG or JPEG expected")
+            kind = img.format or "unknown"
+            if kind not in PILLOW_FORMATS:
+                raise _NotSupported(f"a {kind} image; {', '.join(PILLOW_FORMATS[:-1])} or "
+                                    f"WEBP expected")
+            frames = int(getattr(img, "n_frames", 1) or 1)
+            if frames > 1 and kind != "MPO" and not self.first_frame:
+                raise ImageProblem("unsupported_image", f"a {kind} of {frames} frames "
+                                                        f"(animated or multipage); set the "
+                                                        f"source option 'first_frame: true' "
+                                                        f"to store its first frame")
             found = (int(img.size[0]), int(img.size[1]))
-            if self.decode or self.verify:
+            target = self.target
+            too_big = target and pad_problem(target, found[1], found[0], kind)
+            if too_big:
+                raise ImageProblem("wrong_shape", too_big)
+            convert = (target is not None and not (target.resize or target.pad)
+                       and AS_ENCODING.get(kind) != target.encoding)
+            if self.decode or self.verify or convert:
                 img.load()
+            if convert and target is not None:
+                data = encoded(feature_pixels(img, target, f"{kind} image"), target.encoding)
             if not self.decode:
-                return found, None
+                return found, None, data
             array = np.asarray(img.convert(_MODES[self.channels]), np.uint8)
-        return found, array.reshape(*array.shape[:2], self.channels)
+        return found, array.reshape(*array.shape[:2], self.channels), data
 
     def _image_column(
         self, pixels: list[np.ndarray], blobs: list[bytes], size: tuple[int, int] | None
@@ -200,6 +265,29 @@ class ImageFolderReader(FileSource):
             return np.stack(pixels)
         width, height = size or (0, 0)
         return np.zeros((0, height, width, self.channels), np.uint8)
+
+
+def _warn_skipped(root: str, images: set[str]) -> None:
+    """Name the files under `root` that are not stored nor rejected (not images, or not at
+    <root>/<class>/<file>): one warning per root, so none is left out silently."""
+    try:
+        every = [f for f, _ in fs.list_dir(root)]
+    except OSError:
+        return
+    skipped: list[str] = []
+    for f in every:
+        if f in images:
+            continue
+        name = _relative(root, f)
+        image_like = name.lower().endswith(EXTENSIONS)
+        skipped.append(f"{name} (not at <root>/<class>/<file>)" if image_like else name)
+    if not skipped:
+        return
+    more = len(skipped) - SKIPPED_NAMED
+    names = ", ".join(skipped[:SKIPPED_NAMED]) + (f" ... and {more} more" if more > 0 else "")
+    log.warning("%s: skipped %d file(s) that are not images (not records, not rejected; "
+                "stored are %s files at <root>/<class>/<file>): %s", root, len(skipped),
+                "/".join(e[1:] for e in EXTENSIONS), names)
 
 
 def _image_files(pattern: str) -> dict[str, dict[str, int]]:
@@ -220,18 +308,14 @@ class _TooBig(Exception):
     """An image file over max_record_bytes."""
 
 
-class _NotPngJpeg(Exception):
-    """Pillow opened it, but it is another format (GIF, BMP...) the schema cannot decode."""
+class _NotSupported(Exception):
+    """Pillow opened it, but it is a format this source does not store (ICO, PSD...)."""
 
 
 def _why(error: Exception) -> str:
-    from PIL import UnidentifiedImageError  # noqa: PLC0415
-
-    if isinstance(error, UnidentifiedImageError):  # its message only names a BytesIO
-        return "not a PNG/JPEG image, or its header is cut off"
-    if isinstance(error, _NotPngJpeg):
+    if isinstance(error, _NotSupported):
         return str(error)
-    return f"{type(error).__name__}: {error}"
+    return why_unreadable(error)
 
 
 def _relative(root: str, path: str) -> str:
