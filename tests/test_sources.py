@@ -81,7 +81,14 @@ def test_unknown_option_names_source_and_option(config: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"format": "csv", "paths": "x.csv", "header": False}, "'header: false' needs a 'columns:'"),
+    ({"format": "csv", "paths": "x.csv", "encoding": "utf-16"},
+     "'encoding' 'utf-16' does not write line breaks, quotes and delimiters as single ASCII"),
+    ({"format": "csv", "paths": "x.csv", "encoding": "klingon"}, "unknown 'encoding' 'klingon'"),
+    ({"format": "csv", "paths": "x.csv", "null_values": "NA"}, "'null_values' must be a list"),
+    ({"format": "jsonl", "paths": "x.jsonl", "null_values": [["NA"]]},
+     "'null_values' must be a list of texts"),
+    ({"format": "csv", "paths": "x.csv", "columns": ["a", "b", "a"]},
+     r"'columns' names \['a'\] more than once"),
     ({"format": "csv", "paths": "x.csv", "delimiter": ";;"}, "'delimiter' must be one character"),
     ({"format": "text", "paths": "x.txt", "tokenizer": "bpe"}, "'tokenizer' must be one of"),
     ({"format": "csv", "paths": "x.csv", "block_rows": 0}, "'block_rows' must be an integer >= 1"),
