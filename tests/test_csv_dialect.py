@@ -1,0 +1,254 @@
+"""CSV dialect keys (`encoding`, `header: false` without `columns`, `null_values`), the header
+names refused at launch, and the JSON Lines reader's text kept exactly (dates, null markers,
+JSON array files). Files are written by the tests; every value, line and message is exact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from etl.base.errors import ConfigError
+from etl.contract.codec import Encoder
+from etl.contract.schema import schema_from_dict
+from etl.sources import make_reader
+from etl.sources.base import Block
+from etl.sources.csv_source import CsvReader
+from tests.helpers import column
+
+WHERE = "jobs/t.yaml: sources.train"
+
+
+def read(path: Path, fast_schema: Any = None, **options: Any) -> list[Block]:
+    """Every block of one file; `fast_schema` turns the CSV fast path on (as the pipeline does)."""
+    fmt = "jsonl" if path.suffix == ".jsonl" or path.suffix == ".json" else "csv"
+    reader = make_reader({"format": fmt, "paths": [path.name], **options}, str(path.parent), WHERE)
+    reader.splits(str(path), 1 << 30)  # the launch-time checks
+    if fast_schema is not None:
+        reader.prepare(fast_schema, 64 << 20)
+    return list(reader.read(str(path)))
+
+
+def bad(blocks: list[Block]) -> list[tuple[int | None, str, str]]:
+    return [(r.line, r.code, r.reason) for b in blocks for r in b.bad]
+
+
+def lines(blocks: list[Block]) -> list[int]:
+    return [int(n) for b in blocks for n in b.lines]
+
+
+@pytest.fixture
+def careful_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails a test whose fast path hands over to the careful path."""
+    def refuse(self: Any, *a: Any, **k: Any) -> Any:
+        raise AssertionError("the fast path handed over to the careful path")
+    monkeypatch.setattr(CsvReader, "_read_careful", refuse)
+
+
+NUMS = schema_from_dict({"name": "t", "kind": "example", "features": {
+    "x": {"dtype": "float32", "shape": [], "default": 0.0},
+    "n": {"dtype": "int64", "shape": [], "default": 0},
+    "s": {"dtype": "string", "shape": [], "default": ""},
+}})
+
+
+# ---- encoding ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fast", [False, True])
+def test_utf8_bom_never_reaches_the_first_name_or_value(tmp_path: Path, fast: bool) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfx,n,s\n1.5,2,a\n")
+    blocks = read(path, NUMS if fast else None)
+    assert list(blocks[0].columns) == ["x", "n", "s"]
+    assert column(blocks, "s") == ["a"]
+    path.write_bytes(b"\xef\xbb\xbfx,y\n1,2\n")
+    blocks = read(path, header=False)
+    assert list(blocks[0].columns) == ["column_0", "column_1"]
+    assert column(blocks, "column_0") == ["x", "1"] and lines(blocks) == [1, 2]
+    path.write_bytes(b"\xef\xbb\xbfx,y\n1,2\n")
+    assert column(read(path, encoding="utf-8-sig"), "x") == ["1"]
+
+
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("codec", ["latin-1", "cp1252"])
+def test_8bit_encodings_become_utf8_with_exact_lines(tmp_path: Path, codec: str,
+                                                     fast: bool) -> None:
+    text = 'x,n,s\n1,2,café\n3,4,"naïve\nzwei Zeilen"\n5,6,7,8\n9,10,Ærø\n'
+    path = tmp_path / "t.csv"
+    path.write_bytes(text.encode(codec))
+    blocks = read(path, NUMS if fast else None, encoding=codec)
+    assert column(blocks, "s") == ["café", "naïve\nzwei Zeilen", "Ærø"]
+    assert lines(blocks) == [2, 3, 6]
+    assert bad(blocks) == [(5, "wrong_field_count", "wrong number of fields (expected 3, found 4)")]
+
+
+def test_cp1252_euro_sign_and_undefined_byte(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"a,b\n\x80 5,x\n\x81,y\nok,z\n")  # 0x81 means nothing in cp1252
+    blocks = read(path, encoding="cp1252")
+    assert column(blocks, "a") == ["€ 5", "ok"] and lines(blocks) == [2, 4]
+    assert bad(blocks) == [(3, "not_utf8", "not valid cp1252 text")]
+    # the same bytes read as UTF-8 (the default): both rows are not UTF-8
+    assert [b[:2] for b in bad(read(path))] == [(2, "not_utf8"), (3, "not_utf8")]
+
+
+def test_latin1_names_in_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes("größe,n\n1,2\n".encode("latin-1"))
+    assert list(read(path, encoding="latin-1")[0].columns) == ["größe", "n"]
+
+
+# ---- header: false -----------------------------------------------------------------------------
+@pytest.mark.parametrize("fast", [False, True])
+def test_header_false_without_columns_keeps_the_first_line(tmp_path: Path, fast: bool) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("1.5,2,a\n2.5,3,b\n")
+    schema = schema_from_dict({"name": "t", "kind": "example", "features": {
+        "x": {"dtype": "float32", "shape": [], "source": "column_0"},
+        "s": {"dtype": "string", "shape": [], "source": "column_2"}}})
+    blocks = read(path, schema if fast else None, header=False)
+    assert list(blocks[0].columns) == ["column_0", "column_1", "column_2"]
+    assert column(blocks, "column_0") == ([1.5, 2.5] if fast else ["1.5", "2.5"])
+    assert column(blocks, "column_2") == ["a", "b"]
+    assert [int(p) for b in blocks for p in b.positions] == [0, 1] and lines(blocks) == [1, 2]
+    out = Encoder(schema).encode(blocks[0].columns, source=str(path),
+                                 positions=blocks[0].positions, lines=blocks[0].lines)
+    assert len(out.records) == 2 and not out.bad
+
+
+def test_header_false_with_skip_rows(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("# comment\n7\n8\n")
+    blocks = read(path, header=False, skip_rows=1)
+    assert column(blocks, "column_0") == ["7", "8"] and lines(blocks) == [2, 3]
+
+
+# ---- header names refused at launch ------------------------------------------------------------
+@pytest.mark.parametrize("header, message", [
+    ("a,b,a,c,b", "duplicate column names 'a' (columns 1, 3), 'b' (columns 2, 5): rename them "
+                  "with 'columns:' (a name per column; the header line is then skipped), or set "
+                  "'header: false' if the first line is data"),
+    ("a,b,", "the header ends with the delimiter, so column 3 has no name (every line ends with "
+             "','?): name every column with 'columns:' (the last one e.g. '_trailing'), or "
+             "remove the trailing delimiter from the file"),
+    ("a,,b", "column(s) [2] of the header have no name: name every column with 'columns:' "
+             "(the header line is then skipped)"),
+    ("a;b;c", "the header is one column 'a;b;c' holding 2 ';': it looks like ';'-separated: "
+              "set delimiter: ';'"),
+    ("a\tb", "the header is one column 'a\\tb' holding 1 '\\t': it looks like '\\t'-separated: "
+             "set delimiter: '\\t'"),
+])
+def test_header_names_that_cannot_name_features(tmp_path: Path, header: str, message: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(header + "\n1,2,3\n")
+    with pytest.raises(ConfigError) as e:
+        read(path)
+    assert str(e.value) == f"{WHERE}: {path}: {message}"
+    assert "\n" not in str(e.value)
+
+
+def test_columns_key_renames_a_bad_header(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,a,\n1,2,3,\n")
+    blocks = read(path, columns=["a", "b", "a2", "_trailing"])
+    assert column(blocks, "a2") == ["3"] and column(blocks, "_trailing") == [None]
+    assert lines(blocks) == [2]
+
+
+# ---- null_values -------------------------------------------------------------------------------
+CELLS = 'x,n,s\n1.5,NA,NA\nNA,2,""\n,3,N/A\n4.5,,na\n5.5,6," NA"\n'
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_null_values_in_both_paths(tmp_path: Path, fast: bool, request: Any) -> None:
+    if fast:
+        request.getfixturevalue("careful_only")  # markers must not stop the fast path
+    path = tmp_path / "t.csv"
+    path.write_text(CELLS)
+    blocks = read(path, NUMS if fast else None, null_values=["", "NA", "N/A"])
+    assert column(blocks, "s") == [None, None, None, "na", " NA"]
+    if fast:
+        assert column(blocks, "x") == [1.5, None, None, 4.5, 5.5]
+        assert column(blocks, "n") == [None, 2, 3, None, 6]
+    else:
+        assert column(blocks, "x") == ["1.5", None, None, "4.5", "5.5"]
+        assert column(blocks, "n") == [None, "2", "3", None, "6"]
+    assert lines(blocks) == [2, 3, 4, 5, 6]
+
+
+def test_default_null_values_is_the_empty_cell(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(CELLS)
+    assert column(read(path), "s") == ["NA", None, "N/A", "na", " NA"]
+    assert column(read(path, null_values=[]), "s") == ["NA", "", "N/A", "na", " NA"]
+
+
+def test_null_markers_are_missing_for_the_encoder(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("x,s\nNA,a\n2,NA\n")
+    schema = schema_from_dict({"name": "t", "kind": "example", "features": {
+        "x": {"dtype": "float32", "shape": []}, "s": {"dtype": "string", "shape": []}}})
+    (block,) = read(path, schema, null_values=["NA"])
+    out = Encoder(schema).encode(block.columns, source=str(path), positions=block.positions,
+                                 lines=block.lines)
+    assert not out.records
+    assert [(b.line, b.code, b.feature) for b in out.bad] == [
+        (2, "missing_required", "x"), (3, "missing_required", "s")]
+
+
+def test_yaml_null_and_nan_markers_mean_their_text(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("s,t\nnull,NaN\nx,y\n")
+    blocks = read(path, null_values=[None, float("nan")])
+    assert column(blocks, "s") == [None, "x"] and column(blocks, "t") == [None, "y"]
+
+
+# ---- JSON Lines --------------------------------------------------------------------------------
+DATES = ["1970-01-01", "2010-01-01T00:00:00Z", "2010-01-01 12:30:00+02:00", "2010-01-01T00:00"]
+
+
+def test_jsonl_date_like_strings_keep_their_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    rows = [{"d": DATES[i % 4], "l": [DATES[i % 4]], "o": {"k": DATES[i % 4]}, "n": i}
+            for i in range(10)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    blocks = read(path, block_rows=4)
+    assert column(blocks, "d") == [r["d"] for r in rows]
+    assert column(blocks, "l") == [r["l"] for r in rows]
+    assert column(blocks, "o") == [r["o"] for r in rows]
+    assert column(blocks, "n") == list(range(10))
+
+
+def test_jsonl_null_values(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"s": "NA", "l": ["a", "NA"], "n": 1}\n{"s": "na", "l": [], "n": 2}\n'
+                    '{"s": null, "l": null, "n": "NA"}\n')
+    blocks = read(path, null_values=["NA"])
+    assert column(blocks, "s") == [None, "na", None]
+    assert column(blocks, "l") == [["a", None], [], None]
+    assert column(blocks, "n") == [1, 2, None]  # the types clash: Python lists, same rule
+    assert column(read(path), "s") == ["NA", "na", None]  # no markers by default
+
+
+@pytest.mark.parametrize("text", [
+    '[\n  {"a": 1},\n  {"a": 2}\n]\n',
+    '  [{"a": 1}, {"a": 2}]\n',
+])
+def test_json_array_file_is_refused_in_one_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "cars.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        read(path)
+    assert str(e.value) == (f"{WHERE}: {path} is a JSON array, not JSON Lines (one object per "
+                            f"line): convert it, e.g. jq -c '.[]' {path} > {tmp_path}/cars.jsonl")
+
+
+def test_jsonl_whose_first_line_is_a_list_is_not_an_array_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('[1, 2]\n{"a": 1}\n')
+    blocks = read(path)
+    assert column(blocks, "a") == [1]
+    assert bad(blocks) == [(1, "invalid_json", "expected a JSON object, got list")]
+    assert np.asarray(blocks[0].positions).tolist() == [1]
