@@ -252,3 +252,42 @@ def test_jsonl_whose_first_line_is_a_list_is_not_an_array_file(tmp_path: Path) -
     assert column(blocks, "a") == [1]
     assert bad(blocks) == [(1, "invalid_json", "expected a JSON object, got list")]
     assert np.asarray(blocks[0].positions).tolist() == [1]
+
+
+# ---- split reads -------------------------------------------------------------------------------
+@pytest.mark.parametrize("fast", [False, True])
+def test_cp1252_header_false_null_markers_split_like_the_whole_file(
+        tmp_path: Path, fast: bool, request: Any) -> None:
+    """The careful path with bad rows among the good; the fast path (never handing over) on
+    the same file without them."""
+    from tests.test_split_reads import check_splits  # noqa: PLC0415 - its 1-vs-N comparison
+
+    if fast:
+        request.getfixturevalue("careful_only")
+    rows = []
+    for i in range(120):
+        if fast and (i % 29 == 4 or i % 13 == 2):
+            continue
+        if i % 29 == 4:
+            rows.append(f'{i},"open €{i}\n'.encode("cp1252"))  # never closed: rejected
+        elif i % 13 == 2:
+            rows.append(b"%d,NA,\x81\n" % i)  # a byte cp1252 does not define: not_utf8
+        else:
+            x = "NA" if i % 7 == 0 else i * 0.5
+            rows.append(f'{i},"Ærø, {i} €",{x}\n'.encode("cp1252"))
+    data = b"".join(rows)
+    (tmp_path / "t.csv").write_bytes(data)
+    reader = make_reader({"format": "csv", "paths": "t.csv", "header": False,
+                          "encoding": "cp1252", "null_values": ["NA", ""], "block_rows": 16},
+                         str(tmp_path), WHERE)
+    schema = schema_from_dict({"name": "t", "kind": "example", "features": {
+        "n": {"dtype": "int64", "shape": [], "source": "column_0"},
+        "x": {"dtype": "float32", "shape": [], "source": "column_2", "default": 0.0}}})
+    whole = check_splits(reader, reader.files()[0], len(data), schema=schema if fast else None)
+    assert whole["column_1"][:2] == ["Ærø, 0 €", "Ærø, 1 €"]
+    assert whole["column_2"][:2] == ([None, 0.5] if fast else [None, "0.5"])
+    assert [(b[1], b[3]) for b in whole["bad"]] == ([] if fast else sorted(
+        [("unterminated_quote", i + 1) for i in range(120) if i % 29 == 4]
+        + [("not_utf8", i + 1) for i in range(120) if i % 13 == 2 and i % 29 != 4],
+        key=lambda b: b[1]))
+    assert len(whole["positions"]) == 120 - 4 - 10  # (the fast file has just the good rows)
