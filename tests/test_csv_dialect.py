@@ -4,6 +4,7 @@ JSON array files). Files are written by the tests; every value, line and message
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from etl.base.errors import ConfigError
+from etl.base.errors import BadInputError, ConfigError
 from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
 from etl.sources import make_reader
@@ -24,7 +25,7 @@ WHERE = "jobs/t.yaml: sources.train"
 
 def read(path: Path, fast_schema: Any = None, **options: Any) -> list[Block]:
     """Every block of one file; `fast_schema` turns the CSV fast path on (as the pipeline does)."""
-    fmt = "jsonl" if path.suffix == ".jsonl" or path.suffix == ".json" else "csv"
+    fmt = "jsonl" if ".json" in path.name else "csv"
     reader = make_reader({"format": fmt, "paths": [path.name], **options}, str(path.parent), WHERE)
     reader.splits(str(path), 1 << 30)  # the launch-time checks
     if fast_schema is not None:
@@ -232,17 +233,91 @@ def test_jsonl_null_values(tmp_path: Path) -> None:
     assert column(read(path), "s") == ["NA", "na", None]  # no markers by default
 
 
-@pytest.mark.parametrize("text", [
-    '[\n  {"a": 1},\n  {"a": 2}\n]\n',
-    '  [{"a": 1}, {"a": 2}]\n',
-])
-def test_json_array_file_is_refused_in_one_line(tmp_path: Path, text: str) -> None:
-    path = tmp_path / "cars.json"
+TRICKY = [
+    {"s": "a, b ] } [ {", "n": 1, "l": [[1, 2], [3]], "o": {"k": "x\\", "m": [{"q": "]"}]}},
+    {"s": 'quote " and \\" and \\\\', "n": 2, "l": [], "o": {"k": "1970-01-01", "m": []}},
+    {"s": "ünï €", "n": 3, "l": [[4]], "o": {"k": "", "m": [{"q": ","}]}},
+]
+
+
+def array_text(items: list[Any], pretty: bool) -> str:
+    return json.dumps(items, indent=3 if pretty else None, ensure_ascii=False) + "\n"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 22])
+@pytest.mark.parametrize("pretty", [True, False])
+def test_json_array_file_read_exactly_in_any_chunking(tmp_path: Path, chunk: int, pretty: bool,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("etl.sources.json_array._CHUNK", chunk)
+    items = [dict(r, i=i) for i, r in enumerate(TRICKY * 5)]
+    text = array_text(items, pretty)
+    path = tmp_path / "a.json"
     path.write_text(text)
-    with pytest.raises(ConfigError) as e:
+    blocks = read(path, block_rows=4)
+    assert [b.num_rows for b in blocks] == [4, 4, 4, 3]
+    for key in ("s", "n", "l", "i"):
+        assert column(blocks, key) == [r[key] for r in items]
+    assert column(blocks, "o") == [r["o"] for r in items]
+    assert [int(p) for b in blocks for p in b.positions] == list(range(15))
+    starts = [n + 1 for n, line in enumerate(text.splitlines()) if line == "   {"] if pretty \
+        else [1] * 15
+    assert lines(blocks) == starts
+    assert bad(blocks) == []
+
+
+def test_json_array_bad_elements_are_records_of_their_own(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_bytes(b'[\n {"a": 1},\n {"a": 2,},\n 7,\n {"a": "\xff"},\n {"a": 5},\n]\n')
+    blocks = read(path)
+    assert column(blocks, "a") == [1, 5]
+    assert [int(p) for b in blocks for p in b.positions] == [0, 4] and lines(blocks) == [2, 6]
+    assert bad(blocks) == [
+        (3, "invalid_json", "invalid JSON: Expecting property name enclosed in double quotes"),
+        (4, "invalid_json", "expected a JSON object, got int"),
+        (5, "not_utf8", "not valid UTF-8 text"),
+        (7, "invalid_json", "invalid JSON: empty element"),
+    ]
+
+
+def test_json_array_oversized_element_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text('[{"a": 1},\n{"a": "' + "x" * 300 + '"},\n{"a": 3}]')
+    reader = make_reader({"format": "jsonl", "paths": ["a.json"]}, str(tmp_path), WHERE)
+    reader.prepare(None, 100)
+    blocks = list(reader.read(str(path)))
+    assert column(blocks, "a") == [1, 3] and lines(blocks) == [1, 3]
+    assert [(b.line, b.code) for b in blocks[0].bad] == [(2, "oversized_record")]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[{"a": 1},\n {"a": [1}],\n {"a": 3}]\n',
+     ":2: element 1 of the JSON array is not valid JSON (Expecting ',' delimiter) and its "
+     "brackets do not balance, so where the next elements start is unknown"),
+    ('[{"a": 1},\n {"a": [1},\n {"a": 3}]\n',
+     ": the file ends inside the JSON array (near line 4): is it truncated, or do its brackets "
+     "not balance?"),
+    ('[{"a": 1}]\n{"a": 2}\n', ":2: the JSON array ends before this line or something other "
+                               "than whitespace stands outside it"),
+    ('[{"a": 1}]]\n', ":1: the JSON array ends before this line"),
+    ('[{"a": 1},\n{"a": 2}', ": the file ends inside the JSON array (near line 2): is it "
+                            "truncated"),
+])
+def test_json_array_whose_structure_breaks_fails_the_file(tmp_path: Path, text: str,
+                                                          message: str) -> None:
+    path = tmp_path / "a.json"
+    path.write_text(text)
+    with pytest.raises(BadInputError) as e:
         read(path)
-    assert str(e.value) == (f"{WHERE}: {path} is a JSON array, not JSON Lines (one object per "
-                            f"line): convert it, e.g. jq -c '.[]' {path} > {tmp_path}/cars.jsonl")
+    assert str(e.value).startswith(f"{path}{message}"), str(e.value)
+
+
+def test_empty_json_array_and_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text(" [ ] \n")
+    assert sum(b.num_rows for b in read(path)) == 0 and not bad(read(path))
+    gz = tmp_path / "b.json.gz"
+    gz.write_bytes(gzip.compress(array_text(TRICKY, True).encode()))
+    assert column(read(gz), "s") == [r["s"] for r in TRICKY]
 
 
 def test_jsonl_whose_first_line_is_a_list_is_not_an_array_file(tmp_path: Path) -> None:

@@ -15,15 +15,13 @@ date or time anywhere is parsed again with those columns typed as text (their ot
 kept): every string keeps its bytes, in every block. `null_values:` (default none: JSON has
 `null`) makes strings equal to a marker null, at any list depth, one Arrow kernel per column.
 
-A JSON array file (`[ {...}, {...} ]`, e.g. a pretty-printed export) is not JSON Lines: it is
-refused at launch in one line that says how to convert it (`jq -c '.[]'`), instead of
-thousands of `invalid_json` lines.
+A JSON array file (`[ {...}, {...} ]`, e.g. a pretty-printed export) is read too: each element
+is a record, its position the element's index, its line where it starts (etl.sources.json_array;
+one split per file).
 """
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import io
 import json
 from collections.abc import Iterator
@@ -33,12 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from etl.base.errors import BadRecord, ConfigError
+from etl.base.errors import BadRecord
 from etl.sources.base import Block, Split
 from etl.sources.files import excerpt, mark_nulls, null_values_option, utf8_bad_rows
+from etl.sources.json_array import is_json_array, read_json_array
 from etl.sources.lines import LineBlock, line_blocks, line_end
 from etl.sources.text_source import LineSource
-from etl.storage import fs
 
 
 class JsonlReader(LineSource):
@@ -51,13 +49,17 @@ class JsonlReader(LineSource):
         self.null_values = null_values_option(self.opts, [], where)
 
     def splits(self, path: str, target_bytes: int) -> list[Split]:
-        refuse_json_array(path, self.where)  # at launch, before any worker reads it
+        if is_json_array(path, self.max_record_bytes):
+            return [Split(path)]
         return super().splits(path, target_bytes)
 
     def read_split(self, split: Split) -> Iterator[Block]:
-        if split.first:
-            refuse_json_array(split.path, self.where)
-        for block in self._read(split):
+        if split.first and is_json_array(split.path, self.max_record_bytes):
+            blocks = read_json_array(split.path, self.block_rows, self.max_record_bytes,
+                                     lambda data, rows: _arrow(data, rows, multiline=True))
+        else:
+            blocks = self._read(split)
+        for block in blocks:
             if self.null_values:
                 block.columns = {n: _null_markers(c, self.null_values)
                                  for n, c in block.columns.items()}
@@ -84,19 +86,22 @@ class JsonlReader(LineSource):
                 yield out
 
 
-def _arrow(data: bytes, expected_rows: int) -> pa.Table | None:
-    """The block through pyarrow, or None when pyarrow cannot take all of it one row per line.
-    Strings stay strings: columns inferred as dates or times are parsed again as text."""
+def _arrow(data: bytes, expected_rows: int, multiline: bool = False) -> pa.Table | None:
+    """The block through pyarrow, or None when pyarrow cannot take all of it one row per line
+    (`multiline`: one row per object, objects over several lines allowed). Strings stay
+    strings: columns inferred as dates or times are parsed again as text."""
     read_options = pa_json.ReadOptions(block_size=max(len(data), 1 << 16))
     try:
-        table = pa_json.read_json(io.BytesIO(data), read_options=read_options)
+        table = pa_json.read_json(io.BytesIO(data), read_options=read_options,
+                                  parse_options=pa_json.ParseOptions(newlines_in_values=multiline))
         fixed = {f.name: _as_text_type(f.type) for f in table.schema}
         fixed = {n: t for n, t in fixed.items() if t is not None}
         if fixed:
             table = pa_json.read_json(io.BytesIO(data), read_options=read_options,
                                       parse_options=pa_json.ParseOptions(
                                           explicit_schema=pa.schema(list(fixed.items())),
-                                          unexpected_field_behavior="infer"))
+                                          unexpected_field_behavior="infer",
+                                          newlines_in_values=multiline))
     except pa.ArrowInvalid:
         return None
     # Two objects on one line parse as two rows: line positions would shift, so go slow.
@@ -140,32 +145,6 @@ def _null_markers(col: Any, markers: list[str]) -> Any:
     return col
 
 
-def refuse_json_array(path: str, where: str) -> None:
-    """A file whose first non-blank character is `[` and whose first line is not a JSON
-    list of scalars on its own (a pretty-printed array, or a one-line array of objects) is a
-    JSON array: refused in one line, with how to make JSON Lines of it."""
-    with fs.open_read(path) as raw, (gzip.GzipFile(fileobj=raw) if path.endswith(".gz")
-                                  else contextlib.nullcontext(raw)) as fh:
-        head = fh.read(1 << 16)
-        if not head.lstrip().startswith(b"["):
-            return
-        start = len(head) - len(head.lstrip())
-        first = head[start:].split(b"\n", 1)[0]
-        if b"\n" not in head[start:]:  # a long first line: read on, bounded
-            first += fh.readline(_ARRAY_LINE_LIMIT)
-    try:
-        value = json.loads(first)
-        is_array = isinstance(value, list) and any(isinstance(v, dict) for v in value)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        is_array = True
-    if is_array:
-        out = path[:-3] if path.endswith(".gz") else path
-        out = (out[:-5] if out.endswith(".json") else out) + ".jsonl"
-        raise ConfigError(f"{where}: {path} is a JSON array, not JSON Lines (one object per "
-                          f"line): convert it, e.g. jq -c '.[]' {path} > {out}")
-
-
-_ARRAY_LINE_LIMIT = 64 << 20
 
 
 def _line_by_line(block: LineBlock, rows: np.ndarray, path: str) -> Block:
