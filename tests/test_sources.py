@@ -135,7 +135,8 @@ def test_csv_good_rows_and_bad_rows_with_line_numbers(tmp_path: Path) -> None:
     assert bad(blocks) == [
         ("t.csv", 3, "wrong number of fields (expected 3, found 2)"),
         ("t.csv", 6, "wrong number of fields (expected 3, found 4)"),
-        ("t.csv", 8, "not valid UTF-8 text"),
+        ("t.csv", 8, "not valid UTF-8 text (a file in another encoding: set encoding:, e.g. "
+                     "cp1252 or latin-1)"),
         ("t.csv", 10, "unbalanced quote (the field runs on over the next lines); parsing resumes "
                       "at the next line"),
     ]

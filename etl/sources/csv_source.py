@@ -470,7 +470,9 @@ class _Careful:
         self.record = 0
         self.header_lines = reader._header_lines
         self.codec = reader.codec
-        self.not_text = f"not valid {reader.encoding} text" if self.codec else "not valid UTF-8 text"
+        self.not_text = (f"not valid {reader.encoding} text" if self.codec else
+                         "not valid UTF-8 text (a file in another encoding: set encoding:, "
+                         "e.g. cp1252 or latin-1)")
         self.good: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = []
         self.bad: list[BadRecord] = []
 
