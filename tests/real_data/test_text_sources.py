@@ -73,7 +73,11 @@ def test_jsonl_70k_date_like_strings_come_back_byte_identical(tmp_path: Path) ->
 
 
 def test_seattle_weather_as_jsonl_keeps_dates_and_numbers(tmp_path: Path) -> None:
+    """seattle-weather's dates ("2012/01/01") written the ISO way ("2012-01-01"), as most
+    JSON exports hold them: Arrow's JSON reader would take those for timestamps."""
     frame = pd.read_csv(VEGA / "seattle-weather.csv", dtype={"date": str, "weather": str})
+    frame["date"] = frame["date"].str.replace("/", "-")
+    assert frame["date"].iloc[0] == "2012-01-01"
     with open(tmp_path / "w.jsonl", "w") as fh:
         for row in frame.to_dict("records"):
             fh.write(json.dumps(row) + "\n")
