@@ -137,9 +137,10 @@ def test_header_false_with_skip_rows(tmp_path: Path) -> None:
     ("a,,b", "column(s) [2] of the header have no name: name every column with 'columns:' "
              "(the header line is then skipped)"),
     ("a;b;c", "the header is one column 'a;b;c' holding 2 ';': it looks like ';'-separated: "
-              "set delimiter: ';'"),
+              "set delimiter: ';' (or, if it is one column, name it with 'columns:')"),
     ("a\tb", "the header is one column 'a\\tb' holding 1 '\\t': it looks like '\\t'-separated: "
-             "set delimiter: '\\t'"),
+             "set delimiter: '\\t' (or, if it is one column, name it with 'columns:')"),
+    ("", "line 1, the header, is blank: set skip_rows: 1 to skip it"),
 ])
 def test_header_names_that_cannot_name_features(tmp_path: Path, header: str, message: str) -> None:
     path = tmp_path / "t.csv"
@@ -148,6 +149,12 @@ def test_header_names_that_cannot_name_features(tmp_path: Path, header: str, mes
         read(path)
     assert str(e.value) == f"{WHERE}: {path}: {message}"
     assert "\n" not in str(e.value)
+
+
+def test_an_empty_file_has_no_names_to_refuse(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"")
+    assert sum(b.num_rows for b in read(path)) == 0
 
 
 def test_columns_key_renames_a_bad_header(tmp_path: Path) -> None:

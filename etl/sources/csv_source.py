@@ -158,6 +158,11 @@ class CsvReader(FileSource):
             for _ in range(self.skip_rows):
                 fh.readline()
             header = fh.readline().rstrip(b"\r\n")
+            more = bool(fh.read(1))
+        if not header.strip() and more:
+            what = "header" if self.header else "first line"
+            raise ConfigError(f"{self.where}: {path}: line {self.skip_rows + 1}, the {what}, is "
+                              f"blank: set skip_rows: {self.skip_rows + 1} to skip it")
         if self.codec:
             header = transcode(header, self.codec)
         reader = pa_csv.open_csv(
@@ -166,7 +171,7 @@ class CsvReader(FileSource):
             parse_options=self._parse_options(None),
         )
         names = list(reader.schema.names)
-        if self.header:
+        if self.header and more:  # (an empty file has no records: the run says so)
             _check_names(names, f"{self.where}: {path}", self.delimiter)
         else:
             names = [f"column_{i}" for i in range(len(names))]
@@ -398,7 +403,7 @@ def _check_names(names: list[str], where: str, delimiter: str) -> None:
             raise ConfigError(
                 f"{where}: the header is one column {excerpt(names[0], 60)!r} holding "
                 f"{counts[best]} {best!r}: it looks like {best!r}-separated: set "
-                f"delimiter: '{shown}'")
+                f"delimiter: '{shown}' (or, if it is one column, name it with 'columns:')")
 
 
 class _RunsOff(pa.ArrowInvalid):

@@ -145,8 +145,6 @@ def _null_markers(col: Any, markers: list[str]) -> Any:
     return col
 
 
-
-
 def _line_by_line(block: LineBlock, rows: np.ndarray, path: str) -> Block:
     good: list[int] = []
     records: list[dict[str, Any]] = []
