@@ -373,3 +373,36 @@ def test_cp1252_header_false_null_markers_split_like_the_whole_file(
         + [("not_utf8", i + 1) for i in range(120) if i % 13 == 2 and i % 29 != 4],
         key=lambda b: b[1]))
     assert len(whole["positions"]) == 120 - 4 - 10  # (the fast file has just the good rows)
+
+
+def test_json_array_random_objects_match_json_load(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeded random objects whose strings are made of the bytes the scan looks at."""
+    rng = np.random.default_rng(27)
+    alphabet = list('\\"[]{},: \tab\n€')
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet, size=int(rng.integers(0, 12))).tolist())
+
+    def value(depth: int) -> Any:
+        kind = int(rng.integers(0, 6 if depth < 3 else 3))
+        if kind == 0:
+            return text()
+        if kind == 1:
+            return int(rng.integers(-5, 5))
+        if kind == 2:
+            return None
+        if kind == 3:
+            return [value(depth + 1) for _ in range(int(rng.integers(0, 3)))]
+        return {text(): value(depth + 1) for _ in range(int(rng.integers(0, 3)))}
+
+    items = [{"s": text(), "j": json.dumps(value(0)), "v": [value(1)]} for _ in range(200)]
+    for indent, chunk in [(None, 5), (2, 13), (None, 1 << 22), (4, 64)]:
+        monkeypatch.setattr("etl.sources.json_array._CHUNK", chunk)
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps(items, indent=indent, ensure_ascii=bool(chunk % 2)))
+        blocks = read(path, block_rows=64)
+        assert not bad(blocks)
+        assert [int(p) for b in blocks for p in b.positions] == list(range(200))
+        assert column(blocks, "s") == [r["s"] for r in items]
+        assert column(blocks, "j") == [r["j"] for r in items]

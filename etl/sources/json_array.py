@@ -27,6 +27,7 @@ import contextlib
 import gzip
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,10 @@ from etl.sources.files import excerpt, utf8_bad_rows
 from etl.storage import fs
 
 _CHUNK = 1 << 22
-_WS = np.array([9, 10, 13, 32], np.uint8)
+_IS_WS = np.zeros(256, bool)
+_IS_WS[[9, 10, 13, 32]] = True
+_SPECIAL = np.zeros(256, bool)
+_SPECIAL[[34, 92, 123, 125, 91, 93, 44]] = True  # " \ { } [ ] ,
 
 
 def is_json_array(path: str, limit: int = 64 << 20) -> bool:
@@ -78,46 +82,110 @@ class _Scan:
         self.backslashes = 0  # run of backslashes at the end of the last chunk
         self.depth = 0
         self.started = self.ended = False
+        self.pos = np.zeros(0, np.int64)  # the last chunk's special bytes
 
     def chunk(self, u8: np.ndarray, line_of: Callable[[int], int]) -> np.ndarray:
         """Offsets (in `u8`) of the bytes that end an element: depth-1 commas and the array's
-        closing bracket; the state moves to the chunk's end."""
+        closing bracket; the state moves to the chunk's end. Only the bytes that can matter
+        (quotes, backslashes, brackets, commas) are looked at, as one sparse array."""
         n = len(u8)
-        if not n:
-            return np.zeros(0, np.int64)
-        at = np.arange(n, dtype=np.int64)
-        slash = u8 == 92
-        last_other = np.maximum.accumulate(np.where(slash, -1, at))
-        before = np.concatenate([[-1], last_other[:-1]])
-        run = at - 1 - before + np.where(before < 0, self.backslashes, 0)
-        quote = (u8 == 34) & (run % 2 == 0)
+        pos = self.pos = np.flatnonzero(_SPECIAL[u8])
+        c = u8[pos]
+        m = len(pos)
+        idx = np.arange(m, dtype=np.int64)
+        slash = c == 92
+        contiguous = np.empty(m, bool)
+        prev_slash = np.empty(m, bool)
+        if m:
+            contiguous[0], prev_slash[0] = pos[0] == 0, self.backslashes > 0
+            contiguous[1:], prev_slash[1:] = pos[1:] == pos[:-1] + 1, slash[:-1]
+        run_start = slash & ~(prev_slash & contiguous)
+        start = np.maximum.accumulate(np.where(run_start, idx, -1)) if m else idx
+        run = np.where(start >= 0, idx - start + 1, idx + 1 + self.backslashes)  # at slashes
+        before = np.zeros(m, np.int64)  # backslashes right before each special byte
+        if m:
+            before[0] = self.backslashes if pos[0] == 0 else 0
+            before[1:] = np.where(slash[:-1] & contiguous[1:], run[:-1], 0)
+        quote = (c == 34) & (before % 2 == 0)
         flips = np.cumsum(quote, dtype=np.int64)
-        inside = (flips - quote) % 2 == 1
-        if self.in_string:
-            inside = ~inside
+        inside = ((flips - quote) % 2 == 1) ^ self.in_string
         outside = ~inside & ~quote
-        opens = outside & ((u8 == 123) | (u8 == 91))
-        closes = outside & ((u8 == 125) | (u8 == 93))
+        opens = outside & ((c == 123) | (c == 91))
+        closes = outside & ((c == 125) | (c == 93))
         step = opens.astype(np.int64) - closes
         after = self.depth + np.cumsum(step)
-        depth = after - step  # before each byte
-        top = (depth == 0) & ~inside & ~np.isin(u8, _WS)  # bytes outside the array
-        if top.any():
-            junk = np.flatnonzero(top)
-            if not self.started and u8[junk[0]] == 91:
-                self.started, junk = True, junk[1:]
-            if len(junk):
-                raise BadInputError(
-                    f"{self.path}:{int(line_of(int(junk[0])))}: the JSON array ends before this "
-                    f"line or something other than whitespace stands outside it; the file "
-                    f"cannot be read as records (is it one JSON array of objects?)")
-        ends = np.flatnonzero(((u8 == 44) & outside & (depth == 1)) | (closes & (depth == 1)))
-        if len(ends) and closes[ends[-1]] and after[ends[-1]] == 0:
+        depth = after - step  # before each special byte
+        self._outside_array(u8, pos, c, depth, after, inside, quote, line_of)
+        ends = pos[((c == 44) & outside & (depth == 1)) | (closes & (depth == 1))]
+        if len(ends) and after[-1] == 0 and (closes & (depth == 1)).any():
             self.ended = True
-        self.in_string = bool(inside[-1]) ^ bool(quote[-1])
-        self.backslashes = int(run[-1] + 1) if slash[-1] else 0
-        self.depth = int(after[-1])
+        if m:
+            self.in_string = bool(inside[-1]) ^ bool(quote[-1])
+            self.backslashes = int(run[-1]) if slash[-1] and pos[-1] == n - 1 else 0
+            self.depth = int(after[-1])
+        elif n:
+            self.backslashes = 0
         return ends
+
+    def _outside_array(self, u8: np.ndarray, pos: np.ndarray, c: np.ndarray, depth: np.ndarray,
+                       after: np.ndarray, inside: np.ndarray, quote: np.ndarray,
+                       line_of: Callable[[int], int]) -> None:
+        """Anything but whitespace before the opening `[` or after the closing `]` fails the
+        file; the first `[` starts the array."""
+        junk = list(pos[(depth == 0) & ~inside])  # special bytes outside the array
+        free = (after == 0) & ~(inside ^ quote)  # the gap after these is outside it
+        gaps = [(int(pos[k]) + 1, int(pos[k + 1]) if k + 1 < len(pos) else len(u8))
+                for k in np.flatnonzero(free).tolist()]
+        if self.depth == 0 and not self.in_string:
+            gaps.insert(0, (0, int(pos[0]) if len(pos) else len(u8)))
+        for a, b in gaps:
+            ink = np.flatnonzero(~_IS_WS[u8[a:b]])
+            if len(ink):
+                junk.append(a + int(ink[0]))
+        if not junk:
+            return
+        junk.sort()
+        if not self.started and u8[junk[0]] == 91:
+            self.started = True
+            junk = junk[1:]
+        if junk:
+            raise BadInputError(
+                f"{self.path}:{int(line_of(int(junk[0])))}: the JSON array ends before this "
+                f"line or something other than whitespace stands outside it; the file cannot "
+                f"be read as records (is it one JSON array of objects?)")
+
+
+@dataclass
+class _Elements:
+    """Elements waiting to fill a block: `data` holds each one followed by a newline (its
+    separator replaced), element i is data[bounds[i]:bounds[i+1]]; an element over the size
+    limit is one newline there, its size in `oversized` (else -1)."""
+
+    data: bytes = b""
+    bounds: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    lines: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    oversized: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def count(self) -> int:
+        return len(self.lines)
+
+    def add(self, data: bytes, bounds: np.ndarray, lines: np.ndarray,
+            oversized: np.ndarray) -> None:
+        """Elements whose bounds start at 0 in `data`."""
+        self.bounds = np.concatenate([self.bounds[:-1], bounds + len(self.data)])
+        self.data += data
+        self.lines = np.concatenate([self.lines, lines])
+        self.oversized = np.concatenate([self.oversized, oversized])
+
+    def take(self, n: int) -> _Elements:
+        n = min(n, self.count)
+        cut = int(self.bounds[n])
+        head = _Elements(self.data[:cut], self.bounds[: n + 1], self.lines[:n],
+                         self.oversized[:n])
+        self.data, self.bounds = self.data[cut:], self.bounds[n:] - cut
+        self.lines, self.oversized = self.lines[n:], self.oversized[n:]
+        return head
 
 
 def read_json_array(path: str, block_rows: int, limit: int,
@@ -125,9 +193,8 @@ def read_json_array(path: str, block_rows: int, limit: int,
     """Blocks of the array's elements (see the module docstring); `parse(data, rows)` is the
     JSON Lines reader's pyarrow step (strings kept as text)."""
     scan = _Scan(path)
-    elements: list[tuple[bytes, int]] = []  # (element bytes, its 1-based line), waiting
-    waiting_bad: list[BadRecord] = []
-    index = 0  # elements before `elements`
+    waiting = _Elements()
+    index = 0  # elements before `waiting`
     tail = b""  # bytes of the element still open at the end of the data so far
     tail_line = 0  # 1-based line of its first non-blank byte (0: none yet)
     skipped = -1  # bytes of an oversized element being skipped, else -1
@@ -143,77 +210,116 @@ def read_json_array(path: str, block_rows: int, limit: int,
 
             was_started = scan.started
             ends = scan.chunk(u8, line_of)
+            ink = _Ink(u8, scan.pos)
             begin = 0
-            if scan.started and not was_started:  # the element run starts after the `[`
-                begin = int(np.flatnonzero(~np.isin(u8, _WS))[0]) + 1
-            starts = np.concatenate([[begin], ends + 1]).astype(np.int64)
-            ink = np.flatnonzero(~np.isin(u8, _WS))
-            first_ink = ink[np.minimum(np.searchsorted(ink, starts), max(len(ink) - 1, 0))] \
-                if len(ink) else np.full(len(starts), len(u8), np.int64)
-            stops = np.append(ends, len(u8))
-            has_ink = (first_ink >= starts) & (first_ink < stops)
-            ink_lines = line_of(first_ink).tolist()
-            end_lines = line_of(stops).tolist()
-            for k, (a, b) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
-                if not tail_line and has_ink[k]:
-                    tail_line = int(ink_lines[k])
-                if skipped >= 0:
-                    skipped += b - a
+            if scan.started and not was_started:  # the elements start after the `[`
+                begin = int(ink.first(np.zeros(1, np.int64), np.full(1, len(u8)))[0]) + 1
+            if len(ends):
+                if scan.ended and index + waiting.count == 0 and len(ends) == 1 and not (
+                        tail.strip() or ink.first(np.array([begin]), ends)[0] < ends[0]):
+                    begin = int(ends[0]) + 1  # `[]`: an empty array, no element
                 else:
-                    tail += chunk[a:b]
-                    if len(tail) > limit:
-                        skipped, tail = len(tail), b""
-                if k == len(ends):  # the data's end, not an element's
-                    break
-                line = tail_line or int(end_lines[k])
-                if skipped >= 0:
-                    waiting_bad.append(BadRecord(
-                        path, "oversized_record",
-                        f"array element of {skipped} bytes is over max_record_bytes ({limit}); "
-                        f"skipped unread", line=line, record=index + len(elements)))
-                    elements.append((b"", line))
-                    skipped = -1
-                elif not (scan.ended and k == len(ends) - 1 and index + len(elements) == 0
-                          and not tail.strip()):  # `[]` is an empty array, no element
-                    elements.append((tail, line))
-                tail, tail_line = b"", 0
+                    tail, tail_line, skipped = _complete(
+                        waiting, chunk, ends, begin, ink, line_of, tail, tail_line,
+                        skipped, limit)
+                    begin = int(ends[-1]) + 1
+            rest = chunk[begin:]  # the open element's bytes (after the array: its blanks)
+            if not tail_line:
+                at = int(ink.first(np.array([begin]), np.array([len(u8)]))[0])
+                tail_line = int(line_of(at)) if at < len(u8) else 0
+            if skipped >= 0:
+                skipped += len(rest)
+            else:
+                tail += rest
+                if len(tail) > limit:
+                    skipped, tail = len(tail), b""
             lines_before += len(newline_at)
-            while len(elements) >= block_rows:
-                yield _block(path, elements[:block_rows], index, waiting_bad, parse)
+            while waiting.count >= block_rows:
+                yield _block(path, waiting.take(block_rows), index, parse)
                 index += block_rows
-                elements, waiting_bad = elements[block_rows:], []
             if not chunk:
                 break
     if not scan.ended or tail.strip():
         raise BadInputError(f"{path}: the file ends inside the JSON array (near line "
                             f"{lines_before + 1}): is it truncated, or do its brackets not "
                             f"balance?")
-    if elements or waiting_bad:
-        yield _block(path, elements, index, waiting_bad, parse)
+    if waiting.count:
+        yield _block(path, waiting, index, parse)
 
 
-def _block(path: str, elements: list[tuple[bytes, int]], index: int, bad: list[BadRecord],
+class _Ink:
+    """Where the first non-blank byte at or after an offset is, in one chunk: the first
+    special byte after it (objects start with `{`) unless plain bytes come first (scalars)."""
+
+    def __init__(self, u8: np.ndarray, pos: np.ndarray):
+        self.u8, self.pos = u8, pos
+        self.before = np.concatenate([[0], np.cumsum(~_IS_WS[u8], dtype=np.int64)])
+
+    def first(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """Per [start, stop): the offset of its first non-blank byte, else `stop`."""
+        k = np.searchsorted(self.pos, starts)
+        special = self.pos[np.minimum(k, max(len(self.pos) - 1, 0))] if len(self.pos) else \
+            np.full(len(starts), len(self.u8), np.int64)
+        special = np.where(k < len(self.pos), special, len(self.u8))
+        out = np.minimum(special, stops).astype(np.int64)
+        plain = self.before[np.minimum(out, len(self.u8))] - self.before[starts] > 0
+        for e in np.flatnonzero(plain).tolist():  # scalar elements: rare, one slice each
+            a, b = int(starts[e]), int(out[e])
+            out[e] = a + int(np.flatnonzero(~_IS_WS[self.u8[a:b]])[0])
+        return out
+
+
+def _complete(waiting: _Elements, chunk: bytes, ends: np.ndarray, begin: int, ink: _Ink,
+              line_of: Callable[[Any], Any], tail: bytes, tail_line: int, skipped: int,
+              limit: int) -> tuple[bytes, int, int]:
+    """The elements `ends` completes in this chunk go to `waiting` in one piece of bytes (the
+    first with the open element carried from earlier chunks); returns the fresh open state."""
+    starts = np.concatenate([[begin], ends[:-1] + 1]).astype(np.int64)
+    first_ink = ink.first(starts, ends)
+    has_ink = first_ink < ends
+    lines = np.where(has_ink, line_of(first_ink), line_of(ends)).astype(np.int64)
+    if tail_line:
+        lines[0] = tail_line
+    body = np.frombuffer(chunk, np.uint8)[begin : int(ends[-1]) + 1].copy()
+    body[ends - begin] = 10  # separators (and the closing bracket) become line ends
+    sizes = ends - starts
+    sizes[0] += len(tail)
+    oversized = np.where(sizes > limit, sizes, -1).astype(np.int64)
+    if skipped >= 0:
+        oversized[0] = skipped + int(ends[0] - begin)
+        tail = b""
+    if (oversized >= 0).any():  # rare: such elements become blank (their size is kept)
+        for k in np.flatnonzero(oversized >= 0).tolist():
+            body[int(starts[k] - begin) : int(ends[k] - begin)] = 32
+        if oversized[0] >= 0:
+            tail = b""
+    bounds = np.concatenate([[0], ends + 1 - begin + len(tail)]).astype(np.int64)
+    waiting.add(tail + body.tobytes(), bounds, lines, oversized)
+    return b"", 0, -1
+
+
+def _block(path: str, elements: _Elements, index: int,
            parse: Callable[[bytes, int], pa.Table | None]) -> Block:
     """One block of elements: all of them through pyarrow in one call, else one by one."""
-    skipped = {b.record for b in bad}
-    rows = [i for i in range(len(elements)) if index + i not in skipped]
-    lines = np.array([elements[i][1] for i in range(len(elements))], np.int64)
-    texts = [elements[i][0] for i in rows]
-    data = b"".join(t + b"\n" for t in texts)
-    offsets = np.concatenate([[0], np.cumsum([len(t) + 1 for t in texts])]).astype(np.int64)
-    blobs = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(texts),
-                                             [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    n = elements.count
+    big = elements.oversized >= 0
+    bad = [BadRecord(path, "oversized_record",
+                     f"array element of {int(elements.oversized[k])} bytes is over "
+                     f"max_record_bytes; skipped unread", line=int(elements.lines[k]))
+           for k in np.flatnonzero(big).tolist()]
+    rows = np.flatnonzero(~big)
+    blobs = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(elements.bounds), pa.py_buffer(elements.data)])
     valid = not utf8_bad_rows(blobs).any()
-    table = parse(data, len(rows)) if valid and rows else None
-    positions = index + np.array(rows, np.int64)
+    table = parse(elements.data, len(rows)) if valid and len(rows) else None
     if table is not None:
-        columns = {n: table.column(n).combine_chunks() for n in table.schema.names}
-        return Block(columns=columns, positions=positions, source=path, bad=list(bad),
-                     lines=lines[rows] if rows else np.zeros(0, np.int64))
-    good, records = [], []
-    bad = list(bad)
-    for i in rows:
-        text, line = elements[i]
+        columns = {name: table.column(name).combine_chunks() for name in table.schema.names}
+        return Block(columns=columns, positions=index + rows.astype(np.int64), source=path,
+                     bad=bad, lines=elements.lines[rows])
+    good, records, texts = [], [], []
+    for i in rows.tolist():
+        text = elements.data[elements.bounds[i] : elements.bounds[i + 1]]
+        line = int(elements.lines[i])
         try:
             value = json.loads(text.decode("utf-8"))
         except UnicodeDecodeError:
@@ -237,16 +343,17 @@ def _block(path: str, elements: list[tuple[bytes, int]], index: int, bad: list[B
             continue
         good.append(i)
         records.append(value)
-    texts = [elements[i][0] for i in good]
-    table = parse(b"\n".join(texts), len(good)) if good else None
+        texts.append(text)
+    table = parse(b"".join(texts), len(good)) if good else None
     if table is not None:
-        columns: dict[str, Any] = {n: table.column(n).combine_chunks() for n in table.schema.names}
+        columns: dict[str, Any] = {name: table.column(name).combine_chunks()
+                                   for name in table.schema.names}
     else:
         names = list(dict.fromkeys(k for r in records for k in r))
-        columns = {n: [r.get(n) for r in records] for n in names}
+        columns = {name: [r.get(name) for r in records] for name in names}
     return Block(columns=columns, positions=index + np.array(good, np.int64), source=path,
                  bad=sorted(bad, key=lambda b: b.line or 0),
-                 lines=lines[good] if good else np.zeros(0, np.int64))
+                 lines=elements.lines[good] if good else np.zeros(0, np.int64))
 
 
 def _balanced(text: bytes) -> bool:
