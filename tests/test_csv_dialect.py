@@ -85,6 +85,14 @@ def test_8bit_encodings_become_utf8_with_exact_lines(tmp_path: Path, codec: str,
     assert bad(blocks) == [(5, "wrong_field_count", "wrong number of fields (expected 3, found 4)")]
 
 
+def test_latin1_without_quoting_on_the_fast_path(tmp_path: Path, careful_only: None) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes("x,n,s\n1.5,2,café\n2.5,3,naïve\n".encode("latin-1"))
+    blocks = read(path, NUMS, encoding="latin-1", quote_char=None)
+    assert column(blocks, "s") == ["café", "naïve"] and column(blocks, "x") == [1.5, 2.5]
+    assert lines(blocks) == [2, 3]
+
+
 def test_cp1252_euro_sign_and_undefined_byte(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_bytes(b"a,b\n\x80 5,x\n\x81,y\nok,z\n")  # 0x81 means nothing in cp1252
