@@ -81,7 +81,14 @@ def test_unknown_option_names_source_and_option(config: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"format": "csv", "paths": "x.csv", "header": False}, "'header: false' needs a 'columns:'"),
+    ({"format": "csv", "paths": "x.csv", "encoding": "utf-16"},
+     "'encoding' 'utf-16' does not write line breaks, quotes and delimiters as single ASCII"),
+    ({"format": "csv", "paths": "x.csv", "encoding": "klingon"}, "unknown 'encoding' 'klingon'"),
+    ({"format": "csv", "paths": "x.csv", "null_values": "NA"}, "'null_values' must be a list"),
+    ({"format": "jsonl", "paths": "x.jsonl", "null_values": [["NA"]]},
+     "'null_values' must be a list of texts"),
+    ({"format": "csv", "paths": "x.csv", "columns": ["a", "b", "a"]},
+     r"'columns' names \['a'\] more than once"),
     ({"format": "csv", "paths": "x.csv", "delimiter": ";;"}, "'delimiter' must be one character"),
     ({"format": "text", "paths": "x.txt", "tokenizer": "bpe"}, "'tokenizer' must be one of"),
     ({"format": "csv", "paths": "x.csv", "block_rows": 0}, "'block_rows' must be an integer >= 1"),
@@ -128,7 +135,8 @@ def test_csv_good_rows_and_bad_rows_with_line_numbers(tmp_path: Path) -> None:
     assert bad(blocks) == [
         ("t.csv", 3, "wrong number of fields (expected 3, found 2)"),
         ("t.csv", 6, "wrong number of fields (expected 3, found 4)"),
-        ("t.csv", 8, "not valid UTF-8 text"),
+        ("t.csv", 8, "not valid UTF-8 text (a file in another encoding: set encoding:, e.g. "
+                     "cp1252 or latin-1)"),
         ("t.csv", 10, "unbalanced quote (the field runs on over the next lines); parsing resumes "
                       "at the next line"),
     ]

@@ -59,16 +59,27 @@ from etl.sources.base import (
     Split,
     position,
 )
-from etl.sources.files import FileSource, bool_option, excerpt, int_option, utf8_bad_rows
+from etl.sources.encoding import Transcoded, text_encoding, transcode
+from etl.sources.files import (
+    FileSource,
+    bool_option,
+    excerpt,
+    int_option,
+    mark_nulls,
+    null_values_option,
+    utf8_bad_rows,
+)
 from etl.sources.lines import LineRange, line_splits, next_line_start, split_lines
 from etl.storage import fs
 
 
 # ---- the CSV reader ----------------------------------------------------------------------------
 class CsvReader(FileSource):
-    """`format: csv`; options: delimiter, quote_char, header, columns, skip_rows, block_rows."""
+    """`format: csv`; options: delimiter, quote_char, header, columns, skip_rows, block_rows,
+    encoding, null_values (the dialect keys: docs/bad-input.md, "CSV dialect")."""
 
-    OPTIONS = {"delimiter", "quote_char", "header", "columns", "skip_rows", "block_rows"}
+    OPTIONS = {"delimiter", "quote_char", "header", "columns", "skip_rows", "block_rows",
+               "encoding", "null_values"}
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
         super().__init__(config, base_dir, where)
@@ -90,10 +101,15 @@ class CsvReader(FileSource):
         ):
             raise ConfigError(f"{where}: 'columns' must be a list of column names, "
                               f"got {self.columns!r}")
-        if not self.header and self.columns is None:
-            raise ConfigError(f"{where}: 'header: false' needs a 'columns:' list of names")
+        if self.columns is not None and len(set(self.columns)) < len(self.columns):
+            twice = sorted({c for c in self.columns if self.columns.count(c) > 1})
+            raise ConfigError(f"{where}: 'columns' names {twice} more than once; give every "
+                              f"column its own name")
         self.skip_rows = int_option(opts, "skip_rows", 0, where)
+        self.encoding, self.codec = text_encoding(opts, where, self.delimiter, self._quote)
+        self.null_values = null_values_option(opts, [""], where)
         self.numeric: dict[str, pa.DataType] = {}
+        self._known: dict[str, list[str]] = {}  # path -> its column names (read once)
 
     def prepare(self, schema: Any, max_record_bytes: int) -> None:
         """Columns the schema reads as numbers (`schema.numeric_columns()`) turn on the fast
@@ -130,20 +146,37 @@ class CsvReader(FileSource):
 
     def _names(self, path: str) -> list[str]:
         """Column names: the `columns:` list, else the header line (the line after `skip_rows`,
-        parsed on its own: a bad row further on must not stop the names being read)."""
+        parsed on its own: a bad row further on must not stop the names being read), else
+        (`header: false`) `column_0, column_1, ...`, as many as the first line has fields.
+        Header names that cannot name features are refused here (`_check_names`)."""
         if self.columns is not None:
             return list(self.columns)
+        if path in self._known:
+            return self._known[path]
         with fs.open_read(path) as raw, (gzip.GzipFile(fileobj=raw) if path.endswith(".gz")
                                       else contextlib.nullcontext(raw)) as fh:
             for _ in range(self.skip_rows):
                 fh.readline()
             header = fh.readline().rstrip(b"\r\n")
+            more = bool(fh.read(1))
+        if not header.strip() and more:
+            what = "header" if self.header else "first line"
+            raise ConfigError(f"{self.where}: {path}: line {self.skip_rows + 1}, the {what}, is "
+                              f"blank: set skip_rows: {self.skip_rows + 1} to skip it")
+        if self.codec:
+            header = transcode(header, self.codec)
         reader = pa_csv.open_csv(
             pa.BufferReader(header + b"\n"),
             read_options=pa_csv.ReadOptions(use_threads=False),
             parse_options=self._parse_options(None),
         )
-        return list(reader.schema.names)
+        names = list(reader.schema.names)
+        if self.header and more:  # (an empty file has no records: the run says so)
+            _check_names(names, f"{self.where}: {path}", self.delimiter)
+        else:
+            names = [f"column_{i}" for i in range(len(names))]
+        self._known[path] = names
+        return names
 
     def data_start(self, path: str) -> int:
         """Byte offset of the first data line (after `skip_rows` and the header line)."""
@@ -158,6 +191,7 @@ class CsvReader(FileSource):
         this reader (see `_record_start`); the first split holds `skip_rows` and the header.
         gzip: one split."""
 
+        self._names(path)  # a header that names no usable columns is refused at launch
         if path.endswith(".gz"):
             return [Split(path)]
         begin = self.data_start(path)
@@ -192,14 +226,18 @@ class CsvReader(FileSource):
             use_threads=True,
             block_size=1 << 22,
             skip_rows=self.skip_rows if first else 0,
-            column_names=names if (self.columns is not None or not first) else None,
+            column_names=names if (self.columns is not None or not first or not self.header)
+            else None,
             skip_rows_after_names=1 if (first and self.header and self.columns is not None) else 0,
         )
+        # numbers: a marker (and "", which the encoder reads as missing anyway) is null; text
+        # cells stay bytes here and `_Rows.take` nulls the markers among them
         convert = pa_csv.ConvertOptions(
             column_types={name: self.numeric.get(name, pa.binary()) for name in names},
-            null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=True,
+            null_values=list(dict.fromkeys(["", *self.null_values])),
+            strings_can_be_null=False, quoted_strings_can_be_null=True,
         )
-        buffer = _Rows(names)
+        buffer = _Rows(names, self.null_values)
         cursor = 0  # record index of the next row
         newlines = 0  # quoted newlines in the rows before `cursor`
         first_line = (self._header_lines if first else split.first_line) + 1
@@ -210,6 +248,8 @@ class CsvReader(FileSource):
 
                 fh.seek(split.start)
                 data = LineRange(fh, None if split.stop is None else split.stop - split.start)
+            if self.codec:
+                data = Transcoded(data, self.codec)
             reader = pa_csv.open_csv(_WithTail(data, sentinel) if sentinel else data,
                                      read_options=read_options,
                                      parse_options=self._parse_options(None),
@@ -269,7 +309,7 @@ class CsvReader(FileSource):
         names = self._names(path)
         limit = self.max_record_bytes
         parser = _Careful(self, names, path)
-        buffer = _Rows(names)
+        buffer = _Rows(names, self.null_values)
         skip = self._header_lines if split.first else 0
         carry, carry_line = b"", 0  # lines of a row that was still open at the end of a region
         run = None  # the last run of lines (Block.end_offset: how far the scan got)
@@ -330,6 +370,40 @@ def _upto(estimate: int, told: int | None) -> int | None:
 def _ending(block: Block, end_offset: int | None) -> Block:
     block.end_offset = end_offset
     return block
+
+
+def _check_names(names: list[str], where: str, delimiter: str) -> None:
+    """Column names must name features: none empty, none twice, and a header of one column
+    holding another delimiter is a file read with the wrong one. One-line ConfigErrors, each
+    naming the columns (1-based) and the key that fixes it."""
+    empty = [i + 1 for i, n in enumerate(names) if n == ""]
+    if empty and empty[-1] == len(names) and len(names) > 1:
+        raise ConfigError(
+            f"{where}: the header ends with the delimiter, so column {len(names)} has no name "
+            f"(every line ends with {delimiter!r}?): name every column with 'columns:' (the "
+            f"last one e.g. '_trailing'), or remove the trailing delimiter from the file")
+    if empty:
+        raise ConfigError(f"{where}: column(s) {empty} of the header have no name: name every "
+                          f"column with 'columns:' (the header line is then skipped)")
+    seen: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        seen.setdefault(n, []).append(i + 1)
+    twice = {n: at for n, at in seen.items() if len(at) > 1}
+    if twice:
+        said = ", ".join(f"{n!r} (columns {', '.join(map(str, at))})" for n, at in twice.items())
+        raise ConfigError(
+            f"{where}: duplicate column names {said}: rename them with 'columns:' (a name per "
+            f"column; the header line is then skipped), or set 'header: false' if the first "
+            f"line is data")
+    if len(names) == 1 and delimiter:
+        counts = {d: names[0].count(d) for d in (",", ";", "\t", "|") if d != delimiter}
+        best = max(counts, key=lambda d: counts[d])
+        if counts[best]:
+            shown = "\\t" if best == "\t" else best
+            raise ConfigError(
+                f"{where}: the header is one column {excerpt(names[0], 60)!r} holding "
+                f"{counts[best]} {best!r}: it looks like {best!r}-separated: set "
+                f"delimiter: '{shown}' (or, if it is one column, name it with 'columns:')")
 
 
 class _RunsOff(pa.ArrowInvalid):
@@ -400,6 +474,10 @@ class _Careful:
         self.limit = reader.max_record_bytes
         self.record = 0
         self.header_lines = reader._header_lines
+        self.codec = reader.codec
+        self.not_text = (f"not valid {reader.encoding} text" if self.codec else
+                         "not valid UTF-8 text (a file in another encoding: set encoding:, "
+                         "e.g. cp1252 or latin-1)")
         self.good: list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]] = []
         self.bad: list[BadRecord] = []
 
@@ -425,6 +503,8 @@ class _Careful:
             rejected.append((row.number - 1, row.text, row.actual_columns))
             return "skip"
 
+        if self.codec:  # same lines, same line breaks: ASCII-compatible codecs only
+            data = transcode(data, self.codec)
         table = pa_csv.read_csv(
             pa.BufferReader(data),
             read_options=pa_csv.ReadOptions(use_threads=False, column_names=self.names,
@@ -575,7 +655,7 @@ class _Careful:
                     blank &= np.asarray(pc.binary_length(col).fill_null(0), np.int64) == 0
             for k in np.flatnonzero(not_utf8).tolist():
                 raw = b"|".join(b"" if c[k].as_py() is None else c[k].as_py() for c in batch.columns)
-                self.bad.append(BadRecord(self.path, "not_utf8", "not valid UTF-8 text",
+                self.bad.append(BadRecord(self.path, "not_utf8", self.not_text,
                                           line=int(lines[k]), raw=excerpt(raw)))
             keep = ~not_utf8 & ~blank
             batch = pa.RecordBatch.from_arrays(text, names=self.names)
@@ -591,8 +671,9 @@ class _Careful:
 class _Rows:
     """Good rows waiting to fill a block: parser batches follow byte sizes, blocks follow rows."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], null_values: list[str]):
         self.names = names
+        self.null_values = null_values
         self.batches: list[pa.RecordBatch] = []
         self.positions: list[np.ndarray] = []
         self.lines: list[np.ndarray] = []
@@ -621,7 +702,8 @@ class _Rows:
         self.positions = [positions[n:]] if rest.num_rows else []
         self.lines = [lines[n:]] if rest.num_rows else []
         self.rows = rest.num_rows
-        columns = {name: _as_text(head.column(name).combine_chunks()) for name in self.names}
+        columns = {name: mark_nulls(_as_text(head.column(name).combine_chunks()), self.null_values)
+                   for name in self.names}
         return Block(columns=columns, positions=positions[:n], source=path,
                      bad=sorted(bad, key=lambda b: b.line or 0), lines=lines[:n].astype(np.int64))
 

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from etl.base.errors import ConfigError
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, options
@@ -177,3 +178,52 @@ def _not_utf8(value: bytes | None) -> bool:
         return False
     except UnicodeDecodeError:
         return True
+
+
+def null_values_option(opts: Mapping[str, Any], default: list[str], where: str) -> list[str]:
+    """`null_values:`, the texts a text source reads as missing (null), e.g. ["", NA, N/A].
+
+    YAML reads an unquoted `null` or `NaN` as a null or a float: those are taken as the text
+    they were written as ("null", "NaN"), so `null_values: [NA, null, NaN]` means what it says."""
+    value = opts.get("null_values", default)
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: 'null_values' must be a list of texts, e.g. "
+                          f"[\"\", NA, N/A], got {value!r}")
+    out: list[str] = []
+    for v in value:
+        if v is None:
+            v = "null"
+        elif isinstance(v, float) and v != v:
+            v = "NaN"
+        elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise ConfigError(f"{where}: 'null_values' must be a list of texts, got {v!r} in "
+                              f"{value!r}")
+        out.append(str(v))
+    return list(dict.fromkeys(out))
+
+
+def mark_nulls(col: pa.Array, markers: list[str]) -> pa.Array:
+    """Text cells equal to one of `markers` as nulls (lists of text: their items), one Arrow
+    kernel per column; every other value, and every non-text column, is kept as it is."""
+    if not markers:
+        return col
+    kind = col.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        values = mark_nulls(col.values, markers)
+        if values is col.values:
+            return col
+        cls = pa.ListArray if pa.types.is_list(kind) else pa.LargeListArray
+        offsets = col.offsets
+        mask = col.is_null() if col.null_count else None
+        return cls.from_arrays(offsets, values, mask=mask)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        found = pc.is_in(col, value_set=pa.array(markers, kind))
+    elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        found = pc.is_in(col, value_set=pa.array([m.encode() for m in markers], kind))
+    else:
+        return col
+    if not pc.any(found).as_py():
+        return col
+    return pc.if_else(found, pa.scalar(None, kind), col)
