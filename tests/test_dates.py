@@ -189,10 +189,20 @@ def test_typed_column_declared_as_a_number_is_refused_in_one_line() -> None:
                 "feature dtype holds it as it is: convert it to a number of its unit in the "
                 "source",
     }
+    batch = pa.record_batch([*batch.columns, pa.array([{"a": 1}])], [*batch.schema.names, "s"])
+    cases["s"] = ("x.parquet: column 's' is struct<a: int64>, not a number for dtype int64: read "
+                  "its fields as columns of their own, or convert it in the source")
     for column, message in cases.items():
         with pytest.raises(ConfigError) as e:
             _encode_batch({column: {"dtype": "int64"}}, batch)
         assert str(e.value) == message
+    with pytest.raises(ConfigError) as e:
+        _encode_batch({"s": {"dtype": "bytes"}}, batch)
+    assert str(e.value) == ("x.parquet: column 's' is struct<a: int64>, not text for dtype "
+                            "bytes: read its fields as columns of their own, or convert it in "
+                            "the source")
+    values, bad = _encode_batch({"t": {"dtype": "bytes"}, "d": {"dtype": "bytes"}}, batch)
+    assert values == {"t": [b"1970-01-01 00:00:00.000Z"], "d": [b"2010-01-01"]}
 
 
 # ---- schema keys -----------------------------------------------------------------------
@@ -219,6 +229,11 @@ def test_schema_keys_round_trip_and_fingerprint() -> None:
     again = schema_from_dict(schema.to_dict())
     assert again == schema and again.sha256() == schema.sha256()
     assert schema.numeric_columns() == {}  # the CSV fast path leaves date text alone
+    assert schema.text_columns() == ["d", "t", "u"]
+    mixed = schema_from_dict({"features": {"a": {"dtype": "string", "source": "A"},
+                                           "b": {"dtype": "int64"},
+                                           "c": {"dtype": "timestamp", "source": "A"}}})
+    assert mixed.text_columns() == ["A"]
 
 
 @pytest.mark.parametrize("spec, message", [

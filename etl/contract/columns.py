@@ -181,8 +181,15 @@ def convert_leaves(feature: Feature, leaves: pa.Array | np.ndarray) -> tuple[Any
     if feature.vocabulary:
         return _lookup(feature, leaves)
     if feature.dtype == "bytes":
-        if isinstance(leaves, pa.Array) and pa.types.is_decimal(leaves.type):
-            return _to_binary(leaves.cast(pa.large_string()))  # the exact decimal text
+        if isinstance(leaves, pa.Array):
+            t = leaves.type
+            if pa.types.is_decimal(t) or dates.is_temporal(t):
+                # the exact decimal text ("1.50"); ISO text of dates and times (Arrow's:
+                # "2010-01-01", "2010-01-01 00:00:01.250Z" for a zoned timestamp)
+                return _to_binary(leaves.cast(pa.large_string()))
+            if pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_union(t):
+                raise TypeRefused(f"is {t}, not text for dtype bytes: read its fields as "
+                                  "columns of their own, or convert it in the source")
         return _to_binary(leaves)
     if feature.encoding in ("png", "jpeg") and not _numeric(leaves):
         return _to_binary(leaves)
@@ -414,6 +421,8 @@ def _check_number_type(feature: Feature, t: pa.DataType) -> None:
         fix = f"declare dtype: timestamp with unit: {t.unit} (stored as int64 {t.unit} since the epoch)"
     elif pa.types.is_time(t) or pa.types.is_duration(t) or pa.types.is_interval(t):
         fix = "no feature dtype holds it as it is: convert it to a number of its unit in the source"
+    elif pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_union(t):
+        fix = "read its fields as columns of their own, or convert it in the source"
     else:
         fix = "declare dtype: bytes to keep it as text, or convert it in the source"
     raise TypeRefused(f"is {t}, not a number for dtype {feature.dtype}: {fix}")

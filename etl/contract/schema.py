@@ -286,6 +286,18 @@ class Schema:
             out[column] = "float64" if f.dtype.startswith("float") else "int64"
         return out
 
+    def text_columns(self) -> list[str]:
+        """Raw columns that must reach the encoder as the source's own text: those a
+        `bytes` feature stores, and those a `date`/`timestamp` feature parses (its zone rule
+        needs to see whether the text had an offset). A reader that infers types (pyarrow.json
+        turns "2010-01-01T12:00:00+02:00" into a naive UTC timestamp) reads these as strings."""
+        seen: dict[str, None] = {}
+        for f in self.features:
+            if f.dtype == "bytes" and f.encoding == "values" or f.time is not None:
+                for column in f.sources:
+                    seen.setdefault(column, None)
+        return list(seen)
+
     def parse_spec(self) -> Any:
         """`tf.io.parse_example` features, or the (context, sequence) pair for SequenceExample."""
         context = {f.name: f.parse_feature() for f in self.context}
