@@ -186,3 +186,12 @@ def test_read_reports_add_up_to_the_manifest_section() -> None:
     add_missing(total, {"x": {"missing": 1, "defaulted": 1}})
     add_missing(total, {"x": {"missing": 2, "defaulted": 0}})
     assert total == {"x": {"missing": 3, "defaulted": 1}}
+
+
+def test_packed_columns_count_missing_cells_not_bad_ones() -> None:
+    out, bad = _encode({"x": {"dtype": "float32", "shape": [2], "source": ["a", "b"]}},
+                       {"a": pa.array(["1", "x", "", None]), "b": pa.array(["2", "3", "4", "5"])})
+    assert bad == {(1, "x"): ("unparsable_number", "column 'a': cannot parse 'x' as float32"),
+                   (2, "x"): ("missing_required", "column 'a': missing value"),
+                   (3, "x"): ("missing_required", "column 'a': missing value")}
+    assert out.missing == {"x": {"missing": 2, "defaulted": 0}}

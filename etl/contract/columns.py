@@ -45,6 +45,8 @@ class Nested:
     leaves: pa.Array | np.ndarray
     levels: list[np.ndarray]  # offsets arrays, each len(parent)+1
     row_valid: np.ndarray  # bool per row: False where the row itself is null/missing
+    # rows without a value where row_valid also drops bad ones (packed columns); None: ~row_valid
+    absent: np.ndarray | None = None
 
 
 @dataclass
@@ -527,6 +529,8 @@ def to_storage(feature: Feature, columns: Mapping[str, Any], n: int) -> Converte
 def _missing_rows(feature: Feature, nested: Nested, n: int) -> np.ndarray:
     """Rows without a value (null, absent, or an empty list where a fixed shape is due):
     what the default fills, or `missing_required` rejects; counted per feature."""
+    if nested.absent is not None:
+        return nested.absent
     present = nested.row_valid.copy()
     if nested.levels and feature.fixed and not feature.is_sequence:
         present &= np.diff(compose(nested.levels, n)) > 0
@@ -537,6 +541,7 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
     """Several scalar columns -> one [k] vector per row."""
     parts = []
     valid = np.ones(n, bool)
+    absent = np.zeros(n, bool)
     for name in feature.sources:
         col = nest(as_arrow(columns[name]), n)
         if col.levels:
@@ -545,6 +550,9 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
             return Nested(np.zeros(0), [np.zeros(n + 1, np.int64)], np.zeros(n, bool))
         values, leaf_bad, reason = convert_leaves(feature, col.leaves)
         missing = ~col.row_valid | leaf_bad
+        empty = leaf_bad if isinstance(reason, tuple) else leaf_bad & np.array(
+            [r is None for r in reason], bool)
+        absent |= ~col.row_valid | empty
         if missing.any():
             rows = np.flatnonzero(missing)
             why = leaf_reasons(reason, rows) if leaf_bad.any() else MISSING
@@ -553,7 +561,8 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
         valid &= ~missing
         parts.append(np.asarray(values))
     block = np.stack(parts, axis=1)
-    return Nested(block.reshape(-1), [np.arange(n + 1, dtype=np.int64) * len(parts)], valid)
+    return Nested(block.reshape(-1), [np.arange(n + 1, dtype=np.int64) * len(parts)], valid,
+                  absent)
 
 
 def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.Array:
