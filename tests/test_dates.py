@@ -285,3 +285,19 @@ def test_tfmd_time_domain() -> None:
     assert out["d"].type == schema_pb2.INT
     assert out["d"].time_domain.integer_format == schema_pb2.TimeDomain.UNIX_DAYS
     assert out["t"].time_domain.integer_format == schema_pb2.TimeDomain.UNIX_NANOSECONDS
+
+
+def test_valid_text_takes_the_vectorised_path(monkeypatch) -> None:
+    """Dates, naive and offset date-times, and a zone: no cell goes the per-value way."""
+    from etl.contract import dates
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("per-value Python path used on valid input")
+
+    monkeypatch.setattr(dates, "_slow", refuse)
+    values, bad = _encode({"dtype": "date"}, ["2010-01-01", "1999-12-31", None])
+    assert values[:2] == [14610, 10956]
+    values, bad = _encode({"dtype": "timestamp", "timezone": "Europe/Berlin"},
+                          ["2010-01-01", "2010-01-01T12:30:00+02:00", "2010-07-01 12:00"])
+    assert bad == {} and values == [_us(2009, 12, 31, 23), _us(2010, 1, 1, 10, 30),
+                                    _us(2010, 7, 1, 10)]

@@ -550,8 +550,10 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
             return Nested(np.zeros(0), [np.zeros(n + 1, np.int64)], np.zeros(n, bool))
         values, leaf_bad, reason = convert_leaves(feature, col.leaves)
         missing = ~col.row_valid | leaf_bad
-        empty = leaf_bad if isinstance(reason, tuple) else leaf_bad & np.array(
-            [r is None for r in reason], bool)
+        empty = leaf_bad.copy()
+        if not isinstance(reason, tuple):
+            idx = np.flatnonzero(empty)
+            empty[idx] = [reason[i] is None for i in idx.tolist()]
         absent |= ~col.row_valid | empty
         if missing.any():
             rows = np.flatnonzero(missing)
@@ -574,7 +576,8 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
         # conversions give it no reason of its own).
         empty = leaf_bad & nested.row_valid
         if empty.any() and not isinstance(reason, tuple):
-            empty &= np.array([r is None for r in reason], bool)
+            idx = np.flatnonzero(empty)
+            empty[idx] = [reason[i] is None for i in idx.tolist()]
         if empty.any():
             nested.row_valid = nested.row_valid & ~empty
         leaf_bad = leaf_bad & nested.row_valid

@@ -44,7 +44,8 @@ _EPOCH = dt.date(1970, 1, 1).toordinal()
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
                   r"(Z|[+-]\d{2}(?::?\d{2})?)?)?")
 _ISO_ARROW = "^" + _ISO.pattern + "$"
-_OFFSET = r"(Z|[+-]\d{2}(:?\d{2})?)$"
+# an offset after a time of day ("2010-01-01" ends in "-01", which is not one)
+_OFFSET = r"[T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}(:?\d{2})?)$"
 Why = tuple[str, str]
 
 
@@ -159,11 +160,11 @@ def _from_text(spec: TimeSpec, leaves: pa.Array, reasons: np.ndarray
         good = ~null & ~bad_ns
         values, unit_bad = _to_unit(spec, ns, good)
         _why_unit(spec, unit_bad, text, reasons)
+        bad = null | unit_bad
         if bad_ns.any():  # only the rejected ones go the slow way, for their reason
-            _slow(spec, text, bad_ns, values, reasons)
+            bad |= _slow(spec, text, bad_ns, values, reasons)
     else:
-        _slow(spec, text, ~null, values, reasons)
-    bad = null | np.array([r is not None for r in reasons], bool)
+        bad = null | _slow(spec, text, ~null, values, reasons)
     return values, bad, reasons
 
 
@@ -245,8 +246,10 @@ def _finer(spec: TimeSpec, value: Any) -> str:
 
 
 def _slow(spec: TimeSpec, text: pa.Array, rows: np.ndarray, values: np.ndarray,
-          reasons: np.ndarray) -> None:
-    """The exact Python path for the `rows` cells: their value, or their reason."""
+          reasons: np.ndarray) -> np.ndarray:
+    """The exact Python path for the `rows` cells: their value, or their reason; returns
+    the mask of the cells it rejected."""
+    failed = np.zeros(len(values), bool)
     idx = np.flatnonzero(rows)
     cells = text.take(pa.array(idx)).to_pylist() if len(idx) else []
     zone = zoneinfo.ZoneInfo(spec.timezone)
@@ -255,6 +258,8 @@ def _slow(spec: TimeSpec, text: pa.Array, rows: np.ndarray, values: np.ndarray,
             values[i] = parse_one(spec, cell, zone)
         except ValueError as e:
             reasons[i] = ("unparsable_date", str(e))
+            failed[i] = True
+    return failed
 
 
 def parse_one(spec: TimeSpec, cell: str, zone: dt.tzinfo | None = None) -> int:
@@ -337,9 +342,9 @@ def _from_arrow(spec: TimeSpec, leaves: pa.Array, null: np.ndarray, reasons: np.
     values, lost, over = rescale(raw, step_ns, spec.ns)
     lost &= ~null
     over &= ~null
+    unsure = np.zeros(len(leaves), bool)
     if naive and spec.kind == "timestamp" and spec.timezone != "UTC":
-        values, lost, over = _zone_shift(spec, values, ~null & ~lost & ~over, lost, over, reasons,
-                                         leaves)
+        values, unsure = _zone_shift(spec, values, ~null & ~lost & ~over, reasons, leaves)
     if lost.any():
         idx = np.flatnonzero(lost)
         found = leaves.take(pa.array(idx)).to_pylist()
@@ -351,8 +356,7 @@ def _from_arrow(spec: TimeSpec, leaves: pa.Array, null: np.ndarray, reasons: np.
         reasons[idx] = [("out_of_range", f"{quote(str(v))} does not fit int64 {spec.unit} "
                                          "since 1970-01-01; declare a coarser unit")
                         for v in found]
-    bad = null | np.array([r is not None for r in reasons], bool)
-    return values, bad, reasons
+    return values, null | lost | over | unsure, reasons
 
 
 def _integers(leaves: pa.Array) -> np.ndarray:
@@ -378,10 +382,10 @@ def rescale(raw: np.ndarray, from_ns: int, to_ns: int) -> tuple[np.ndarray, np.n
     return np.floor_divide(raw, factor), np.mod(raw, factor) != 0, np.zeros(n, bool)
 
 
-def _zone_shift(spec: TimeSpec, values: np.ndarray, ok: np.ndarray, lost: np.ndarray,
-                over: np.ndarray, reasons: np.ndarray, leaves: pa.Array
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Naive Arrow values (wall time, in the stored unit) -> UTC in the spec's zone."""
+def _zone_shift(spec: TimeSpec, values: np.ndarray, ok: np.ndarray, reasons: np.ndarray,
+                leaves: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Naive Arrow values (wall time, in the stored unit) -> UTC in the spec's zone; the
+    wall times a clock change skips or repeats are flagged (and given their reason)."""
     unit = spec.unit
     wall = pa.array(np.where(ok, values, 0), pa.timestamp(unit))
     e = np.asarray(pc.assume_timezone(wall, spec.timezone, ambiguous="earliest",
@@ -397,7 +401,7 @@ def _zone_shift(spec: TimeSpec, values: np.ndarray, ok: np.ndarray, lost: np.nda
         reasons[idx] = [("unparsable_date", f"{quote(str(v))} is ambiguous or does not exist "
                                             f"in {spec.timezone} (a clock change)")
                         for v in found]
-    return np.where(ok, e, values), lost, over
+    return np.where(ok, e, values), unsure
 
 
 # ---- the reading side ---------------------------------------------------------------------
