@@ -301,3 +301,37 @@ def test_valid_text_takes_the_vectorised_path(monkeypatch) -> None:
                           ["2010-01-01", "2010-01-01T12:30:00+02:00", "2010-07-01 12:00"])
     assert bad == {} and values == [_us(2009, 12, 31, 23), _us(2010, 1, 1, 10, 30),
                                     _us(2010, 7, 1, 10)]
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York"])
+@pytest.mark.parametrize("unit", ["s", "ms", "us"])
+def test_vectorised_path_equals_the_reference_on_random_text(zone: str, unit: str) -> None:
+    """2000 random ISO cells (dates, naive and offset times, fractions, clock-change hours):
+    the Arrow path and `parse_one` accept the same cells with the same integers and reject
+    the same ones."""
+    rng = np.random.default_rng(7)
+    seconds = rng.integers(-(2**31), 2**31, 2000)
+    cells = []
+    for i, s in enumerate(seconds.tolist()):
+        t = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=s)
+        kind = i % 5
+        if kind == 0:
+            cells.append(t.strftime("%Y-%m-%d"))
+        elif kind == 1:
+            cells.append(t.strftime("%Y-%m-%dT%H:%M:%S"))
+        elif kind == 2:
+            cells.append(t.strftime("%Y-%m-%d %H:%M:%S") + f".{rng.integers(0, 1000):03d}")
+        elif kind == 3:
+            h = int(rng.integers(-12, 14))
+            cells.append(t.strftime("%Y-%m-%dT%H:%M") + f"{'+' if h >= 0 else '-'}{abs(h):02d}:30")
+        else:
+            cells.append(t.strftime("%Y-%m-%d 02:%M:%S"))  # DST hours in both zones
+    values, bad = _encode({"dtype": "timestamp", "unit": unit, "timezone": zone}, cells)
+    spec = TimeSpec("timestamp", unit, zone)
+    for i, cell in enumerate(cells):
+        try:
+            want = parse_one(spec, cell)
+        except ValueError as e:
+            assert bad[i] == ("unparsable_date", str(e)), cell
+        else:
+            assert i not in bad and values[i] == want, cell
