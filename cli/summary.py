@@ -117,6 +117,8 @@ def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, ve
     if result.rejected["num_records"]:
         print(f"  rejected     {result.rejected['num_records']:>10,} records "
               f"(see {fs.join(folder, REJECTED_FILE)}): {result.rejected['by_reason']}")
+    for line in missing_lines(result.manifest):
+        print(line)
     first = next(iter(result.splits))
     if sample:
         from etl.tools.inspect import inspect  # noqa: PLC0415 - imports TensorFlow
@@ -163,6 +165,27 @@ def summary_table(manifest: dict[str, Any], seconds: float) -> list[str]:
                  f"{format_size(sum(_bytes(v) for v in splits.values())):>9}")
     lines.append(f"  read {read:,} records ({format_size(input_bytes)} of input), written {written:,}, "
                  f"rejected {rejected:,} in {seconds:.1f}s{rate}")
+    return lines
+
+
+def missing_lines(manifest: dict[str, Any]) -> list[str]:
+    """One line per feature that had missing values (the manifest's `missing_values`): how
+    many were filled with its default, how many records it made rejected."""
+    lines = []
+    for name, info in (manifest.get("missing_values") or {}).items():
+        missing, filled = int(info.get("missing", 0)), int(info.get("defaulted", 0))
+        if not missing:
+            continue
+        parts = []
+        if filled:
+            default = info.get("default")
+            parts.append(f"{filled:,} stored as an empty list" if default == [] else
+                         f"{filled:,} filled with default {default!r}")
+        if "default" not in info:
+            parts.append("no default: records rejected (missing_required)")
+        elif missing > filled:
+            parts.append(f"{missing - filled:,} in records rejected for another reason")
+        lines.append(f"  {'missing':<12} {name}: {missing:,} value(s), {'; '.join(parts)}")
     return lines
 
 

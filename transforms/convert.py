@@ -40,6 +40,7 @@ from etl.contract.schema import schema_from_dict
 from etl.formats.proto_wire import binary_column
 from etl.formats.shards import TFRECORD, ShardFormat
 from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
+from etl.output.accounting import add_missing
 from etl.output.finalize import finalize_run
 from etl.read.decode import RecordDecoder, check_decodable
 from etl.schedule.progress import Tally, TaskBytes
@@ -157,6 +158,7 @@ class _ReadEncodeFn(beam.DoFn):
     def process(self, task: ReadTask):  # type: ignore[override]
         read = 0
         rejected: list[dict[str, Any]] = []
+        missing: dict[str, dict[str, int]] = {}  # per feature: missing and defaulted values
         gathered: dict[str, SplitStats] = {}  # this task's statistics per split
         tally = self.tally
         if tally is not None:
@@ -177,6 +179,7 @@ class _ReadEncodeFn(beam.DoFn):
                 tally.add(read=done.read, rejected=bad, encoded=done.encoded, bytes=got)
             read += done.read
             rejected += done.rejected
+            add_missing(missing, done.missing)
             for split, part in done.stats.items():
                 if split in gathered:
                     gathered[split].merge(part)
@@ -195,6 +198,8 @@ class _ReadEncodeFn(beam.DoFn):
         # finalize step; a retried bundle's output replaces the failed attempt's
         summary = {"ordinal": task.ordinal, "split": task.split.index,
                    "splits": task.split.count, "path": task.path, "read": read}
+        if missing:
+            summary["missing"] = missing
         yield beam.pvalue.TaggedOutput(REPORTS, [summary, *rejected])
         for split, part in gathered.items():
             yield beam.pvalue.TaggedOutput(STATS, (split, part))
@@ -280,6 +285,8 @@ class EncodedBlock:
     rejected: list[dict[str, Any]]
     end_offset: int | None = None  # the block's Block.end_offset (progress)
     stats: dict[str, SplitStats] = dataclasses.field(default_factory=dict)  # per split
+    # per feature: {"missing", "defaulted"} (Encoder: EncodedBatch.missing)
+    missing: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
 
 def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block,
@@ -290,6 +297,7 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
     if not block.num_rows:
         return EncodedBlock(block.num_read, 0, [], rejected)
     storage = None
+    missing: dict[str, dict[str, int]] = {}
     if SERIALIZED in block.columns:  # checked against the schema by the reader's prepare()
         records = binary_column(block.columns[SERIALIZED])
         rows = np.arange(block.num_rows)
@@ -298,8 +306,9 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
                                  lines=block.lines, offsets=block.offsets)
         rejected += [bad.to_json() for bad in encoded.bad]
         records, rows, storage = encoded.array, encoded.rows, encoded.storage
+        missing = encoded.missing
     if not len(rows):
-        return EncodedBlock(block.num_read, 0, [], rejected)
+        return EncodedBlock(block.num_read, 0, [], rejected, missing=missing)
     positions = np.asarray(block.positions)[rows]
     hashed = keys.shuffle_keys(spec.seed or 0, task.identity, positions)
     ids = keys.record_ids(task.ordinal, positions)
@@ -317,7 +326,8 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
             runs.append(sorted_run(split, sort_keys[idx], ids[idx], chosen))
             if stats is not None:
                 gathered[split] = stats(chosen, storage, rows[idx])
-    return EncodedBlock(block.num_read, len(rows), runs, rejected, stats=gathered)
+    return EncodedBlock(block.num_read, len(rows), runs, rejected, stats=gathered,
+                        missing=missing)
 
 
 def _stats_of(item: SortedRun | files.SpillRef, shuffled: bool) -> BlockStats:

@@ -132,6 +132,9 @@ REASONS: dict[str, str] = {
     "not_utf8": "bytes that are not valid UTF-8 text",
     "invalid_json": "a JSON Lines line that is not valid JSON, or not an object",
     "unparsable_number": "text that cannot be read as the feature's number type",
+    "unparsable_date": "text that cannot be read as the feature's date or timestamp, or a "
+                       "value finer than its unit (never truncated), or a local time a clock "
+                       "change skips or repeats",
     "out_of_range": "a number outside the feature dtype's range (int64 overflow, uint8 > 255, "
                     "float32 overflow, a fraction for an integer)",
     "nan_not_allowed": "NaN or Inf in a float feature without `allow_nan: true`",

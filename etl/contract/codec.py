@@ -7,6 +7,10 @@ and the figures). No TensorFlow import on this path. Bad records are returned as
 record index and byte offset for binary ones), the feature, and the expected and found
 value; the good ones go on. Serialized records above `max_record_bytes` are rejected as
 `oversized_record` here, before they reach the shuffle.
+
+Missing values are counted per feature (`EncodedBatch.missing`): how many rows had no value,
+and how many of the records written hold the feature's `default:` in its place, so the
+manifest and the run summary can say what was filled (a default is never silent).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from etl.base.errors import BadRecord, RecordError, quote
+from etl.base.errors import BadRecord, ConfigError, RecordError, quote
 from etl.base.units import DEFAULT_MAX_RECORD_BYTES
 from etl.contract import columns as cols
 from etl.contract.schema import Feature, Schema
@@ -38,6 +42,10 @@ class EncodedBatch:
     # each feature's stored lists for every row of the batch (row i of `array` is row
     # `rows[i]` here): what the records hold, typed, for statistics without a decode
     storage: dict[str, pa.Array] = field(default_factory=dict)
+    # feature -> {"missing": rows without a value, "defaulted": written records holding the
+    # default instead (an empty list for an optional feature without one)}; only features
+    # with a missing value
+    missing: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def records(self) -> list[bytes]:
@@ -78,9 +86,15 @@ class Encoder:
         columns, n = batch_columns(batch)
         bad: dict[int, tuple[str, str, str]] = {}
         storage: dict[str, pa.Array] = {}
+        absent: dict[str, np.ndarray] = {}
         for f in self.schema.features:
-            converted = cols.to_storage(f, columns, n)
+            try:
+                converted = cols.to_storage(f, columns, n)
+            except ConfigError as e:  # a typed column no rule converts: refused, named
+                raise ConfigError(f"{source}: {e}" if source else str(e)) from None
             storage[f.name] = converted.storage
+            if converted.missing is not None and converted.missing.any():
+                absent[f.name] = converted.missing
             for row, (code, reason) in converted.bad.items():
                 bad.setdefault(row, (f.name, code, reason))
         good = np.ones(n, bool)
@@ -95,7 +109,17 @@ class Encoder:
                         _row_preview(columns, r))
             for r, (name, code, reason) in sorted(bad.items())
         ]
-        return EncodedBatch(records, rows, rejected, storage)
+        return EncodedBatch(records, rows, rejected, storage, self._missing(absent, rows))
+
+    def _missing(self, absent: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, dict[str, int]]:
+        """Per feature: rows without a value, and written records (`rows`) holding its default."""
+        out: dict[str, dict[str, int]] = {}
+        for name, mask in absent.items():
+            f = self.schema.feature(name)
+            # optional features fill a missing value: the default, or an empty list
+            filled = int(mask[rows].sum()) if not f.required and len(rows) else 0
+            out[name] = {"missing": int(mask.sum()), "defaulted": filled}
+        return out
 
     def _drop_oversized(self, records: pa.LargeBinaryArray, rows: np.ndarray,
                         bad: dict[int, tuple[str, str, str]]) -> tuple[pa.LargeBinaryArray, np.ndarray]:

@@ -13,6 +13,7 @@ the pair (code, text), so the encoder can build `BadRecord`s and the manifest co
 from __future__ import annotations
 
 import io
+import re
 import struct
 import zlib
 from collections.abc import Mapping
@@ -23,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.base.errors import quote
+from etl.base.errors import ConfigError, quote
+from etl.contract import dates
 from etl.formats.kinds import STORAGE_KINDS
 
 if TYPE_CHECKING:
@@ -43,14 +45,23 @@ class Nested:
     leaves: pa.Array | np.ndarray
     levels: list[np.ndarray]  # offsets arrays, each len(parent)+1
     row_valid: np.ndarray  # bool per row: False where the row itself is null/missing
+    # rows without a value where row_valid also drops bad ones (packed columns); None: ~row_valid
+    absent: np.ndarray | None = None
 
 
 @dataclass
 class Converted:
-    """A feature's storage for a batch and the rows that could not be converted."""
+    """A feature's storage for a batch, the rows that could not be converted, and the rows
+    whose value was missing (filled by the default, stored empty, or rejected)."""
 
     storage: pa.Array
     bad: dict[int, Why]
+    missing: np.ndarray | None = None
+
+
+class TypeRefused(Exception):
+    """A typed column (Parquet, pandas) whose Arrow type no rule converts to the feature's
+    dtype: the whole column is refused in one line (to_storage names the column)."""
 
 
 def as_arrow(col: Any) -> pa.Array | np.ndarray:
@@ -165,13 +176,36 @@ def convert_leaves(feature: Feature, leaves: pa.Array | np.ndarray) -> tuple[Any
     The reason is one `Why`, or an object array with one `Why` per bad leaf (naming the
     value found there; None reads as a missing value); `leaf_reasons` picks them.
     """
+    if isinstance(leaves, pa.Array) and pa.types.is_dictionary(leaves.type):
+        leaves = leaves.dictionary_decode()  # pandas categoricals: their values
+    if feature.time is not None:
+        return dates.to_epoch(feature.time, leaves)
     if feature.vocabulary:
         return _lookup(feature, leaves)
-    if feature.dtype == "bytes" or (feature.encoding in ("png", "jpeg") and not _numeric(leaves)):
+    if feature.dtype == "bytes":
+        if isinstance(leaves, pa.Array):
+            t = leaves.type
+            if pa.types.is_decimal(t) or dates.is_temporal(t):
+                # the exact decimal text ("1.50"); ISO text of dates and times (Arrow's:
+                # "2010-01-01", "2010-01-01 00:00:01.250Z" for a zoned timestamp)
+                return _to_binary(leaves.cast(pa.large_string()))
+            if pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_union(t):
+                raise TypeRefused(f"is {t}, not text for dtype bytes: read its fields as "
+                                  "columns of their own, or convert it in the source")
         return _to_binary(leaves)
-    if feature.encoding == "raw" and not _numeric(leaves):
+    if feature.encoding in ("png", "jpeg") and not _numeric(leaves):
+        return _to_binary(leaves)
+    if feature.encoding == "raw" and not _numeric(leaves) and not _is_text(leaves):
+        # blobs (IDX, npy rows) are the value's bytes already; text ("7601" in a CSV) is
+        # parsed like `values` and stored as the number's little-endian bytes
         return _to_binary(leaves)
     return _to_number(feature, leaves)
+
+
+def _is_text(leaves: Any) -> bool:
+    if isinstance(leaves, np.ndarray):
+        return leaves.dtype.kind == "U"
+    return pa.types.is_string(leaves.type) or pa.types.is_large_string(leaves.type)
 
 
 def _numeric(leaves: Any) -> bool:
@@ -237,6 +271,11 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
         ) or pa.types.is_large_binary(leaves.type):
             return _parse_text(feature, leaves)
         null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
+        if pa.types.is_decimal(leaves.type):
+            return _from_decimal(feature, leaves, null)
+        if pa.types.is_null(leaves.type):
+            return np.zeros(len(leaves), want), null, MISSING
+        _check_number_type(feature, leaves.type)
         if pa.types.is_boolean(leaves.type):
             leaves = leaves.cast(pa.int8())
         raw = np.asarray(leaves.fill_null(0).to_numpy(zero_copy_only=False))
@@ -344,6 +383,7 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
     if parse_bad.any():
         reason = _name_values(parse_bad, leaves, "unparsable_number",
                               "cannot parse {value} as " + feature.dtype, reason)
+        _thousands_hint(parse_bad, text, reason)
         bad = bad | parse_bad
     if range_bad is not None and range_bad.any():
         if is_float:
@@ -355,6 +395,74 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
         reason = _name_values(range_bad, text, "out_of_range", why, reason, plain=True)
         bad = bad | range_bad
     return values, bad, reason
+
+
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+
+
+def _thousands_hint(mask: np.ndarray, text: pa.Array, reason: np.ndarray) -> None:
+    """"135,450" or "1,234,567": say it looks like thousands separators (no option reads
+    them; the source must drop the commas, or the feature keep the text)."""
+    idx = np.flatnonzero(mask)
+    for i, cell in zip(idx.tolist(), text.take(pa.array(idx)).to_pylist(), strict=True):
+        if cell is not None and _THOUSANDS.fullmatch(cell):
+            code, why = reason[i]
+            reason[i] = (code, why + " (looks like a thousands separator: remove the commas "
+                                     "in the source, or declare dtype: bytes to keep the text)")
+
+
+# Arrow types a number feature refuses, and what to declare instead
+def _check_number_type(feature: Feature, t: pa.DataType) -> None:
+    """Integers, floats and booleans convert (range-checked); text is parsed; anything else
+    that reaches a number feature is refused with the option that fits it."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return
+    if pa.types.is_date(t):
+        fix = "declare dtype: date (stored as int64 days since 1970-01-01)"
+    elif pa.types.is_timestamp(t):
+        fix = f"declare dtype: timestamp with unit: {t.unit} (stored as int64 {t.unit} since the epoch)"
+    elif pa.types.is_time(t) or pa.types.is_duration(t) or pa.types.is_interval(t):
+        fix = "no feature dtype holds it as it is: convert it to a number of its unit in the source"
+    elif pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_union(t):
+        fix = "read its fields as columns of their own, or convert it in the source"
+    else:
+        fix = "declare dtype: bytes to keep it as text, or convert it in the source"
+    raise TypeRefused(f"is {t}, not a number for dtype {feature.dtype}: {fix}")
+
+
+def _from_decimal(feature: Feature, leaves: pa.Array, null: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, Any]:
+    """decimal128/256 -> integers exactly (a value with a fraction or beyond the dtype is
+    rejected), or floats when the float holds the decimal exactly (checked per value)."""
+    import decimal  # noqa: PLC0415
+
+    want = np.dtype(feature.dtype)
+    if want.kind in "biu":
+        try:  # whole numbers within int64: one Arrow cast (it refuses any loss)
+            ints = leaves.cast(pa.int64())
+            return _to_number(feature, ints)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        values = leaves.to_pylist()
+        ok = [v is None or (v == v.to_integral_value() and -(2**63) <= v < 2**63) for v in values]
+        ints = pa.array([int(v) if v is not None and k else None for v, k in
+                         zip(values, ok, strict=True)], pa.int64())
+        out, bad, reason = _to_number(feature, ints)
+        lost = ~np.array(ok, bool)
+        reason = _name_values(lost, leaves, "out_of_range", "decimal {value} is not a whole "
+                              f"number within int64 for {feature.dtype} (declare dtype: bytes "
+                              "for the exact decimal text)", reason, plain=True)
+        return out, bad | lost, reason
+    as_float = np.asarray(leaves.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False))
+    stored = as_float.astype(want)
+    exact = np.array([v is None or decimal.Decimal(float(f)) == v
+                      for v, f in zip(leaves.to_pylist(), stored.tolist(), strict=True)], bool)
+    reason: Any = MISSING
+    if not exact.all():
+        reason = _name_values(~exact, leaves, "out_of_range", "decimal {value} has no exact "
+                              f"{feature.dtype} value (declare dtype: bytes for the exact "
+                              "decimal text, or int64 for whole numbers)", plain=True)
+    return stored, null | ~exact, reason
 
 
 def _name_values(mask: np.ndarray, leaves: Any, code: str, template: str,
@@ -399,22 +507,41 @@ def to_storage(feature: Feature, columns: Mapping[str, Any], n: int) -> Converte
             flag(np.arange(n), ("missing_required", f"source column {missing_cols[0]!r} is missing"))
         nested = Nested(np.zeros(0, feature.storage_numpy_dtype), [np.zeros(n + 1, np.int64)],
                         np.zeros(n, bool))
-    elif len(feature.sources) > 1:
-        nested = _pack(feature, columns, n, flag)
-    else:
-        nested = nest(_column(feature, columns[feature.sources[0]], flag), n)
+    try:
+        if missing_cols:
+            pass
+        elif len(feature.sources) > 1:
+            nested = _pack(feature, columns, n, flag)
+        else:
+            nested = nest(_column(feature, columns[feature.sources[0]], flag), n)
 
-    if feature.is_sequence:
-        storage = _sequence_storage(feature, nested, n, flag)
-    else:
-        storage = _context_storage(feature, nested, n, flag)
-    return Converted(storage, bad)
+        if feature.is_sequence:
+            storage = _sequence_storage(feature, nested, n, flag)
+        else:
+            storage = _context_storage(feature, nested, n, flag)
+    except TypeRefused as e:
+        column = feature.sources[0]
+        named = f" (feature {feature.name!r})" if column != feature.name else ""
+        raise ConfigError(f"column {column!r}{named} {e}") from None
+    return Converted(storage, bad, _missing_rows(feature, nested, n))
+
+
+def _missing_rows(feature: Feature, nested: Nested, n: int) -> np.ndarray:
+    """Rows without a value (null, absent, or an empty list where a fixed shape is due):
+    what the default fills, or `missing_required` rejects; counted per feature."""
+    if nested.absent is not None:
+        return nested.absent
+    present = nested.row_valid.copy()
+    if nested.levels and feature.fixed and not feature.is_sequence:
+        present &= np.diff(compose(nested.levels, n)) > 0
+    return ~present
 
 
 def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Nested:
     """Several scalar columns -> one [k] vector per row."""
     parts = []
     valid = np.ones(n, bool)
+    absent = np.zeros(n, bool)
     for name in feature.sources:
         col = nest(as_arrow(columns[name]), n)
         if col.levels:
@@ -423,6 +550,11 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
             return Nested(np.zeros(0), [np.zeros(n + 1, np.int64)], np.zeros(n, bool))
         values, leaf_bad, reason = convert_leaves(feature, col.leaves)
         missing = ~col.row_valid | leaf_bad
+        empty = leaf_bad.copy()
+        if not isinstance(reason, tuple):
+            idx = np.flatnonzero(empty)
+            empty[idx] = [reason[i] is None for i in idx.tolist()]
+        absent |= ~col.row_valid | empty
         if missing.any():
             rows = np.flatnonzero(missing)
             why = leaf_reasons(reason, rows) if leaf_bad.any() else MISSING
@@ -431,7 +563,8 @@ def _pack(feature: Feature, columns: Mapping[str, Any], n: int, flag: Any) -> Ne
         valid &= ~missing
         parts.append(np.asarray(values))
     block = np.stack(parts, axis=1)
-    return Nested(block.reshape(-1), [np.arange(n + 1, dtype=np.int64) * len(parts)], valid)
+    return Nested(block.reshape(-1), [np.arange(n + 1, dtype=np.int64) * len(parts)], valid,
+                  absent)
 
 
 def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.Array:
@@ -439,7 +572,14 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
     values, leaf_bad, reason = convert_leaves(feature, nested.leaves)
     if not nested.levels:
         # A null scalar is a missing row, not a bad value: the default (or the required
-        # check below) decides what it becomes.
+        # check below) decides what it becomes. So is text that is empty once trimmed (the
+        # conversions give it no reason of its own).
+        empty = leaf_bad & nested.row_valid
+        if empty.any() and not isinstance(reason, tuple):
+            idx = np.flatnonzero(empty)
+            empty[idx] = [reason[i] is None for i in idx.tolist()]
+        if empty.any():
+            nested.row_valid = nested.row_valid & ~empty
         leaf_bad = leaf_bad & nested.row_valid
     if leaf_bad.any():
         flag(rows_of(leaf_bad, offsets), leaf_reasons(reason, np.flatnonzero(leaf_bad)))
@@ -468,6 +608,13 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
         take = (starts[:, None] + np.arange(k)[None, :]).reshape(-1)
         dense[ok] = np.asarray(_take(values, take)).reshape(-1, k) if k else dense[ok]
         return _list_array(dense.reshape(-1), np.arange(n + 1, dtype=np.int64) * k, feature)
+    if not nested.levels and not present.all():
+        # one value per row into a variable-length feature: a missing row is an empty list
+        # (not a list holding a null)
+        keep = np.flatnonzero(present)
+        values = values[keep] if isinstance(values, np.ndarray) else values.take(pa.array(keep))
+        offsets = np.concatenate([[0], np.cumsum(present)]).astype(np.int64)
+        counts = np.diff(offsets)
     inner = int(np.prod(feature.inner_shape, dtype=np.int64))
     ragged_bad = counts % inner != 0 if inner > 1 else np.zeros(n, bool)
     if ragged_bad.any():

@@ -12,11 +12,16 @@ Feature keys: `dtype`, `shape`, `encoding` (values | raw | png | jpeg), `default
 `description`, and `allow_nan` (float dtypes only, default false): NaN and +-Inf are
 rejected as `nan_not_allowed` unless the feature says `allow_nan: true`, because a NaN that
 slips into training data poisons every gradient it touches, and a float32 overflow (1e39)
-silently becomes Inf.
+silently becomes Inf. `default: nan` (YAML `.nan` or the text nan/NaN) needs `allow_nan`.
+
+`dtype: date` and `dtype: timestamp` (with `unit`, `timezone`, `format`; etl.contract.dates)
+are int64 features underneath: `Feature.dtype` is "int64" and `Feature.time` says how text
+and Arrow dates become that integer, so every reader and statistic treats them as int64.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -29,6 +34,7 @@ import yaml
 
 from etl.base.errors import SchemaError
 from etl.base.yaml_load import load_yaml
+from etl.contract.dates import TimeSpec, parse_one, time_spec
 from etl.formats.kinds import STORAGE_KINDS
 from etl.storage import fs
 
@@ -43,13 +49,15 @@ _ALIASES = {
 _INT_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _FLOAT_DTYPES = ("float16", "float32", "float64")
 DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, "bytes")
+TIME_DTYPES = ("date", "timestamp")  # stored as int64 (etl.contract.dates)
 # tf.io.decode_raw's out_type list (TF 2.21): uint32/uint64 are not decodable from raw bytes.
 _RAW_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                "float16", "float32", "float64")
 _FEATURE_KEYS = {"dtype", "shape", "encoding", "default", "required", "source", "vocabulary",
                  "vocabulary_file", "oov_id", "representation", "description", "allow_nan",
-                 "resize", "pad"}
+                 "resize", "pad", "unit", "timezone", "format"}
 _IMAGE_ENCODINGS = ("png", "jpeg")
+_NAN_TEXT = ("nan", "NaN", "NAN")
 
 
 def _tf() -> Any:
@@ -77,6 +85,7 @@ class Feature:
     allow_nan: bool = False
     resize: tuple[int, int] | None = None  # png/jpeg: every image resized to [height, width]
     pad: tuple[int, int] | None = None  # png/jpeg: every image zero-padded to [height, width]
+    time: TimeSpec | None = None  # date / timestamp features (dtype is then int64)
 
     # ---- derived facts -------------------------------------------------------------
     @property
@@ -219,10 +228,15 @@ class Feature:
     # ---- description -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape)}
+        if self.time is not None:
+            out.update(self.time.to_dict())
         if self.encoding != "values":
             out["encoding"] = self.encoding
         if self.default is not None:
-            out["default"] = self.default
+            # a NaN default as the text "nan": float("nan") != itself, which would make
+            # two loads of one schema differ
+            nan = isinstance(self.default, float) and self.default != self.default
+            out["default"] = "nan" if nan else self.default
         elif not self.required:
             out["required"] = False
         if self.source and self.source != (self.name,):
@@ -289,10 +303,22 @@ class Schema:
             f = features[0]
             scalar = f.shape == () or len(f.sources) == int(np.prod(f.shape, dtype=np.int64))
             if (len(features) > 1 or f.is_sequence or f.encoding != "values" or f.vocabulary
-                    or f.dtype in ("bytes", "bool") or not scalar):
+                    or f.dtype in ("bytes", "bool") or f.time is not None or not scalar):
                 continue
             out[column] = "float64" if f.dtype.startswith("float") else "int64"
         return out
+
+    def text_columns(self) -> list[str]:
+        """Raw columns that must reach the encoder as the source's own text: those a
+        `bytes` feature stores, and those a `date`/`timestamp` feature parses (its zone rule
+        needs to see whether the text had an offset). A reader that infers types (pyarrow.json
+        turns "2010-01-01T12:00:00+02:00" into a naive UTC timestamp) reads these as strings."""
+        seen: dict[str, None] = {}
+        for f in self.features:
+            if f.dtype == "bytes" and f.encoding == "values" or f.time is not None:
+                for column in f.sources:
+                    seen.setdefault(column, None)
+        return list(seen)
 
     def parse_spec(self) -> Any:
         """`tf.io.parse_example` features, or the (context, sequence) pair for SequenceExample."""
@@ -398,8 +424,18 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
     if "dtype" not in spec:
         raise fail("missing 'dtype'")
     dtype = _ALIASES.get(str(spec["dtype"]), str(spec["dtype"]))
+    time = None
+    if dtype in TIME_DTYPES:
+        time = time_spec(dtype, spec, fail)
+        if spec.get("encoding", "values") != "values" or "vocabulary" in spec or (
+                "vocabulary_file" in spec):
+            raise fail(f"a {dtype} feature is stored as int64 values: no encoding or vocabulary")
+        dtype = "int64"
+    elif "unit" in spec or "timezone" in spec or "format" in spec:
+        raise fail("unit, timezone and format belong to dtype: date or dtype: timestamp")
     if dtype not in DTYPES:
-        raise fail(f"unknown dtype {spec['dtype']!r}; expected one of {list(DTYPES)}")
+        raise fail(f"unknown dtype {spec['dtype']!r}; expected one of "
+                   f"{[*DTYPES, *TIME_DTYPES]}")
     encoding = str(spec.get("encoding", "values"))
     if encoding not in ENCODINGS:
         raise fail(f"unknown encoding {encoding!r}; expected one of {list(ENCODINGS)}")
@@ -427,7 +463,7 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
     if oov_id is not None and not vocabulary:
         raise fail("oov_id needs a vocabulary")
 
-    default = spec.get("default")
+    default = _default_value(spec.get("default"), dtype, allow_nan, time, fail, vocabulary)
     required = bool(spec.get("required", default is None))
     _check_default(default, required, dtype, encoding, fixed, is_sequence, vocabulary, allow_nan,
                    fail)
@@ -439,8 +475,29 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
         required=required, source=source_t, vocabulary=vocabulary,
         oov_id=None if oov_id is None else int(oov_id), representation=representation,
         is_sequence=is_sequence, description=str(spec.get("description", "")),
-        allow_nan=allow_nan, resize=resize, pad=pad,
+        allow_nan=allow_nan, resize=resize, pad=pad, time=time,
     )
+
+
+def _default_value(default: Any, dtype: str, allow_nan: bool, time: TimeSpec | None,
+                   fail: Any, vocabulary: tuple[str, ...] = ()) -> Any:
+    """`default:` as the value stored: the text nan/NaN as float NaN (float features with
+    allow_nan only), a date/timestamp default given as text as its stored integer."""
+    if isinstance(default, str) and default in _NAN_TEXT and dtype != "bytes" and not vocabulary:
+        if dtype not in _FLOAT_DTYPES:
+            raise fail(f"default {default!r} applies to float features only (dtype is {dtype})")
+        if not allow_nan:
+            raise fail(f"default {default!r} stores NaN: add allow_nan: true to the feature "
+                       "(NaN is rejected as nan_not_allowed otherwise), or choose a number")
+        return float("nan")
+    if time is not None and isinstance(default, str):
+        try:
+            return parse_one(time, default)
+        except ValueError as e:
+            raise fail(f"default: {e}") from None
+    if time is not None and isinstance(default, (dt.date, dt.datetime)):
+        return parse_one(time, default.isoformat())
+    return default
 
 
 def _check_encoding(dtype: str, shape: tuple[int, ...], encoding: str, representation: str,

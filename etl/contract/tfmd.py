@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 SEQUENCE_STRUCT = "##SEQUENCE##"
 TR = schema_pb2.TensorRepresentation
+# TFMD's names for our stored units (TimeDomain.IntegerTimeFormat)
+_TIME_FORMATS = {"D": "UNIX_DAYS", "s": "UNIX_SECONDS", "ms": "UNIX_MILLISECONDS",
+                 "us": "UNIX_MICROSECONDS", "ns": "UNIX_NANOSECONDS"}
 
 
 def _base(feature: Feature) -> schema_pb2.Feature:
@@ -42,6 +45,9 @@ def _base(feature: Feature) -> schema_pb2.Feature:
         info = np.iinfo(feature.dtype) if feature.dtype != "bool" else None
         out.int_domain.min = 0 if info is None else int(info.min)
         out.int_domain.max = 1 if info is None else int(info.max)
+    if feature.time is not None:  # dates and timestamps: int64 since the epoch, in a unit
+        fmt = _TIME_FORMATS[feature.time.unit]
+        out.time_domain.integer_format = getattr(schema_pb2.TimeDomain, fmt)
     if feature.encoding in ("png", "jpeg"):
         out.image_domain.SetInParent()
     if feature.storage == "float" and not feature.allow_nan:

@@ -5,13 +5,18 @@ Stage 1 reports per input file how many records it read and every record it reje
 published unless `read = written + rejected` holds for every file, and the bad-record
 threshold sees every record that was not written (an `unreadable_rest` entry counts as the
 records it stands for).
+
+Missing values are counted the same way: each read report's summary line may carry
+`missing` (feature -> {"missing": n, "defaulted": n}, what the encoder counted for that read
+task); the counts of every task add up to the manifest's `missing_values`. A retried task's
+report replaces the failed attempt's, so each record counts once.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from etl.base.errors import BadInputError, BadRecord, EtlError
@@ -24,6 +29,7 @@ class Accounting:
 
     inputs: list[dict[str, Any]]
     rejected: list[dict[str, Any]]
+    missing: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def read(self) -> int:
@@ -60,6 +66,7 @@ def account(read_parts: Iterable[list[dict[str, Any]]], shards: Iterable[ShardRe
     inputs: dict[int, dict[str, Any]] = {}
     seen: set[tuple[int, int]] = set()
     rejected: list[dict[str, Any]] = []
+    absent: dict[str, dict[str, int]] = {}  # per feature: missing and defaulted values
     for lines in sorted((p for p in read_parts if p),
                         key=lambda p: (int(p[0]["ordinal"]), int(p[0].get("split", 0)))):
         head, bad = lines[0], lines[1:]
@@ -70,6 +77,7 @@ def account(read_parts: Iterable[list[dict[str, Any]]], shards: Iterable[ShardRe
         entry["read"] += int(head["read"])
         entry["rejected"] += sum(b.get("count", 1) for b in bad)
         rejected += bad
+        add_missing(absent, head.get("missing", {}))
     missing = sorted(set(expected) - seen)
     if missing:
         raise EtlError(f"no read report for {len(missing)} read task(s) ((ordinal, split): "
@@ -83,7 +91,42 @@ def account(read_parts: Iterable[list[dict[str, Any]]], shards: Iterable[ShardRe
             raise EtlError(f"{entry['path']}: read {entry['read']} records but wrote "
                            f"{entry['written']} and rejected {entry['rejected']} ({lost} "
                            "unaccounted for); nothing published. This is a bug: please report it")
-    return Accounting([inputs[k] for k in sorted(inputs)], rejected)
+    return Accounting([inputs[k] for k in sorted(inputs)], rejected,
+                      {k: absent[k] for k in sorted(absent)})
+
+
+def add_missing(total: dict[str, dict[str, int]], part: dict[str, dict[str, int]]) -> None:
+    """Add one part's per-feature missing/defaulted counts into `total` (in place)."""
+    for name, counts in part.items():
+        into = total.setdefault(name, {"missing": 0, "defaulted": 0})
+        for key, n in counts.items():
+            into[key] = into.get(key, 0) + int(n)
+
+
+def missing_section(missing: dict[str, dict[str, int]], schema: Any) -> dict[str, Any]:
+    """The manifest's `missing_values`: per feature with any missing value, how many records
+    had none (`missing`), how many written records hold its `default` instead (`defaulted`),
+    and that default; the records missing a required feature are the `missing_required`
+    rejections (a record is counted under its first reason only)."""
+    out: dict[str, Any] = {}
+    for name, counts in missing.items():
+        entry: dict[str, Any] = {"missing": int(counts.get("missing", 0)),
+                                 "defaulted": int(counts.get("defaulted", 0))}
+        try:
+            feature = schema.feature(name)
+        except KeyError:
+            feature = None
+        if feature is not None and not feature.required and feature.default is None:
+            entry["default"] = []  # an optional variable-length feature: stored empty
+        elif feature is not None and feature.default is not None:
+            default = feature.default
+            if isinstance(default, float) and default != default:
+                default = "nan"
+            elif not isinstance(default, (bool, int, float, str)):
+                default = repr(default)
+            entry["default"] = default
+        out[name] = entry
+    return out
 
 
 def check_threshold(rejected: dict[str, Any], read: int, first: dict[str, Any] | None,

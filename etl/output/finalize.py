@@ -20,7 +20,7 @@ from etl.base.errors import EtlError
 from etl.contract.schema import Schema
 from etl.contract.tfmd import to_pbtxt
 from etl.formats.shards import ShardFormat
-from etl.output.accounting import account
+from etl.output.accounting import account, missing_section
 from etl.output.layout import MANIFEST, REJECTED_FILE, SCHEMA_FILE, STATS_FILE, TFMD_FILE
 from etl.output.manifest import build_manifest, file_entry
 from etl.shuffle.shard_writer import ATTEMPT_SUFFIX, ShardResult
@@ -57,7 +57,8 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
     manifest = build_manifest(shards, splits, schema.sha256(), seed, fmt, acc.inputs,
                               acc.summary(), notes,
                               files={k: file_entry(v) for k, v in published.items()},
-                              input_files=input_files)
+                              input_files=input_files,
+                              extra={"missing_values": missing_section(acc.missing, schema)})
     fs.write_bytes(fs.join(staging, MANIFEST), json.dumps(manifest, indent=1).encode())
     return manifest
 

@@ -18,6 +18,10 @@ What the run was made from (etl.schedule.idempotence compares it before a rerun)
 `input_files` (every file read: path, num_bytes, fingerprint and fingerprint_kind, e.g.
 crc32c), and, added by the launcher before publishing (record_run): `job_sha256` (the job
 document plus its span), `inputs_sha256`, `span`, `run_key` and `run_id`.
+
+`missing_values` (etl.output.accounting.missing_section): per feature that had a missing
+value, `missing` (records read without one), `defaulted` (records written holding its
+`default` instead) and that `default`; nothing is filled without being counted here.
 """
 
 from __future__ import annotations
