@@ -236,3 +236,23 @@ def test_trailing_delimiter_refused_then_named(tmp_path: Path) -> None:
     assert code == 0, last
     same_penguins(records(out), penguins())
 
+
+
+def test_jsonl_timestamps_with_offsets_in_a_named_zone(tmp_path: Path) -> None:
+    """pyarrow.json infers timestamps from these strings (and drops their offsets); the
+    reader hands them over as text, so the feature's rule decides: an offset is converted,
+    naive text is read in the feature's zone (Europe/Paris, UTC+2 in June). All three are
+    the same instant, 2020-06-01T10:00:00Z; the string feature keeps its text."""
+    lines = [{"t": "2020-06-01T12:00:00+02:00", "s": "2020-06-01T12:00:00+02:00"},
+             {"t": "2020-06-01 12:00:00", "s": "1970-01-01"},
+             {"t": "2020-06-01T10:00:00Z", "s": "x"}]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    code, last, out = run_job(
+        tmp_path, {"t": {"dtype": "timestamp", "unit": "s", "timezone": "Europe/Paris",
+                         "shape": []},
+                   "s": {"dtype": "string", "shape": []}},
+        {"format": "jsonl", "paths": ["d.jsonl"]}, shuffle=False)
+    assert code == 0, last
+    got = records(out)
+    assert got["t"] == [1591005600] * 3
+    assert sorted(got["s"]) == sorted(x["s"] for x in lines)
