@@ -624,12 +624,11 @@ def test_outputs_are_named_after_inputs_and_never_an_input(tmp_path) -> None:
     c = output_name("data", "parquet", {"paths": [f"{root}/a/data.parquet"]}, root)
     assert len({a, b, c}) == 3 and a.startswith("out/data_csv_") and c.startswith("out/data_parq")
     assert a == output_name("data", "csv", {"paths": [f"{root}/a/data.csv"]}, root)
-    # an input inside the folder the name would give: never proposed as its own output
-    inside = f"{root}/{a}/train/x.csv"
-    got = output_name("data", "csv", {"paths": [inside]}, root)
-    hashed = output_name("data", "csv", {"paths": [inside]}, "/elsewhere")
-    assert got != hashed or not inside.startswith(f"{root}/{got}/")
-    assert not inside.startswith(f"{root}/{got}/")
+    # a job file inside its input folder: the output goes beside the folder, not into it
+    pics = f"{root}/pics"
+    got = output_name("pics", "images", {"paths": [pics]}, pics)
+    assert got == f"../out/pics_images_{got.rsplit('_', 1)[1]}"
+    assert output_name("x", "csv", {"paths": [f"{root}/x.csv"]}, root).startswith("out/x_csv_")
 
 
 def test_json_array_is_refused_in_one_line(tmp_path) -> None:

@@ -144,8 +144,11 @@ def output_name(name: str, fmt: str, source: dict[str, Any], job_dir: str) -> st
     written = flat(_relative_source(source, job_dir)["paths"])  # as the job file names them
     digest = hashlib.sha1(json.dumps(written).encode()).hexdigest()[:6]
     out = f"out/{name}_{fmt}_{digest}"
-    while any(_overlaps(fs.join(job_dir, out), p) for p in flat(source["paths"])):
-        out += "_out"
+    inputs = flat(source["paths"])
+    holding = [p for p in inputs if _overlaps(fs.join(job_dir, out), p)]
+    if holding and not fs.is_remote(job_dir):  # the job lies in an input folder: beside it
+        top = min(holding, key=len).rstrip("/")
+        out = os.path.relpath(fs.join(fs.dirname(top), f"out/{name}_{fmt}_{digest}"), job_dir)
     return out
 
 

@@ -20,8 +20,10 @@ SPLIT = {"train": 0.8, "test": 0.2}  # the written job's split
 
 
 def scalar(value: Any) -> str:
-    """One YAML scalar or flow list, as PyYAML writes it."""
-    return yaml.safe_dump([value], default_flow_style=True, width=10**9).strip()[1:-1]
+    """One YAML scalar or flow list, as PyYAML writes it (text as text: `Tørgersen`, not
+    `"T\\xF8rgersen"`)."""
+    return yaml.safe_dump([value], default_flow_style=True, width=10**9,
+                          allow_unicode=True).strip()[1:-1]
 
 
 def comment(text: str, indent: str, prefix: str = "# ") -> list[str]:

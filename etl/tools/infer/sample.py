@@ -85,10 +85,11 @@ def sample(config: dict[str, Any], n: int, where: str = "infer-schema") -> Sampl
         out.complete &= complete
         out.per_file[unit] = out.rows - before
         if out.rows > before:
-            for name in set(out.columns) - out.seen:
-                out.absent.setdefault(name, []).append(unit)
-            for name in set(out.columns) - old if earlier else ():
-                out.absent.setdefault(name, []).extend(earlier)
+            for name in out.columns:  # in column order: the summary lists them so
+                if name not in out.seen:
+                    out.absent.setdefault(name, []).append(unit)
+                elif name not in old and earlier:
+                    out.absent.setdefault(name, []).extend(earlier)
     return out
 
 
