@@ -526,7 +526,7 @@ def test_duplicate_and_trailing_empty_columns_are_named(tmp_path) -> None:
            "names a run uses; rename it there or in the file); every line ends with ',': a " \
            "trailing empty column, named column_3 in columns: and left out of the schema (or " \
            "remove the trailing delimiters)\n" in out
-    assert "  left out (no feature): 'column_3' (a trailing empty column (every line ends " \
+    assert "  left out: 'column_3' (a trailing empty column (every line ends " \
            "with the delimiter))\n" in out
     assert "column_3" not in schema.split("features:")[1]
     assert "  name_2:\n" in schema
@@ -669,3 +669,23 @@ def test_schema_on_stdout_keeps_the_summary_on_stderr(tmp_path) -> None:
     r = cli("infer-schema", str(DATA + "/sentences.jsonl"), "--no-header")
     assert (r.returncode, r.stderr.strip()) == (
         2, "error: --delimiter, --encoding and --no-header are for CSV files, not jsonl")
+
+
+def test_parquet_dates_timestamps_and_left_out_decimals(tmp_path) -> None:
+    import datetime as dt  # noqa: PLC0415
+    from decimal import Decimal  # noqa: PLC0415
+
+    pq.write_table(pa.table({
+        "day": pa.array([dt.date(2020, 1, i) for i in range(1, 5)], pa.date32()),
+        "at": pa.array([1_600_000_000_000 + i for i in range(4)], pa.timestamp("ms", "UTC")),
+        "price": pa.array([Decimal("1.25")] * 4, pa.decimal128(5, 2)),
+    }), tmp_path / "t.parquet")
+    schema, job, out = _infer(tmp_path, "t.parquet")
+    assert "  day:\n    # review: Arrow date32[day]: dtype date (int64 days since 1970-01-01)\n" \
+           "    dtype: date\n    shape: []\n" in schema
+    assert "  at:\n    # review: Arrow timestamp[ms, tz=UTC], time zone UTC: converted to UTC: " \
+           "dtype timestamp, unit ms (int64 ms since 1970-01-01 UTC)\n    dtype: timestamp\n" \
+           "    unit: ms\n    shape: []\n" in schema
+    assert "# Left out: 'price' (Arrow type decimal128(5, 2)).\n" in schema
+    assert "  dates: day (date), at (timestamp, unit ms)\n" in out
+    assert "  left out: 'price' (Arrow type decimal128(5, 2))\n" in out

@@ -250,7 +250,7 @@ def test_airports_duplicate_header_and_trailing_comma_run(tmp_path: Path) -> Non
     assert source_of(job) == ("  format: csv\n  paths: [dup.csv]\n  columns: [iata, name, city, "
                               "state, country, latitude, longitude, city_2, column_8]\n")
     assert "duplicate column name 'city' (columns 2 and 7): the second is read as 'city_2'" in out
-    assert "  left out (no feature): 'column_8' (a trailing empty column" in out
+    assert "  left out: 'column_8' (a trailing empty column" in out
     rec = run_and_read(tmp_path)
     assert rec["city"].tolist() == rec["city_2"].tolist() and len(rec["city"]) == 200
 
@@ -277,3 +277,47 @@ def test_skimage_photos_of_mixed_sizes(tmp_path: Path) -> None:
     assert "# review: 1 sampled images are not PNG: they would be rejected as bad_image" in \
         feature(schema, "image")
     assert "  images: image (png, shape [null, null, 3])\n" in out
+
+
+def test_cars_as_json_lines_dates_defaults_and_checks(tmp_path: Path) -> None:
+    """cars.json converted as the refusal says: Year is a date (not a 50-label vocabulary, not
+    a timestamp), missing MPG/horsepower get defaults with their counts, and --checks (on a
+    schema with a date feature) does not widen horsepower's range to the default."""
+    import json  # noqa: PLC0415
+
+    rows = json.loads((VEGA / "cars.json").read_text())
+    (tmp_path / "cars.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("infer-schema", "cars.jsonl", "-o", "schema.yaml", "--job", "job.yaml", "--checks",
+            cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    schema = (tmp_path / "schema.yaml").read_text()
+    assert keys(schema, "year") == "    dtype: date\n    shape: []\n    source: Year\n"
+    assert keys(schema, "miles_per_gallon") == (
+        "    dtype: float32\n    shape: []\n    default: .nan  # fills 8 of 406 sampled values\n"
+        "    source: Miles_per_Gallon\n    allow_nan: true\n")
+    assert keys(schema, "horsepower") == (
+        "    dtype: int64\n    shape: []\n    default: -1  # fills 6 of 406 sampled values\n"
+        "    source: Horsepower\n")
+    assert sum(r["Horsepower"] is None for r in rows) == 6
+    assert sum(r["Miles_per_Gallon"] is None for r in rows) == 8
+    assert [n for n in re.findall(r"^  (\w+):\n", schema.split("features:\n")[1], re.M)
+            if "vocabulary:" in keys(schema, n)] == ["origin"]
+    checks = (tmp_path / "job.yaml").read_text().split("checks:\n", 1)[1]
+    assert "      # observed 46..230 in 406 records; no min: the default -1 fills 6\n" \
+           "      horsepower: {max: 249}\n" in checks
+    assert "      miles_per_gallon: {min: 5.0, max: 51.0, nan: 0.07}\n" in checks
+    assert "  defaults (a run fills and counts them): miles_per_gallon NaN fills 8 of 406 " \
+           "sampled values, horsepower -1 fills 6 of 406 sampled values\n" in r.stdout
+
+
+def test_skimage_folder_names_the_files_it_cannot_read(tmp_path: Path) -> None:
+    skimage = pytest.importorskip("skimage")
+    data = Path(skimage.__file__).parent / "data"
+    (tmp_path / "pics" / "a").mkdir(parents=True)
+    for n in ("camera.png", "no_time_for_that_tiny.gif", "multipage.tif"):
+        shutil.copy(data / n, tmp_path / "pics" / "a" / n)
+    schema, job, out = infer(tmp_path, "pics")
+    line = ("2 files the image source does not read (1 .gif, 1 .tif): not in the sample, and a "
+            "run skips them too; convert them to PNG/JPEG to keep them")
+    assert f"  left out: {line}\n" in out
+    assert keys(schema, "image") == "    dtype: uint8\n    shape: [512, 512, 1]\n    encoding: png\n"

@@ -112,7 +112,7 @@ def command(args: Any) -> int:
         print(summary, end="", file=sys.stderr)
         return 0
     checks = checks_yaml(inferred.guesses, inferred.sampled, fmt == "tfrecord",
-                         [f.name for f in inferred.schema.features]) if proposing else ""
+                         inferred.names) if proposing else ""
     doc = ""
     if args.job:
         job_dir = fs.dirname(fs.abspath(args.job))
@@ -318,7 +318,7 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
         for column, values in columns.items():
             try:
                 guesses.append(guess(column, values, sampled, stored=stored,
-                                     null_values=null_values))
+                                     null_values=null_values, json_text=fmt == "jsonl"))
             except Unsupported as e:
                 left_out.append(f"{column!r} ({e})")
             else:
@@ -346,7 +346,7 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
               "Every `# review:` comment marks a guess to check before relying on this "
               "schema (see the README, 'Schema files')."]
     if left_out:
-        header.append("Columns left out: " + "; ".join(left_out) + ".")
+        header.append("Left out: " + "; ".join(left_out) + ".")
     if fmt == "tfrecord":
         header += _written_with(source["paths"])
     text = schema_yaml(name, header, guesses)
@@ -532,6 +532,7 @@ def _image_folder(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled,
 
     reader = make_reader(source, ".", "infer-schema")
     files = reader.inputs()
+    skipped = _not_read(source["paths"], files)
     by_class: dict[str, list[str]] = {}
     for f in files:
         by_class.setdefault(f.rstrip("/").split("/")[-2], []).append(f)
@@ -565,7 +566,24 @@ def _image_folder(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled,
     what = (f"{'all' if whole else 'the headers of'} {len(picked)} images"
             f"{'' if whole else f' of {len(files)}'} in {len(classes)} class folders of "
             f"{', '.join(_short(p) for p in source['paths'])}")
-    return [image, label, filename], Sampled(len(picked), whole, what), []
+    return [image, label, filename], Sampled(len(picked), whole, what), skipped
+
+
+def _not_read(folders: list[str], read: list[str]) -> list[str]:
+    """Files in the image folders that the image source does not read (other formats, files
+    outside a class folder), by extension: said in the summary, not skipped silently."""
+    taken = {f.rstrip("/") for f in read}
+    others: dict[str, int] = {}
+    for folder in folders:
+        for path, _ in fs.list_dir(folder):
+            if path.rstrip("/") not in taken and not fs.basename(path).startswith("."):
+                ext = os.path.splitext(path)[1].lower() or "(no extension)"
+                others[ext] = others.get(ext, 0) + 1
+    if not others:
+        return []
+    listed = ", ".join(f"{k} {ext}" for ext, k in sorted(others.items()))
+    return [f"{sum(others.values())} files the image source does not read ({listed}): not in "
+            "the sample, and a run skips them too; convert them to PNG/JPEG to keep them"]
 
 
 def _relative(path: str, base: str) -> str:

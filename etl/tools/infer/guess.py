@@ -97,12 +97,15 @@ def combine(chunks: list[Any]) -> np.ndarray | pa.Array:
 
 
 def guess(column: str, values: np.ndarray | pa.Array, sampled: Sampled, *,
-          stored: bool = False, null_values: frozenset[str] = frozenset()) -> Guess:
+          stored: bool = False, null_values: frozenset[str] = frozenset(),
+          json_text: bool = False) -> Guess:
     """The feature for one source column. `stored`: the values are the lists a TFRecord of
     tf.train.Example already holds (passed through unchanged by a run), so the feature keeps
     the key as spelled and the list type as stored: text is not parsed into numbers and no
     vocabulary is built (it would declare int64 ids where the records hold strings).
-    `null_values`: text cells that are missing values (the job's source names them)."""
+    `null_values`: text cells that are missing values (the job's source names them).
+    `json_text`: timestamps come from JSON strings Arrow parsed (JSON Lines), not a typed
+    column: all at midnight, they were dates."""
     if stored:
         g = Guess(column, {}, column=column)
         _arrow(g, as_arrow(values) if isinstance(values, np.ndarray) else values, sampled,
@@ -116,7 +119,7 @@ def guess(column: str, values: np.ndarray | pa.Array, sampled: Sampled, *,
         if values.dtype.kind not in "SUO":
             raise Unsupported(f"NumPy dtype {values.dtype}")
         values = as_arrow(values.reshape(len(values), -1)[:, 0] if values.ndim > 1 else values)
-    _arrow(g, values, sampled, null_values=null_values)
+    _arrow(g, values, sampled, null_values=null_values, json_text=json_text)
     return _with_source(g, column)
 
 
@@ -220,7 +223,7 @@ def _int_notes(g: Guess, ints: np.ndarray) -> None:
 
 # ---- Arrow columns -----------------------------------------------------------------------------
 def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
-           null_values: frozenset[str] = frozenset()) -> None:
+           null_values: frozenset[str] = frozenset(), json_text: bool = False) -> None:
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     n = len(arr)
@@ -233,6 +236,8 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
     valid = nested.row_valid
     shape, variable = _list_shape(nested.levels, valid, n)
     kind, numbers, leaf_null, notes, when = _leaf_kind(leaves, stored, null_values)
+    if json_text and when is not None and kind == "timestamp":
+        when = _json_dates(leaves, when)
     if nested.levels and kind in ("text", "bytes"):  # "" in a list is a value, not missing
         leaf_null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
     g.notes.extend(notes)
@@ -447,6 +452,19 @@ def _shape_note(g: Guess, levels: list[np.ndarray], shape: list[int], variable: 
     else:
         g.notes.append(f"shape {shape} fixed: all {rows} sampled rows had {shape[0]} values; "
                        "a row with another count would be rejected as wrong_shape")
+
+
+def _json_dates(leaves: pa.Array, when: DateGuess) -> DateGuess:
+    """JSON strings Arrow read as timestamps: dates when every one is at midnight."""
+    seconds = np.asarray(leaves.cast(pa.timestamp("s")).cast(pa.int64()).drop_null()
+                         .to_numpy(zero_copy_only=False), np.int64)
+    if len(seconds) and not (seconds % 86400).any():
+        return DateGuess("date", note=f"JSON strings that are dates ({len(seconds)} sampled "
+                         "values, all at midnight): dtype date (int64 days since 1970-01-01); "
+                         "if the text carries a time of day, use dtype: timestamp")
+    return DateGuess("timestamp", unit=when.unit, note=f"JSON strings that are ISO 8601 "
+                     f"date-times: dtype timestamp, unit {when.unit} (int64 {when.unit} since "
+                     "1970-01-01 UTC; text without an offset is read as UTC)")
 
 
 def _leaf_kind(leaves: pa.Array, stored: bool = False,

@@ -100,7 +100,7 @@ def summary_lines(inf: Inferred, fmt: str, output: str | None) -> list[str]:
         lines.append(f"  not in every file (optional: a default, or required): "
                      f"{_listed(absent)}")
     if inf.left_out:
-        lines.append(f"  left out (no feature): {'; '.join(inf.left_out)}")
+        lines.append(f"  left out: {'; '.join(inf.left_out)}")
     if output:
         lines.append(f"  output: {output} (the job's; named after its inputs and format)")
     return lines
