@@ -689,3 +689,16 @@ def test_parquet_dates_timestamps_and_left_out_decimals(tmp_path) -> None:
     assert "# Left out: 'price' (Arrow type decimal128(5, 2)).\n" in schema
     assert "  dates: day (date), at (timestamp, unit ms)\n" in out
     assert "  left out: 'price' (Arrow type decimal128(5, 2))\n" in out
+
+
+def test_sniff_does_not_split_text_on_spaces_or_take_names_for_data(tmp_path) -> None:
+    from etl.tools.infer.dialect import sniff  # noqa: PLC0415
+
+    (tmp_path / "names.csv").write_text("full name\nJohn Smith\nJane Doe\n")
+    d = sniff(str(tmp_path / "names.csv"))
+    assert (d.delimiter, d.header, d.names) == (",", True, ["full name"])
+    (tmp_path / "mixed.csv").write_text("id,2020\n1,5\n2,6\n")  # one name is text: a header
+    assert sniff(str(tmp_path / "mixed.csv")).header is True
+    (tmp_path / "spaces.csv").write_text("a b\n1 2\n3 4\n")
+    d = sniff(str(tmp_path / "spaces.csv"))
+    assert (d.delimiter, d.header, d.names) == (" ", True, ["a", "b"])

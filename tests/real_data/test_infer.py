@@ -191,8 +191,9 @@ def test_diabetes_target_is_headerless_and_keeps_its_first_row(tmp_path: Path) -
     assert source_of(job) == ("  format: csv\n  paths: [diabetes_target.csv.gz]\n"
                               "  header: false\n  columns: [column_0]\n")
     assert keys(schema, "column_0") == "    dtype: float32\n    shape: []\n"
-    assert "  csv: delimiter ',', no header row (columns column_0..), encoding utf-8; no " \
-           "header row: the first row holds data like the others" in out
+    assert "  csv: delimiter ',', no header row (columns column_0..), encoding utf-8; the first " \
+           "row ('1.510000000000000000e+02') holds numbers like the rows below, not column " \
+           "names\n" in out
     rec = run_and_read(tmp_path)
     with gzip.open(tmp_path / "diabetes_target.csv.gz", "rt") as fh:
         want = np.loadtxt(fh).astype(np.float32)

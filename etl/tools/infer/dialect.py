@@ -4,10 +4,10 @@ column (a `;` file), a number as a column name (a headerless file) or refusing n
 
 - encoding: a UTF-8 byte order mark -> `utf-8-sig`; text that is not UTF-8 -> `cp1252` when
   every byte is a cp1252 character, else `latin-1` (which maps every byte);
-- delimiter: of `,` `;` tab `|` (and a space, last), the one that splits the sampled lines
-  into the same number (> 1) of fields most often;
-- header: the first row is data, not names, when one of its cells is a number and each of
-  its cells has the type (number or text) of its column's other cells; a first line with
+- delimiter: of `,` `;` tab `|` (and a space, when it separates only numbers), the one that
+  splits the sampled lines into the same number (> 1) of fields most often;
+- header: the first row is data, not names, when all its cells are numbers and so are its
+  columns' cells below; a first line with
   fewer fields than every data line (scikit-learn's `150,4,setosa,...`) is skipped
   (`skip_rows: 1`) with no header;
 - names: the header's, or `column_0, column_1, ...`; duplicate names become `name_2`, ... and an
@@ -102,10 +102,10 @@ def sniff(path: str, delimiter: str | None = None, encoding: str | None = None,
     else:
         d.header = _has_header(rows)
         if not d.header:
-            d.notes.append("no header row: the first row holds data like the others "
-                           f"({', '.join(repr(c) for c in rows[0][:3])}...); columns named "
-                           "column_0.. (--no-header forces this, a header row is assumed "
-                           "otherwise)")
+            shown = ", ".join(repr(c) for c in rows[0][:3]) + (", ..." if len(rows[0]) > 3
+                                                               else "")
+            d.notes.append(f"the first row ({shown}) holds numbers like the rows below, not "
+                           "column names")
     if not rows:
         d.names = []
         return d
@@ -147,10 +147,12 @@ def _delimiter(lines: list[str], path: str) -> str:
     best, score = ",", (0, 0)
     sample = lines[:100]
     for cand in DELIMITERS:
-        counts = [len(r) for r in csv.reader(sample, delimiter=cand,
-                                             skipinitialspace=False)]
+        rows = list(csv.reader(sample, delimiter=cand))
+        counts = [len(r) for r in rows]
         if not counts:
             continue
+        if cand == " " and not all(_is_number(c) for r in rows[1:] for c in r):
+            continue  # a space separates numbers only: text with spaces is one column
         common = max(set(counts), key=counts.count)
         if common < 2:
             continue
@@ -171,12 +173,12 @@ def _is_number(cell: str) -> bool:
 
 
 def _has_header(rows: list[list[str]]) -> bool:
-    """False when the first row looks like data: a number among its cells, and each cell of
-    the type (number or text) its column has in the rows below."""
+    """False when the first row looks like data: all its cells are numbers (column names
+    would be text), as are its columns' cells in the rows below."""
     if len(rows) < 2:
         return True
     first, rest = rows[0], rows[1:]
-    if not any(_is_number(c) for c in first):
+    if not all(_is_number(c) for c in first):
         return True
     for i, cell in enumerate(first):
         below = [r[i] for r in rest if i < len(r) and r[i].strip()]
