@@ -322,3 +322,14 @@ def test_skimage_folder_names_the_files_it_cannot_read(tmp_path: Path) -> None:
             "run skips them too; convert them to PNG/JPEG to keep them")
     assert f"  left out: {line}\n" in out
     assert keys(schema, "image") == "    dtype: uint8\n    shape: [512, 512, 1]\n    encoding: png\n"
+
+
+def test_sklearn_iris_first_line_is_a_header_with_numbers_noted(tmp_path: Path) -> None:
+    """scikit-learn's iris.csv starts `150,4,setosa,versicolor,virginica` (its sizes and class
+    names): as wide as the data, so a header row, with its numeric names pointed out."""
+    schema, job, out = infer(tmp_path, str(SKLEARN / "iris.csv"))
+    assert "  csv: delimiter ',', header row, encoding utf-8; header names that are numbers " \
+           "('150', '4'): check that the first line names the columns (--no-header reads it " \
+           "as data)\n" in out
+    assert re.findall(r"^  '?(\w+)'?:$", schema.split("features:\n")[1], re.M) == [
+        "150", "4", "setosa", "versicolor", "virginica"]

@@ -113,6 +113,11 @@ def sniff(path: str, delimiter: str | None = None, encoding: str | None = None,
         d.names = [f"column_{i}" for i in range(len(rows[0]))]
     else:
         d.names = _names(rows, d)
+        numeric = [c for c in rows[0] if _is_number(c)]
+        if numeric:
+            d.notes.append(f"header names that are numbers ({', '.join(map(repr, numeric[:3]))}"
+                           "): check that the first line names the columns (--no-header reads "
+                           "it as data)")
     return d
 
 
