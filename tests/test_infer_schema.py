@@ -702,3 +702,41 @@ def test_sniff_does_not_split_text_on_spaces_or_take_names_for_data(tmp_path) ->
     (tmp_path / "spaces.csv").write_text("a b\n1 2\n3 4\n")
     d = sniff(str(tmp_path / "spaces.csv"))
     assert (d.delimiter, d.header, d.names) == (" ", True, ["a", "b"])
+
+
+def test_values_dates_markers_thousands() -> None:
+    from etl.tools.infer.values import date_guess, marker_counts, thousands  # noqa: PLC0415
+
+    def s(*cells: str) -> pa.Array:
+        return pa.array(cells, pa.large_string())
+
+    assert date_guess(s("2020-02-30")) is None  # not a date (Arrow alone rolls it over)
+    assert date_guess(s("2020-02-30T10:00:00")) is None
+    assert date_guess(s("31/02/2020", "1/2/2021")) is None
+    got = date_guess(s("01/02/2020", "03/04/2020"))
+    assert (got.dtype, got.format) == ("date", "%m/%d/%Y")
+    assert got.note.endswith("; '%d/%m/%Y' reads them too: check which is meant")
+    got = date_guess(s("13.01.2020", "1.2.2021"))
+    assert (got.dtype, got.format) == ("date", "%d.%m.%Y")
+    units = [date_guess(s(f"2020-01-01T00:00:00{f}")).unit for f in ("", ".5", ".1234", ".1234567")]
+    assert units == ["s", "ms", "us", "ns"]
+    assert date_guess(s("2020-01-01", "soon")) is None
+    assert marker_counts(s("1", "NA", "2.5", "NA", "?")) == {"NA": 2, "?": 1}
+    assert marker_counts(s("2020-01-01", "null")) == {"null": 1}
+    assert marker_counts(s("a", "NA")) == {}  # text: NA may be a value
+    assert marker_counts(s("NA", "NA")) == {}  # nothing else to be numbers
+    assert marker_counts(s("1", "NaN")) == {}  # NaN is a float value, not a marker
+    assert thousands(s("1,200", "300")).startswith("numbers with thousands separators ('1,200', "
+                                                   "1 sampled values)")
+    assert thousands(s("1,200", "abc")) is None
+
+
+def test_dialect_option_refusals(tmp_path) -> None:
+    (tmp_path / "a.csv").write_text("a,b\n1,2\n")
+    r = cli("infer-schema", str(tmp_path / "a.csv"), "--encoding", "klingon")
+    assert (r.returncode, r.stderr.strip()) == (
+        2, "error: --encoding 'klingon' is not a Python codec (utf-8, utf-8-sig, latin-1, "
+           "cp1252, ...)")
+    r = cli("infer-schema", str(tmp_path / "a.csv"), "--delimiter", ";;")
+    assert (r.returncode, r.stderr.strip()) == (
+        2, "error: --delimiter must be one character, got ';;'")

@@ -61,7 +61,8 @@ def date_guess(cells: pa.Array) -> DateGuess | None:
             return DateGuess("date", note=f"ISO 8601 dates in all {len(cells)} sampled values: "
                              "dtype date (stored as int64 days since 1970-01-01)")
         return None
-    if _all(pc.match_substring_regex(cells, _ISO_TIME)):
+    if _all(pc.match_substring_regex(cells, _ISO_TIME)) and \
+            _parses(pc.utf8_slice_codeunits(cells, 0, 10), "%Y-%m-%d"):
         digits = pc.extract_regex(cells, r"\.(?P<f>\d+)")
         longest = 0
         if digits.null_count < len(digits):
@@ -88,11 +89,22 @@ def date_guess(cells: pa.Array) -> DateGuess | None:
 
 
 def _parses(cells: pa.Array, fmt: str) -> bool:
+    """Every cell reads as a date in `fmt`, exactly: Arrow's strptime rolls 2020-02-30 over
+    to March 1st, so each parsed date is written back and compared (leading zeros and case
+    aside)."""
     try:
         parsed = pc.strptime(cells, format=fmt, unit="s", error_is_null=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return False
-    return parsed.null_count == 0
+    if parsed.null_count:
+        return False
+    back = pc.strftime(parsed, format=fmt)
+
+    def norm(a: pa.Array) -> pa.Array:
+        return pc.utf8_lower(pc.replace_substring_regex(a.cast(pa.large_string()),
+                                                        r"(^|\D)0+(\d)", r"\1\2"))
+
+    return bool(pc.all(pc.equal(norm(cells), norm(back))).as_py())
 
 
 def marker_counts(cells: pa.Array, markers: tuple[str, ...] = NULL_MARKERS) -> dict[str, int]:
