@@ -740,3 +740,21 @@ def test_dialect_option_refusals(tmp_path) -> None:
     r = cli("infer-schema", str(tmp_path / "a.csv"), "--delimiter", ";;")
     assert (r.returncode, r.stderr.strip()) == (
         2, "error: --delimiter must be one character, got ';;'")
+
+
+def test_json_lines_date_strings(tmp_path) -> None:
+    """Arrow reads JSON date strings as timestamps: dates when all are at midnight; text it
+    keeps as strings (fractions) is read as ISO 8601 by infer-schema itself."""
+    (tmp_path / "d.jsonl").write_text('{"a": "1970-01-01", "b": "2020-01-02T00:00:00", '
+                                      '"c": "2020-01-01T10:00:00.123"}\n'
+                                      '{"a": "1971-05-01", "b": "2020-01-02T10:00:00", '
+                                      '"c": "2020-01-02T10:00:00"}\n')
+    r = cli("infer-schema", str(tmp_path / "d.jsonl"))
+    assert r.returncode == 0, r.stderr
+    text = joined(r.stdout)
+    assert "  a:\n    # review: JSON strings that are dates (2 sampled values, all at midnight): " \
+           "dtype date (int64 days since 1970-01-01); if the text carries a time of day, use " \
+           "dtype: timestamp\n    dtype: date\n    shape: []\n" in text
+    assert "    dtype: timestamp\n    unit: s\n    shape: []\n" in text
+    assert "    dtype: timestamp\n    unit: ms\n    shape: []\n" in text
+    assert "  dates: a (date), b (timestamp, unit s), c (timestamp, unit ms)\n" in r.stderr

@@ -37,6 +37,7 @@ from etl.sources import make_reader
 from etl.storage import fs
 from etl.tools.infer.checks import checks_yaml
 from etl.tools.infer.dialect import Dialect, sniff, transcode
+from etl.tools.infer.dialect import head as dialect_head
 from etl.tools.infer.examples import sample_examples
 from etl.tools.infer.guess import (
     Guess,
@@ -389,14 +390,7 @@ def _load(text: str, guesses: list[Guess]) -> Schema | None:
 def refuse_json_array(path: str) -> None:
     """A JSON array file (`[{...}, ...]`, pretty-printed or on one line) is not JSON Lines:
     one line saying so and how to convert it, instead of an invalid_json per line."""
-    with fs.open_read(path) as fh:
-        head = fh.read(1 << 16)
-    if path.lower().endswith(".gz"):
-        import gzip  # noqa: PLC0415
-
-        with fs.open_read(path) as raw, gzip.GzipFile(fileobj=raw) as gz:
-            head = gz.read(1 << 16)
-    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    text = dialect_head(path).lstrip(b"\xef\xbb\xbf").lstrip()
     if not text.startswith(b"["):
         return
     first = text.split(b"\n", 1)[0]

@@ -236,7 +236,7 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
     valid = nested.row_valid
     shape, variable = _list_shape(nested.levels, valid, n)
     kind, numbers, leaf_null, notes, when = _leaf_kind(leaves, stored, null_values)
-    if json_text and when is not None and kind == "timestamp":
+    if json_text and when is not None and pa.types.is_timestamp(leaves.type):
         when = _json_dates(leaves, when)
     if nested.levels and kind in ("text", "bytes"):  # "" in a list is a value, not missing
         leaf_null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
@@ -456,10 +456,11 @@ def _shape_note(g: Guess, levels: list[np.ndarray], shape: list[int], variable: 
 
 def _json_dates(leaves: pa.Array, when: DateGuess) -> DateGuess:
     """JSON strings Arrow read as timestamps: dates when every one is at midnight."""
-    seconds = np.asarray(leaves.cast(pa.timestamp("s")).cast(pa.int64()).drop_null()
-                         .to_numpy(zero_copy_only=False), np.int64)
-    if len(seconds) and not (seconds % 86400).any():
-        return DateGuess("date", note=f"JSON strings that are dates ({len(seconds)} sampled "
+    day = 86400 * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[leaves.type.unit]
+    ticks = np.asarray(leaves.cast(pa.int64()).drop_null().to_numpy(zero_copy_only=False),
+                       np.int64)
+    if len(ticks) and not (ticks % day).any():
+        return DateGuess("date", note=f"JSON strings that are dates ({len(ticks)} sampled "
                          "values, all at midnight): dtype date (int64 days since 1970-01-01); "
                          "if the text carries a time of day, use dtype: timestamp")
     return DateGuess("timestamp", unit=when.unit, note=f"JSON strings that are ISO 8601 "
