@@ -18,14 +18,11 @@ with nothing to say left out:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from etl.tools.infer.dialect import delimiter_name
 from etl.tools.infer.guess import VOCAB_MAX
 from etl.tools.infer.render import scalar
-
-if TYPE_CHECKING:
-    from etl.tools.infer.command import Inferred
 
 _SHOWN = 8
 
@@ -41,8 +38,9 @@ def _default_text(value: Any) -> str:
     return repr(value)
 
 
-def summary_lines(inf: Inferred, fmt: str, output: str | None) -> list[str]:
-    """The summary's lines (the first unindented, the others indented by two spaces)."""
+def summary_lines(inf: Any, fmt: str, output: str | None) -> list[str]:
+    """The summary's lines (the first unindented, the others indented by two spaces).
+    `inf`: an etl.tools.infer.command.Inferred (not imported: command imports this module)."""
     gs = inf.guesses
     lines = [f"infer-schema: {len(gs)} features from {inf.sampled.what} ({fmt})"]
     d = inf.dialect
