@@ -13,6 +13,7 @@
     python run_pipeline.py inspect PATH... [--limit N] [--schema SCHEMA.yaml] [--images DIR]
     python run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output SCHEMA.yaml]
                                        [--job JOB.yaml] [--name NAME] [--checks]
+                                       [--delimiter D] [--encoding E] [--no-header]
     python run_pipeline.py report OUT [--against OUT2] [--out DIR]
     python run_pipeline.py quarantine list|release|drop OUT [--run RUN_ID] [--all]
 
@@ -189,6 +190,15 @@ def _add_tools(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="also propose a checks: block (quality gates) from the sample: in "
                             "the --job file, or printed after the schema is written (needs "
                             "--output)")
+    infer.add_argument("--delimiter", default=None, metavar="D",
+                       help="CSV: the field delimiter (one character; 'tab' or \\t for a tab); "
+                            "default: sniffed from , ; tab | and space")
+    infer.add_argument("--encoding", default=None, metavar="E",
+                       help="CSV: the text encoding (utf-8, utf-8-sig, latin-1, cp1252, any "
+                            "Python codec); default: sniffed (a BOM, UTF-8, else cp1252/latin-1)")
+    infer.add_argument("--no-header", dest="no_header", action="store_true",
+                       help="CSV: the first row is data (columns named column_0, column_1, ...); "
+                            "default: sniffed")
     report = sub.add_parser("report", parents=[common],
                             help="statistics, plots and sample images of an output: report.json "
                                  "and a self-contained report.html beside the data")

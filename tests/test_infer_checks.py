@@ -51,9 +51,15 @@ source:
   paths: [iris.csv]
 # review: the split fractions (records are assigned by a hash of their position)
 split: {train: 0.8, test: 0.2}
-output: out/iris
+output: out/iris_csv_f96236
 shuffle: {seed: 0}
 """
+IRIS_SUMMARY = """\
+infer-schema: 5 features from all 150 records of iris.csv (csv)
+  csv: delimiter ',', header row, encoding utf-8
+  vocabularies (text with at most 50 distinct values, each seen twice on average): species (3)
+"""
+IRIS_OUTPUT = "  output: out/iris_csv_f96236 (the job's; named after its inputs and format)\n"
 
 
 def _bounds(values: list[str]) -> tuple[Decimal, Decimal]:
@@ -83,7 +89,8 @@ def test_iris_job_with_checks_runs_and_data_beyond_a_range_blocks(tmp_path: Path
     shutil.copy(IRIS, tmp_path / "iris.csv")
     r = cli("infer-schema", "iris.csv", "-o", "schema.yaml", "--job", "job.yaml", "--checks",
             cwd=str(tmp_path))
-    assert (r.returncode, r.stdout, r.stderr) == (0, "wrote schema.yaml\nwrote job.yaml\n", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "wrote schema.yaml\nwrote job.yaml\n"
+                                                  + IRIS_SUMMARY + IRIS_OUTPUT, "")
     job = str(tmp_path / "job.yaml")
     assert Path(job).read_text() == JOB_HEAD + IRIS_CHECKS
 
@@ -109,7 +116,7 @@ def test_iris_job_with_checks_runs_and_data_beyond_a_range_blocks(tmp_path: Path
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stderr.strip().splitlines() == [
         "WARNING drift and records.max_change checks passed: no previous span to compare with"]
-    out = str(tmp_path / "out" / "iris")
+    out = str(tmp_path / "out" / "iris_csv_f96236")
     stats = published_stats(out)
     results = evaluate(loaded.checks, stats, load_manifest(out), None)
     assert [(x.check, x.split) for x in results if not x.passed] == []
@@ -138,7 +145,7 @@ def test_checks_without_job_are_printed_after_the_schema(tmp_path: Path) -> None
     shutil.copy(IRIS, tmp_path / "iris.csv")
     schema = str(tmp_path / "schema.yaml")
     r = cli("infer-schema", str(tmp_path / "iris.csv"), "-o", schema, "--checks")
-    assert (r.returncode, r.stdout) == (0, f"wrote {schema}\n" + IRIS_CHECKS)
+    assert (r.returncode, r.stdout) == (0, f"wrote {schema}\n" + IRIS_CHECKS + IRIS_SUMMARY)
     assert "checks:" not in Path(schema).read_text()
     r = cli("infer-schema", str(tmp_path / "iris.csv"), "--checks")
     assert (r.returncode, r.stderr) == (2, "error: --checks needs --output (and --job to put the "
@@ -154,8 +161,8 @@ checks:
     records: {min: 1}  # per split: an empty split blocks
     rejected: {max_fraction: 0.01}  # of those read (beyond max_bad_fraction: exit 3 first)
     features:
-      # observed 10..29 in 20 records; 1 missing, stored as the default 0
-      n: {min: 0, max: 32}
+      # observed 10..29 in 20 records; no min: the default -1 fills 1
+      n: {max: 31}
       x: {min: 0.0, max: 5.3, nan: 0.38}               # observed 0.0..4.75 in 20 records, 1 NaN/Inf
       c: {distinct: {min: 2}}                          # observed 2 distinct values in 20 records
       neg: {min: -44, max: 0}                          # observed -40..-2 in 20 records
@@ -166,7 +173,8 @@ checks:
 
 
 def test_defaults_nan_negative_and_large_values(tmp_path: Path) -> None:
-    """A default (the writer stores it: inside the range, no missing check), NaN (its
+    """A default (-1 for a missing int, below the sampled range: the range is not widened to
+    take it in, so the proposal has no min for that feature), NaN (its
     fraction with a margin), values all below 0 (the max stays 0), a large float range; the
     job runs with every check passing."""
     rows = ["n,x,c,neg,big"]
@@ -182,7 +190,7 @@ def test_defaults_nan_negative_and_large_values(tmp_path: Path) -> None:
     assert text.split("shuffle: {seed: 0}\n", 1)[1] == MIXED_CHECKS
     r = cli("run", job, "--force")
     assert r.returncode == 0, r.stderr + r.stdout
-    out = str(tmp_path / "out" / "mixed")
+    out = str(tmp_path / "out" / "mixed_csv_2798b2")
     loaded = load_job(job)
     assert loaded.checks is not None
     results = evaluate(loaded.checks, published_stats(out), load_manifest(out), None)

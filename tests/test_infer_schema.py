@@ -27,7 +27,7 @@ def infer_and_run(tmp_path, *sources: str, extra: tuple[str, ...] = ()) -> tuple
     schema, job, out = (str(tmp_path / n) for n in ("schema.yaml", "job.yaml", "out"))
     r = cli("infer-schema", *sources, "--output", schema, "--job", job, *extra)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == f"wrote {schema}\nwrote {job}\n"
+    assert r.stdout.startswith(f"wrote {schema}\nwrote {job}\ninfer-schema: "), r.stdout
     r = cli("run", job, "--output", out)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "rejected 0" in r.stdout
@@ -128,7 +128,11 @@ def test_parquet_missing_values_lists_and_vocabulary(tmp_path) -> None:
            "count would be rejected as wrong_shape" in text
     assert "# review: 4 of 40 sampled rows have no value: required: false reads them as an " \
            "empty list" in text
-    assert "# review: 1 of 40 sampled rows have no value: default 0 is its value for them" in text
+    # a missing int is not stored as 0 (a value the column holds) but as -1, below every
+    # sampled value, with a comment counting what it fills
+    assert "# review: 1 of 40 sampled rows have no value: default -1 lies below every sampled " \
+           "value (a marker for 'missing', not a measurement)" in text
+    assert "    default: -1  # fills 1 of 40 sampled values\n" in text
     assert "# review: float32 chosen for float64 data" in text
     assert "# review: text with 40 distinct values in 40 sampled values: kept as strings" in text
     src = table.to_pylist()
@@ -142,7 +146,7 @@ def test_parquet_missing_values_lists_and_vocabulary(tmp_path) -> None:
         assert rec["vec"][k].tolist() == row["vec"]
         assert rec["seq"][k] == (row["seq"] or [])
         assert rec["note"][k] == row["note"].encode()
-        assert int(rec["count"][k]) == (0 if row["count"] is None else row["count"])
+        assert int(rec["count"][k]) == (-1 if row["count"] is None else row["count"])
 
 
 def test_npy_pairs_and_npz(tmp_path) -> None:
@@ -355,10 +359,10 @@ def test_tfrecord_gzip_examples_with_missing_features(tmp_path) -> None:
     assert "  blob:\n    # review: all 40 sampled values are 12 bytes and not PNG/JPEG: a raw " \
            "tensor?" in text
     assert "  note:\n    # review: text with 30 distinct values in 30 sampled values: kept as " \
-           "strings\n    # review: 10 of 40 sampled rows have no value: default '' is its value " \
-           "for them" in text
-    assert "  weight:\n    # review: 10 of 40 sampled rows have no value: default 0 is its " \
-           "value for them" in text
+           "strings\n    # review: 10 of 40 sampled records lack this feature: default '' is " \
+           "what a reader's parse spec gives them (the records pass through unchanged)" in text
+    assert "  weight:\n    # review: 10 of 40 sampled records lack this feature: default 0 is " \
+           "what a reader's parse spec gives them" in text
     assert "    default: ''\n" in text and "    default: 0\n" in text
     assert _shard_records(str(tmp_path / "out")) == sorted(records)
     by_id = {int(i): k for k, i in enumerate(rec["id"])}
@@ -469,3 +473,288 @@ def test_tfrecord_on_gcs(tmp_path, gcs_emulator, gcs_bucket) -> None:
     assert len(specs) == 9 and ("note", "    dtype: string\n    shape: []\n    default: ''\n") \
         in specs
     assert specs == re.findall(_SPEC, whole.stdout)
+
+
+# ---- issue 27: dialect, null markers, dates, names, outputs, one summary ---------------------
+def _infer(tmp_path, *args: str) -> tuple[str, str, str]:
+    """infer-schema ARGS -o schema --job job in tmp_path: (schema, job, stdout) texts."""
+    from pathlib import Path  # noqa: PLC0415
+
+    r = cli("infer-schema", *args, "-o", "schema.yaml", "--job", "job.yaml", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    return (joined(Path(tmp_path, "schema.yaml").read_text()),
+            Path(tmp_path, "job.yaml").read_text(), r.stdout)
+
+
+def _source(job: str) -> str:
+    return job.split("source:\n", 1)[1].split("# review: the split", 1)[0]
+
+
+def test_sniff_delimiters_header_encoding(tmp_path) -> None:
+    from etl.tools.infer.dialect import sniff  # noqa: PLC0415
+
+    cases = {
+        "semi.csv": (b"a;b;c\n1;2,5;x\n3;4,5;y\n", ";", True, "utf-8"),
+        "tab.csv": (b"a\tb\n1\t2\n", "\t", True, "utf-8"),
+        "pipe.csv": (b"a|b\n1|2\n3|4\n", "|", True, "utf-8"),
+        "bom.csv": (b"\xef\xbb\xbfname,n\nx,1\n", ",", True, "utf-8-sig"),
+        "latin.csv": ("name,n\nJosé,1\nZoë,2\n".encode("latin-1"), ",", True, "cp1252"),
+        "nums.csv": (b"1.5,2\n3.5,4\n5.5,6\n", ",", False, "utf-8"),
+    }
+    for name, (data, delimiter, header, encoding) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        d = sniff(str(tmp_path / name))
+        assert (d.delimiter, d.header, d.encoding) == (delimiter, header, encoding), name
+    d = sniff(str(tmp_path / "nums.csv"))
+    assert d.names == ["column_0", "column_1"]
+    assert d.source_keys() == {"header": False, "columns": ["column_0", "column_1"]}
+    assert sniff(str(tmp_path / "latin.csv")).notes == [
+        "not UTF-8 (byte 0xe9 on line 2 of latin.csv): read as cp1252 (--encoding names another)"]
+    # the command line overrides each
+    d = sniff(str(tmp_path / "semi.csv"), delimiter=",", encoding="latin-1", header=False)
+    assert (d.delimiter, d.encoding, d.header, d.names) == (",", "latin-1", False,
+                                                            ["column_0", "column_1"])
+
+
+def test_duplicate_and_trailing_empty_columns_are_named(tmp_path) -> None:
+    (tmp_path / "d.csv").write_text("id,name,name,\n1,a,b,\n2,c,d,\n3,a,b,\n4,c,d,\n")
+    schema, job, out = _infer(tmp_path, "d.csv")
+    assert _source(job) == ("  format: csv\n  paths: [d.csv]\n"
+                            "  columns: [id, name, name_2, column_3]\n")
+    assert "  csv: delimiter ',', header row, encoding utf-8; duplicate column name 'name' " \
+           "(columns 1 and 2): the second is read as 'name_2' (columns: in the job lists the " \
+           "names a run uses; rename it there or in the file); every line ends with ',': a " \
+           "trailing empty column, named column_3 in columns: and left out of the schema (or " \
+           "remove the trailing delimiters)\n" in out
+    assert "  left out: 'column_3' (a trailing empty column (every line ends " \
+           "with the delimiter))\n" in out
+    assert "column_3" not in schema.split("features:")[1]
+    assert "  name_2:\n" in schema
+    r = cli("run", "job.yaml", cwd=str(tmp_path))
+    assert r.returncode == 0 and "written 4, rejected 0" in r.stdout, r.stderr + r.stdout
+
+
+def test_null_markers_dates_and_thousands(tmp_path) -> None:
+    (tmp_path / "m.csv").write_text(
+        "when,at,x,n,label,big\n"
+        "2020-01-01,2020-01-01T10:00:00Z,1.5,3,a,\"1,200\"\n"
+        "2020-01-02,2020-01-01T10:00:00.250Z,NA,NA,NA,\"2,500\"\n"
+        "NA,2020-01-01 11:00:00+02:00,2.5,N/A,b,300\n"
+        "2020-01-04,2020-01-02T10:00:00,,4,a,400\n")
+    schema, job, out = _infer(tmp_path, "m.csv")
+    assert _source(job) == (
+        "  format: csv\n  paths: [m.csv]\n"
+        "  # review: 'N/A' fills 1 cells (n: 1); 'NA' fills 4 cells (when: 1, x: 1, n: 1, label: "
+        "1); '' (an\n  #         empty cell) is the CSV default\n"
+        "  null_values: ['', N/A, NA]\n")
+    assert "  when:\n    # review: 1 sampled values are null markers of the source's " \
+           "null_values: missing values\n    # review: ISO 8601 dates in all 3 sampled values: " \
+           "dtype date (stored as int64 days since 1970-01-01)\n    # review: 1 of 4 sampled " \
+           "rows have no value: required, so a run rejects such records as missing_required " \
+           "(and counts them)\n    dtype: date\n    shape: []\n" in schema
+    assert "  at:\n    # review: ISO 8601 date-times in all 4 sampled values (3 carry a UTC " \
+           "offset, the others are read as UTC): dtype timestamp, unit ms (the finest fraction " \
+           "seen: 3 digits; stored as int64 ms since 1970-01-01 UTC)\n    dtype: timestamp\n" \
+           "    unit: ms\n    shape: []\n" in schema
+    assert "    dtype: float32\n    shape: []\n    default: .nan  # fills 2 of 4 sampled " \
+           "values\n    allow_nan: true\n" in schema
+    assert "    dtype: int64\n    shape: []\n    default: -1  # fills 2 of 4 sampled values\n" \
+        in schema
+    assert "    vocabulary:\n      - a  # 2 seen\n      - b  # 1 seen\n" not in schema  # 2 labels
+    assert "NA" not in schema.split("features:")[1].replace("NaN", "")
+    assert "  big:\n    # review: numbers with thousands separators ('1,200', 2 sampled values): " \
+           "kept as text" in schema
+    assert out.split("\n", 2)[2] == (
+        "infer-schema: 6 features from all 4 records of m.csv (csv)\n"
+        "  csv: delimiter ',', header row, encoding utf-8\n"
+        "  null markers: 'N/A' in 1 cells (n: 1); 'NA' in 4 cells (when: 1, x: 1, n: 1, ...) -> "
+        "null_values: ['', 'N/A', 'NA'] on the job's source (missing values)\n"
+        "  dates: when (date), at (timestamp, unit ms)\n"
+        "  defaults (a run fills and counts them): x NaN fills 2 of 4 sampled values, n -1 fills "
+        "2 of 4 sampled values, label '' fills 1 of 4 sampled values\n"
+        "  required, but values missing in the sample (a run rejects and counts those records): "
+        "when (1 of 4)\n"
+        "  kept as strings: label (2 distinct), big (4 distinct)\n"
+        "  text that looks like numbers (kept as text): big: numbers with thousands separators "
+        "('1,200', 2 sampled values)\n"
+        "  output: out/m_csv_6c37dc (the job's; named after its inputs and format)\n")
+
+
+def test_colliding_names_get_distinct_features_with_source(tmp_path) -> None:
+    (tmp_path / "c.csv").write_text("Species,species,SPECIES\n1,2,3\n4,5,6\n")
+    schema, job, out = _infer(tmp_path, "c.csv")
+    body = schema.split("features:\n", 1)[1]
+    assert re.findall(r"^  (\w+):\n", body, re.M) == ["species", "species_2", "species_3"]
+    assert re.findall(r"    source: (\w+)\n", body) == ["Species", "species", "SPECIES"]
+    assert "  names: 'species' and 'Species' both read as feature species: 'species' is " \
+           "feature species_2 (source: species); 'SPECIES' and 'Species' both read as feature " \
+           "species: 'SPECIES' is feature species_3 (source: SPECIES)\n" in out
+    r = cli("run", "job.yaml", cwd=str(tmp_path))
+    assert r.returncode == 0 and "written 2, rejected 0" in r.stdout, r.stderr + r.stdout
+
+
+def test_files_with_different_columns_give_optional_features(tmp_path) -> None:
+    from etl.read.dataset import load_records  # noqa: PLC0415
+
+    (tmp_path / "part-a.csv").write_text("id,x,kind\n1,0.5,u\n2,1.5,v\n3,2.5,u\n")
+    (tmp_path / "part-b.csv").write_text("id,y\n4,7\n5,8\n")
+    schema, job, out = _infer(tmp_path, "part-a.csv", "part-b.csv")
+    assert "    dtype: float32\n    shape: []\n    default: .nan  # fills 2 of 5 sampled values\n" \
+           "    allow_nan: true\n" in schema
+    assert "  y:\n    # review: not in 1 of 2 sampled files (part-a.csv): their records have " \
+           "no value here (see the default or required line)\n" in schema
+    assert "    dtype: int64\n    shape: []\n    default: -1  # fills 3 of 5 sampled values\n" \
+        in schema
+    assert "  not in every file (optional: a default, or required): x (not in 1 files), kind " \
+           "(not in 1 files), y (not in 1 files)\n" in out
+    r = cli("run", "job.yaml", "--output", "o", cwd=str(tmp_path))
+    assert r.returncode == 0 and "written 5, rejected 0" in r.stdout, r.stderr + r.stdout
+    parts = [load_records(str(tmp_path / "o"), s) for s in ("train", "test")]
+    got = sorted(zip(*(list(p["id"]) + list(q["id"]) for p, q in [parts]),
+                     *(list(p["y"]) + list(q["y"]) for p, q in [parts]), strict=True))
+    assert [(int(i), int(y)) for i, y in got] == [(1, -1), (2, -1), (3, -1), (4, 7), (5, 8)]
+
+
+def test_outputs_are_named_after_inputs_and_never_an_input(tmp_path) -> None:
+    from etl.tools.infer.command import output_name  # noqa: PLC0415
+
+    root = str(tmp_path)
+    a = output_name("data", "csv", {"paths": [f"{root}/a/data.csv"]}, root)
+    b = output_name("data", "csv", {"paths": [f"{root}/b/data.csv"]}, root)
+    c = output_name("data", "parquet", {"paths": [f"{root}/a/data.parquet"]}, root)
+    assert len({a, b, c}) == 3 and a.startswith("out/data_csv_") and c.startswith("out/data_parq")
+    assert a == output_name("data", "csv", {"paths": [f"{root}/a/data.csv"]}, root)
+    # a job file inside its input folder: the output goes beside the folder, not into it
+    pics = f"{root}/pics"
+    got = output_name("pics", "images", {"paths": [pics]}, pics)
+    assert got == f"../out/pics_images_{got.rsplit('_', 1)[1]}"
+    assert output_name("x", "csv", {"paths": [f"{root}/x.csv"]}, root).startswith("out/x_csv_")
+
+
+def test_json_array_is_refused_in_one_line(tmp_path) -> None:
+    (tmp_path / "arr.json").write_text('[\n  {"a": 1},\n  {"a": 2}\n]\n')
+    r = cli("infer-schema", str(tmp_path / "arr.json"))
+    assert r.returncode == 3
+    assert r.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'arr.json'}: a JSON array, not JSON Lines (one object per line): "
+        "convert it first, e.g. `python -c \"import json,sys; [print(json.dumps(r)) for r in "
+        "json.load(open(sys.argv[1]))]\" arr.json > arr.jsonl`, then infer-schema arr.jsonl"]
+
+
+def test_mixed_size_images_propose_variable_shape(tmp_path) -> None:
+    from PIL import Image  # noqa: PLC0415
+
+    for cls, sizes in (("a", [(5, 7), (6, 8)]), ("b", [(9, 4)])):
+        (tmp_path / "pics" / cls).mkdir(parents=True)
+        for i, (h, w) in enumerate(sizes):
+            Image.new("RGB", (w, h)).save(tmp_path / "pics" / cls / f"{i}.png")
+    schema, job, out = _infer(tmp_path, "pics")
+    assert "  image:\n    # review: images of 3 sizes in 3 sampled (5x7 (1), 6x8 (1), 9x4 (1)): " \
+           "shape [null, null, 3] stores each file's png bytes as they are (no re-encode) and " \
+           "the readers decode each at its own size; for one fixed shape add resize: [H, W] or " \
+           "pad: [H, W] with shape [H, W, 3]\n    dtype: uint8\n    shape: [null, null, 3]\n" \
+           "    encoding: png\n" in schema
+    assert "  images: image (png, shape [null, null, 3])\n" in out
+
+
+def test_schema_on_stdout_keeps_the_summary_on_stderr(tmp_path) -> None:
+    (tmp_path / "s.csv").write_text("a;b\n1;x\n2;y\n")
+    r = cli("infer-schema", str(tmp_path / "s.csv"))
+    assert r.returncode == 0
+    assert r.stdout.startswith("# Inferred by")
+    assert "infer-schema: 2 features from all 2 records of s.csv (csv)\n  csv: delimiter ';', " \
+           "header row, encoding utf-8\n" in r.stderr
+    r = cli("infer-schema", str(tmp_path / "s.csv"), "--format", "csv", "--delimiter", ",")
+    assert "  a_b:\n" in r.stdout
+    r = cli("infer-schema", str(DATA + "/sentences.jsonl"), "--no-header")
+    assert (r.returncode, r.stderr.strip()) == (
+        2, "error: --delimiter, --encoding and --no-header are for CSV files, not jsonl")
+
+
+def test_parquet_dates_timestamps_and_left_out_decimals(tmp_path) -> None:
+    import datetime as dt  # noqa: PLC0415
+    from decimal import Decimal  # noqa: PLC0415
+
+    pq.write_table(pa.table({
+        "day": pa.array([dt.date(2020, 1, i) for i in range(1, 5)], pa.date32()),
+        "at": pa.array([1_600_000_000_000 + i for i in range(4)], pa.timestamp("ms", "UTC")),
+        "price": pa.array([Decimal("1.25")] * 4, pa.decimal128(5, 2)),
+    }), tmp_path / "t.parquet")
+    schema, job, out = _infer(tmp_path, "t.parquet")
+    assert "  day:\n    # review: Arrow date32[day]: dtype date (int64 days since 1970-01-01)\n" \
+           "    dtype: date\n    shape: []\n" in schema
+    assert "  at:\n    # review: Arrow timestamp[ms, tz=UTC], time zone UTC: converted to UTC: " \
+           "dtype timestamp, unit ms (int64 ms since 1970-01-01 UTC)\n    dtype: timestamp\n" \
+           "    unit: ms\n    shape: []\n" in schema
+    assert "# Left out: 'price' (Arrow type decimal128(5, 2)).\n" in schema
+    assert "  dates: day (date), at (timestamp, unit ms)\n" in out
+    assert "  left out: 'price' (Arrow type decimal128(5, 2))\n" in out
+
+
+def test_sniff_does_not_split_text_on_spaces_or_take_names_for_data(tmp_path) -> None:
+    from etl.tools.infer.dialect import sniff  # noqa: PLC0415
+
+    (tmp_path / "names.csv").write_text("full name\nJohn Smith\nJane Doe\n")
+    d = sniff(str(tmp_path / "names.csv"))
+    assert (d.delimiter, d.header, d.names) == (",", True, ["full name"])
+    (tmp_path / "mixed.csv").write_text("id,2020\n1,5\n2,6\n")  # one name is text: a header
+    assert sniff(str(tmp_path / "mixed.csv")).header is True
+    (tmp_path / "spaces.csv").write_text("a b\n1 2\n3 4\n")
+    d = sniff(str(tmp_path / "spaces.csv"))
+    assert (d.delimiter, d.header, d.names) == (" ", True, ["a", "b"])
+
+
+def test_values_dates_markers_thousands() -> None:
+    from etl.tools.infer.values import date_guess, marker_counts, thousands  # noqa: PLC0415
+
+    def s(*cells: str) -> pa.Array:
+        return pa.array(cells, pa.large_string())
+
+    assert date_guess(s("2020-02-30")) is None  # not a date (Arrow alone rolls it over)
+    assert date_guess(s("2020-02-30T10:00:00")) is None
+    assert date_guess(s("31/02/2020", "1/2/2021")) is None
+    got = date_guess(s("01/02/2020", "03/04/2020"))
+    assert (got.dtype, got.format) == ("date", "%m/%d/%Y")
+    assert got.note.endswith("; '%d/%m/%Y' reads them too: check which is meant")
+    got = date_guess(s("13.01.2020", "1.2.2021"))
+    assert (got.dtype, got.format) == ("date", "%d.%m.%Y")
+    units = [date_guess(s(f"2020-01-01T00:00:00{f}")).unit for f in ("", ".5", ".1234", ".1234567")]
+    assert units == ["s", "ms", "us", "ns"]
+    assert date_guess(s("2020-01-01", "soon")) is None
+    assert marker_counts(s("1", "NA", "2.5", "NA", "?")) == {"NA": 2, "?": 1}
+    assert marker_counts(s("2020-01-01", "null")) == {"null": 1}
+    assert marker_counts(s("a", "NA")) == {}  # text: NA may be a value
+    assert marker_counts(s("NA", "NA")) == {}  # nothing else to be numbers
+    assert marker_counts(s("1", "NaN")) == {}  # NaN is a float value, not a marker
+    assert thousands(s("1,200", "300")).startswith("numbers with thousands separators ('1,200', "
+                                                   "1 sampled values)")
+    assert thousands(s("1,200", "abc")) is None
+
+
+def test_dialect_option_refusals(tmp_path) -> None:
+    (tmp_path / "a.csv").write_text("a,b\n1,2\n")
+    r = cli("infer-schema", str(tmp_path / "a.csv"), "--encoding", "klingon")
+    assert (r.returncode, r.stderr.strip()) == (
+        2, "error: --encoding 'klingon' is not a Python codec (utf-8, utf-8-sig, latin-1, "
+           "cp1252, ...)")
+    r = cli("infer-schema", str(tmp_path / "a.csv"), "--delimiter", ";;")
+    assert (r.returncode, r.stderr.strip()) == (
+        2, "error: --delimiter must be one character, got ';;'")
+
+
+def test_json_lines_date_strings(tmp_path) -> None:
+    """Arrow reads JSON date strings as timestamps: dates when all are at midnight; text it
+    keeps as strings (fractions) is read as ISO 8601 by infer-schema itself."""
+    (tmp_path / "d.jsonl").write_text('{"a": "1970-01-01", "b": "2020-01-02T00:00:00", '
+                                      '"c": "2020-01-01T10:00:00.123"}\n'
+                                      '{"a": "1971-05-01", "b": "2020-01-02T10:00:00", '
+                                      '"c": "2020-01-02T10:00:00"}\n')
+    r = cli("infer-schema", str(tmp_path / "d.jsonl"))
+    assert r.returncode == 0, r.stderr
+    text = joined(r.stdout)
+    assert "  a:\n    # review: JSON strings that are dates (2 sampled values, all at midnight): " \
+           "dtype date (int64 days since 1970-01-01); if the text carries a time of day, use " \
+           "dtype: timestamp\n    dtype: date\n    shape: []\n" in text
+    assert "    dtype: timestamp\n    unit: s\n    shape: []\n" in text
+    assert "    dtype: timestamp\n    unit: ms\n    shape: []\n" in text
+    assert "  dates: a (date), b (timestamp, unit s), c (timestamp, unit ms)\n" in r.stderr

@@ -3,9 +3,11 @@ from the sample the schema was inferred from (no other read), marked as a propos
 
 - `block:` `records: {min: 1}` (an empty split blocks), `rejected: {max_fraction: 0.01}`, and
   per feature: for numbers of a scalar or fixed-shape feature, `min`/`max` = the sampled range
-  (with the feature's default, which the writer stores for a missing value) widened by
-  MARGIN of the range on each side, rounded outwards to a round step (never across 0 when
-  the sampled values did not cross it; integers stay integers, within their dtype's range);
+  widened by MARGIN of the range on each side (never widened to take in the feature's
+  default: a default outside the sampled range, an int marker such as -1, leaves that bound
+  out instead, said in the comment; a NaN default counts in `nan:`), rounded outwards to a
+  round step (never across 0 when the sampled values did not cross it; integers stay
+  integers, within their dtype's range);
   `nan: 0.0` for floats without NaN/Inf in the sample (else the sampled fraction with a
   margin); `missing:` for optional features whose missing records the statistics count (an
   empty list of a `required: false` feature; a default of a TFRecord passed through); for
@@ -100,13 +102,22 @@ def feature_checks(g: Guess, stored: bool) -> tuple[dict[str, Any], str]:
             and all(d >= 0 for d in spec.get("shape", [])):
         low, high = seen.low, seen.high
         assert high is not None
-        if default is not None and seen.missing:
-            low, high = min(low, default), max(high, default)
-        checks["min"], checks["max"] = widened(low, high, seen.integer, spec["dtype"])
+        lo, hi = widened(low, high, seen.integer, spec["dtype"])
+        nan_default = isinstance(default, float) and default != default
         note = f"observed {_num(seen.low)}..{_num(seen.high)} {what}"
-        if not seen.integer:
-            checks["nan"] = (fraction(seen.nan, seen.values + seen.nan, seen.rows) if seen.nan
-                             else 0.0)
+        if isinstance(default, (int, float)) and not nan_default and \
+                not isinstance(default, bool) and seen.missing and not lo <= default <= hi:
+            side = "min" if default < lo else "max"
+            note += f"; no {side}: the default {scalar(default)} fills {seen.missing}"
+            if side == "max":
+                checks["min"] = lo
+            else:
+                checks["max"] = hi
+        else:
+            checks["min"], checks["max"] = lo, hi
+        if not seen.integer or nan_default:
+            nans = seen.nan + (seen.missing if nan_default else 0)
+            checks["nan"] = (fraction(nans, seen.values + nans, seen.rows) if nans else 0.0)
             if seen.nan:
                 note += f", {seen.nan} NaN/Inf"
     elif seen.distinct is not None and (vocabulary or _few(seen)):
@@ -119,7 +130,8 @@ def feature_checks(g: Guess, stored: bool) -> tuple[dict[str, Any], str]:
         checks["missing"] = fraction(seen.missing, seen.rows, seen.rows)
         note = (f"{note}, {seen.missing} without a value" if note
                 else f"{seen.missing} of {seen.rows} records without a value")
-    elif seen.missing and default is not None:  # the writer stores it: present in the statistics
+    elif seen.missing and default is not None and "no min" not in note and \
+            "no max" not in note:  # the writer stores it: present in the statistics
         note += f"; {seen.missing} missing, stored as the default {scalar(default)}"
     return checks, note
 

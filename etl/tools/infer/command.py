@@ -1,5 +1,5 @@
 """`run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output S] [--job J]
-[--checks]`.
+[--checks] [--delimiter D] [--encoding E] [--no-header]`.
 
 Reads the first N records of each input (etl.tools.infer.sample), guesses one feature per column
 (etl.tools.infer.guess) and writes a schema YAML in which every guess a person should check carries
@@ -8,15 +8,25 @@ it is written, so what is written always loads; `--job` also writes a job file c
 same inputs with it. `--checks` proposes a `checks:` block from the same sample
 (etl.tools.infer.checks): in the job file with `--job`, else on standard output after the
 `wrote` line. Existing files are never overwritten.
+
+CSV files are sniffed first (etl.tools.infer.dialect: encoding, delimiter, header row), null
+markers found in number and date columns (etl.tools.infer.values) become the source's
+`null_values:`, and one summary says what was decided and why (on standard output after the
+`wrote` lines, on standard error when the schema itself goes to standard output).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
-from dataclasses import dataclass
+import sys
+import tempfile
+from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import yaml
 
 from etl.base.errors import BadInputError, ConfigError
@@ -26,6 +36,8 @@ from etl.output.layout import SCHEMA_FILE
 from etl.sources import make_reader
 from etl.storage import fs
 from etl.tools.infer.checks import checks_yaml
+from etl.tools.infer.dialect import Dialect, sniff, transcode
+from etl.tools.infer.dialect import head as dialect_head
 from etl.tools.infer.examples import sample_examples
 from etl.tools.infer.guess import (
     Guess,
@@ -39,12 +51,33 @@ from etl.tools.infer.guess import (
 )
 from etl.tools.infer.render import job_yaml, schema_yaml
 from etl.tools.infer.sample import Sample, sample
+from etl.tools.infer.summary import summary_lines
+from etl.tools.infer.values import count_in, marker_counts, text_cells
 
 FORMATS = ("csv", "jsonl", "parquet", "npy", "npz", "idx", "images", "text", "tfrecord")
 _EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl",
                ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy",
                ".npz": "npz", ".txt": "text"}
 _PAIRED = ("idx", "npy")
+_TRANSCODE_LIMIT = 64 << 20  # bytes of a non-UTF-8 CSV copied as UTF-8 for the sample
+
+
+@dataclass
+class Options:
+    """Dialect overrides from the command line (None: sniffed)."""
+
+    delimiter: str | None = None
+    encoding: str | None = None
+    header: bool | None = None
+
+
+def options_of(args: Any) -> Options:
+    delimiter = getattr(args, "delimiter", None)
+    if delimiter is not None:
+        delimiter = {"\\t": "\t", "tab": "\t", "TAB": "\t", "space": " "}.get(delimiter,
+                                                                               delimiter)
+    return Options(delimiter, getattr(args, "encoding", None),
+                   False if getattr(args, "no_header", False) else None)
 
 
 def command(args: Any) -> int:
@@ -64,21 +97,31 @@ def command(args: Any) -> int:
             raise ConfigError(f"{path} exists; infer-schema never overwrites a file: choose "
                               "another name or remove it")
     fmt, source = plan(list(args.sources), args.format)
+    opts = options_of(args)
+    if fmt != "csv" and (opts.delimiter or opts.encoding or opts.header is not None):
+        raise ConfigError(f"--delimiter, --encoding and --no-header are for CSV files, not {fmt}")
     name = args.name or default_name(fmt, source)
-    inferred = infer_all(fmt, source, n, name)
+    inferred = infer_all(fmt, source, n, name, opts)
     text = inferred.text
+    output = None
+    if args.job:
+        output = output_name(name, fmt, source, fs.dirname(fs.abspath(args.job)))
+    summary = "\n".join(summary_lines(inferred, fmt, output)) + "\n"
     if not args.output:
         print(text, end="")
+        sys.stdout.flush()
+        print(summary, end="", file=sys.stderr)
         return 0
     checks = checks_yaml(inferred.guesses, inferred.sampled, fmt == "tfrecord",
-                         [f.name for f in inferred.schema.features]) if proposing else ""
+                         inferred.names) if proposing else ""
     doc = ""
     if args.job:
         job_dir = fs.dirname(fs.abspath(args.job))
         header = [f"Written by `run_pipeline.py infer-schema` with {args.output}: converts the "
                   "inputs it was inferred from. Relative paths are relative to this file."]
         doc = job_yaml(header, _relative(fs.abspath(args.output), job_dir),
-                       _relative_source(source, job_dir), f"out/{name}") + checks
+                       _relative_source(inferred.source, job_dir), output or "",
+                       inferred.source_notes) + checks
     fs.write_bytes(args.output, text.encode())
     print(f"wrote {args.output}")
     if args.job:
@@ -86,7 +129,35 @@ def command(args: Any) -> int:
         print(f"wrote {args.job}")
     elif checks:
         print(checks, end="")
+    print(summary, end="")
     return 0
+
+
+def output_name(name: str, fmt: str, source: dict[str, Any], job_dir: str) -> str:
+    """The job's `output:`, relative to the job file: out/<name>_<format>_<hash of the input
+    paths>, so two different inputs (penguins-raw.csv, penguins_raw.parquet; two folders'
+    data.csv) never share an output, and the same inputs always get the same one; never a
+    folder that holds an input or lies inside one."""
+    def flat(paths: Any) -> list[str]:
+        return sorted(p for v in (paths.values() if isinstance(paths, dict) else [paths])
+                      for p in ([v] if isinstance(v, str) else v))
+
+    written = flat(_relative_source(source, job_dir)["paths"])  # as the job file names them
+    digest = hashlib.sha1(json.dumps(written).encode()).hexdigest()[:6]
+    out = f"out/{name}_{fmt}_{digest}"
+    inputs = flat(source["paths"])
+    holding = [p for p in inputs if _overlaps(fs.join(job_dir, out), p)]
+    if holding and not fs.is_remote(job_dir):  # the job lies in an input folder: beside it
+        top = min(holding, key=len).rstrip("/")
+        out = os.path.relpath(fs.join(fs.dirname(top), f"out/{name}_{fmt}_{digest}"), job_dir)
+    return out
+
+
+def _overlaps(output: str, path: str) -> bool:
+    if fs.is_remote(output) != fs.is_remote(path):
+        return False
+    a, b = output.rstrip("/") + "/", path.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
 
 
 # ---- which inputs, which format ----------------------------------------------------------------
@@ -124,10 +195,7 @@ def plan(sources: list[str], fmt: str | None) -> tuple[str, dict[str, Any]]:
                               f"{counts}; name them NAME=FILE")
         return fmt, {"format": fmt, "paths": {c: v[0] if len(v) == 1 else sorted(v)
                                                for c, v in columns.items()}}
-    source: dict[str, Any] = {"format": fmt, "paths": paths}
-    if fmt == "csv" and all(p.lower().removesuffix(".gz").endswith(".tsv") for p in paths):
-        source["delimiter"] = "\t"
-    return fmt, source
+    return fmt, {"format": fmt, "paths": paths}
 
 
 def _detect(found: list[tuple[str | None, str]]) -> str:
@@ -192,9 +260,17 @@ def default_name(fmt: str, source: dict[str, Any]) -> str:
 @dataclass
 class Inferred:
     text: str  # the schema YAML, with its comments
-    schema: Schema  # that text, loaded
+    schema: Schema | None  # that text, loaded (None: it uses keys this tree cannot load yet)
     guesses: list[Guess]
     sampled: Sampled
+    source: dict[str, Any] = field(default_factory=dict)  # the job's source entry
+    source_notes: dict[str, str] = field(default_factory=dict)  # comments on its keys
+    left_out: list[str] = field(default_factory=list)
+    dialect: Dialect | None = None
+    markers: dict[str, dict[str, int]] = field(default_factory=dict)  # marker -> column -> n
+    absent: dict[str, list[str]] = field(default_factory=dict)  # column -> files without it
+    renamed: list[str] = field(default_factory=list)  # why a feature name differs
+    names: list[str] = field(default_factory=list)  # the schema's feature names
 
 
 def infer(fmt: str, source: dict[str, Any], n: int, name: str) -> str:
@@ -202,43 +278,189 @@ def infer(fmt: str, source: dict[str, Any], n: int, name: str) -> str:
     return infer_all(fmt, source, n, name).text
 
 
-def infer_all(fmt: str, source: dict[str, Any], n: int, name: str) -> Inferred:
-    """The schema for `source` (YAML checked by etl.contract.schema) and what it came from."""
+def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
+              opts: Options | None = None) -> Inferred:
+    """The schema for `source` (YAML checked by etl.contract.schema), the job's source entry
+    (with the sniffed dialect and null markers) and what it all came from."""
+    opts = opts or Options()
+    source = dict(source)
+    dialect = None
+    notes: dict[str, str] = {}
+    absent: dict[str, list[str]] = {}
+    markers: dict[str, dict[str, int]] = {}
     if fmt == "images":
         guesses, sampled, left_out = _image_folder(source, n)
     else:
         stored = fmt == "tfrecord"  # records pass through a run unchanged: describe them as is
+        if fmt == "jsonl":
+            for p in source["paths"]:
+                refuse_json_array(p)
         if stored:
-
             got = sample_examples(source["paths"], n)
+        elif fmt == "csv":
+            dialect = _dialect(source["paths"], opts)
+            source.update(dialect.source_keys())
+            if dialect.encoding != "utf-8":
+                notes["encoding"] = next((x for x in dialect.notes if "UTF-8" in x),
+                                         f"--encoding {dialect.encoding}")
+            got = _csv_sample(source, dialect, n)
         else:
             got = sample(source, n)
         if not got.rows:
             raise BadInputError(f"{_listing(source)}: no records to infer a schema from")
         sampled = _sampled(got, n, fmt)
+        absent = got.absent
+        columns = {c: combine(chunks) for c, chunks in got.columns.items()
+                   if not (dialect and c in dialect.left_out)}
+        if fmt in ("csv", "jsonl"):
+            markers = _null_markers(columns)
+        null_values = frozenset(markers)
         guesses, left_out = [], []
-        for column, chunks in got.columns.items():
+        for column, values in columns.items():
             try:
-                guesses.append(guess(column, combine(chunks), sampled, stored=stored))
+                guesses.append(guess(column, values, sampled, stored=stored,
+                                     null_values=null_values, json_text=fmt == "jsonl"))
             except Unsupported as e:
                 left_out.append(f"{column!r} ({e})")
+            else:
+                if column in absent:
+                    files = absent[column]
+                    guesses[-1].notes.insert(0,
+                        f"not in {len(files)} of {len(got.per_file)} sampled files "
+                        f"({', '.join(_short(f) for f in files[:3])}): their records have no "
+                        "value here (see the default or required line)")
+        if dialect:
+            left_out += [f"{c!r} ({why})" for c, why in dialect.left_out.items()]
+        if markers:
+            listed = ([""] if fmt == "csv" else []) + sorted(markers)
+            source["null_values"] = listed
+            notes["null_values"] = "; ".join(
+                f"{m!r} fills {sum(per.values())} cells ("
+                + ", ".join(f"{c}: {k}" for c, k in list(per.items())[:4])
+                + (", ..." if len(per) > 4 else "") + ")" for m, per in sorted(markers.items())
+            ) + ("; '' (an empty cell) is the CSV default" if fmt == "csv" else "")
     if not guesses:
         raise BadInputError(f"{_listing(source)}: no column the schema can hold; left out: "
                             + "; ".join(left_out))
-    _unique_names(guesses)
+    renamed = _unique_names(guesses, stored=fmt == "tfrecord")
     header = [f"Inferred by `run_pipeline.py infer-schema` ({fmt}) from {sampled.what}.",
               "Every `# review:` comment marks a guess to check before relying on this "
               "schema (see the README, 'Schema files')."]
     if left_out:
-        header.append("Columns left out: " + "; ".join(left_out) + ".")
+        header.append("Left out: " + "; ".join(left_out) + ".")
     if fmt == "tfrecord":
         header += _written_with(source["paths"])
     text = schema_yaml(name, header, guesses)
+    schema = _load(text, guesses)
+    return Inferred(text, schema, guesses, sampled, source, notes, left_out, dialect, markers,
+                    absent, renamed, [g.name for g in guesses])
+
+
+_PENDING_DTYPES = ("date", "timestamp")  # keys other parts of the project add (BRIEF, issue 27)
+
+
+def _pending(g: Guess) -> bool:
+    return g.spec.get("dtype") in _PENDING_DTYPES or None in g.spec.get("shape", [])
+
+
+def _load(text: str, guesses: list[Guess]) -> Schema | None:
+    """The schema loaded by etl.contract.schema. A schema with date/timestamp features or
+    variable-size images needs keys a contract may not know yet: then the same schema with
+    those features as plain strings must load (everything else is checked), and None is
+    returned for the schema."""
+    doc = yaml.safe_load(text)
     try:
-        schema = schema_from_dict(yaml.safe_load(text))
+        return schema_from_dict(doc)
     except Exception as e:  # a bug here, not the user's: say what was produced
-        raise ConfigError(f"the inferred schema does not load ({e}); please report it") from e
-    return Inferred(text, schema, guesses, sampled)
+        pending = {g.name for g in guesses if _pending(g)}
+        if not pending:
+            raise ConfigError(f"the inferred schema does not load ({e}); please report it") from e
+        for fname in pending:
+            spec = doc["features"][fname]
+            doc["features"][fname] = {"dtype": "string", "shape": [],
+                                      **({"source": spec["source"]} if "source" in spec else {})}
+        try:
+            schema_from_dict(doc)
+        except Exception as e2:
+            raise ConfigError(f"the inferred schema does not load ({e2}); please report "
+                              "it") from e2
+        return None
+
+
+def refuse_json_array(path: str) -> None:
+    """A JSON array file (`[{...}, ...]`, pretty-printed or on one line) is not JSON Lines:
+    one line saying so and how to convert it, instead of an invalid_json per line."""
+    text = dialect_head(path).lstrip(b"\xef\xbb\xbf").lstrip()
+    if not text.startswith(b"["):
+        return
+    first = text.split(b"\n", 1)[0]
+    try:
+        value = json.loads(first)
+    except ValueError:
+        value = None
+    if value is not None and not (isinstance(value, list) and value
+                                  and all(isinstance(v, dict) for v in value)):
+        return  # a JSON Lines file whose first line is a list: the reader says what it thinks
+    name = fs.basename(path)
+    stem = re.sub(r"\.(json|jsonl|ndjson)(\.gz)?$", "", name, flags=re.I)
+    raise BadInputError(
+        f"{path}: a JSON array, not JSON Lines (one object per line): convert it first, e.g. "
+        f"`python -c \"import json,sys; [print(json.dumps(r)) for r in json.load(open(sys.argv[1]))]\" "
+        f"{name} > {stem}.jsonl`, then infer-schema {stem}.jsonl")
+
+
+def _dialect(paths: list[str], opts: Options) -> Dialect:
+    """The first file's dialect; files sniffed otherwise are named in a note."""
+    found = [sniff(p, opts.delimiter, opts.encoding, opts.header) for p in paths[:20]]
+    d = found[0]
+    other = [p for p, f in zip(paths, found, strict=False)
+             if (f.delimiter, f.encoding, f.header) != (d.delimiter, d.encoding, d.header)]
+    if other and d.renamed:
+        raise ConfigError(f"{_short(other[0])} and {_short(paths[0])} differ in their CSV "
+                          "dialect or column names while the names need a columns: list: "
+                          "infer them one at a time")
+    if other:
+        d.notes.append(f"{len(other)} files sniffed differently ({_short(other[0])}...): the "
+                       f"first file's dialect is proposed; check them")
+    return d
+
+
+def _csv_sample(source: dict[str, Any], d: Dialect, n: int) -> Sample:
+    """The sample through today's CSV reader: encodings other than UTF-8 through a UTF-8
+    copy of each file's start (the reader of this tree reads UTF-8), null_values as missing
+    later (etl.tools.infer.guess)."""
+    config = {k: v for k, v in source.items() if k not in ("encoding", "null_values")}
+    if d.encoding in ("utf-8", "utf8"):
+        return sample(config, n)
+    with tempfile.TemporaryDirectory(prefix="infer-") as tmp:
+        copies = []
+        for i, p in enumerate(source["paths"]):
+            folder = os.path.join(tmp, str(i))
+            os.makedirs(folder)
+            copies.append(transcode(p, d.encoding, _TRANSCODE_LIMIT, folder))
+        got = sample({**config, "paths": copies}, n)
+        back = dict(zip(copies, source["paths"], strict=True))
+        got.per_file = {back.get(k, k): v for k, v in got.per_file.items()}
+        got.absent = {c: [back.get(f, f) for f in fs_] for c, fs_ in got.absent.items()}
+        return got
+
+
+def _null_markers(columns: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Null markers (NA, N/A, NaN...) found in number and date columns -> how many cells
+    of each column they fill (in text columns too, where the source's null_values would make
+    them missing as well)."""
+    cells = {c: text_cells(v) for c, v in columns.items() if isinstance(v, pa.Array)}
+    found: set[str] = set()
+    for c in cells.values():
+        if c is not None:
+            found |= set(marker_counts(c))
+    out: dict[str, dict[str, int]] = {}
+    for name, c in cells.items():
+        if c is None:
+            continue
+        for m, k in count_in(c, sorted(found)).items():
+            out.setdefault(m, {})[name] = k
+    return out
 
 
 def _written_with(paths: list[str]) -> list[str]:
@@ -276,14 +498,26 @@ def _listing(source: dict[str, Any]) -> str:
     return ", ".join(flat[:3]) + (f" (+{len(flat) - 3} more)" if len(flat) > 3 else "")
 
 
-def _unique_names(guesses: list[Guess]) -> None:
-    seen: set[str] = set()
+def _unique_names(guesses: list[Guess], stored: bool = False) -> list[str]:
+    """Distinct feature names: a column whose name normalises to one already taken (`Species`
+    and `species`) gets `_2`, `_3`...; every feature named otherwise than its column reads it
+    through `source:`. Returns a line per renamed collision, for the summary."""
+    seen: dict[str, str] = {}
+    said = []
     for g in guesses:
         base, i = g.name, 2
         while g.name in seen:
             g.name = f"{base}_{i}"
             i += 1
-        seen.add(g.name)
+        if g.name != base:
+            said.append(f"{g.column!r} and {seen[base]!r} both read as feature {base}: "
+                        f"{g.column!r} is feature {g.name} (source: {g.column})")
+            g.notes.append(f"named {g.name}: {seen[base]!r} is feature {base} (their names are "
+                           "the same once normalised)")
+        seen[g.name] = g.column or g.name
+        if not stored and g.column and g.name != g.column:
+            g.spec["source"] = g.column
+    return said
 
 
 def _image_folder(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled, list[str]]:
@@ -292,6 +526,7 @@ def _image_folder(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled,
 
     reader = make_reader(source, ".", "infer-schema")
     files = reader.inputs()
+    skipped = _not_read(source["paths"], files)
     by_class: dict[str, list[str]] = {}
     for f in files:
         by_class.setdefault(f.rstrip("/").split("/")[-2], []).append(f)
@@ -325,7 +560,24 @@ def _image_folder(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled,
     what = (f"{'all' if whole else 'the headers of'} {len(picked)} images"
             f"{'' if whole else f' of {len(files)}'} in {len(classes)} class folders of "
             f"{', '.join(_short(p) for p in source['paths'])}")
-    return [image, label, filename], Sampled(len(picked), whole, what), []
+    return [image, label, filename], Sampled(len(picked), whole, what), skipped
+
+
+def _not_read(folders: list[str], read: list[str]) -> list[str]:
+    """Files in the image folders that the image source does not read (other formats, files
+    outside a class folder), by extension: said in the summary, not skipped silently."""
+    taken = {f.rstrip("/") for f in read}
+    others: dict[str, int] = {}
+    for folder in folders:
+        for path, _ in fs.list_dir(folder):
+            if path.rstrip("/") not in taken and not fs.basename(path).startswith("."):
+                ext = os.path.splitext(path)[1].lower() or "(no extension)"
+                others[ext] = others.get(ext, 0) + 1
+    if not others:
+        return []
+    listed = ", ".join(f"{k} {ext}" for ext, k in sorted(others.items()))
+    return [f"{sum(others.values())} files the image source does not read ({listed}): not in "
+            "the sample, and a run skips them too; convert them to PNG/JPEG to keep them"]
 
 
 def _relative(path: str, base: str) -> str:

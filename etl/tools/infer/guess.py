@@ -17,8 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.contract.columns import as_arrow, nest
+from etl.tools.infer.values import DateGuess, date_guess, thousands
 
-VOCAB_MAX = 1000  # more distinct strings than this: plain bytes, no vocabulary
+# A vocabulary only for text with at most VOCAB_MAX distinct values, each seen twice on
+# average (distinct * 2 <= values), and never for text that is numbers or dates: a category
+# has few labels; more than this is names, ids or free text (kept as strings).
+VOCAB_MAX = 50
 FEW_INTS = 20  # an int column with at most this many distinct values may be a label
 RAW_MIN_VALUES = 65  # fixed shapes with more values (or 2+ dims) are stored as raw tensor bytes
 _RAW_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -61,6 +65,11 @@ class Guess:
     counts: dict[str, int] = field(default_factory=dict)  # vocabulary label -> times seen
     counted: str = "seen"  # what the counts count
     observed: Observed | None = None  # None: nothing a check could use (images, bools)
+    column: str = ""  # the source column (the name may change to stay distinct)
+    fills: str = ""  # the `default:` line's comment: how many sampled values it fills
+    kind: str = ""  # what the summary calls it: vocabulary, date, timestamp, text, number...
+    distinct: int | None = None  # distinct strings of a text feature (for the summary)
+    unfilled: int = 0  # sampled records without a value and no default: a run rejects them
 
 
 class Unsupported(Exception):
@@ -88,17 +97,21 @@ def combine(chunks: list[Any]) -> np.ndarray | pa.Array:
 
 
 def guess(column: str, values: np.ndarray | pa.Array, sampled: Sampled, *,
-          stored: bool = False) -> Guess:
+          stored: bool = False, null_values: frozenset[str] = frozenset(),
+          json_text: bool = False) -> Guess:
     """The feature for one source column. `stored`: the values are the lists a TFRecord of
     tf.train.Example already holds (passed through unchanged by a run), so the feature keeps
     the key as spelled and the list type as stored: text is not parsed into numbers and no
-    vocabulary is built (it would declare int64 ids where the records hold strings)."""
+    vocabulary is built (it would declare int64 ids where the records hold strings).
+    `null_values`: text cells that are missing values (the job's source names them).
+    `json_text`: timestamps come from JSON strings Arrow parsed (JSON Lines), not a typed
+    column: all at midnight, they were dates."""
     if stored:
-        g = Guess(column, {})
+        g = Guess(column, {}, column=column)
         _arrow(g, as_arrow(values) if isinstance(values, np.ndarray) else values, sampled,
                stored=True)
         return g
-    g = Guess(feature_name(column), {})
+    g = Guess(feature_name(column), {}, column=column)
     if isinstance(values, np.ndarray):
         if values.dtype.kind in "biuf":
             _numpy(g, values, sampled)
@@ -106,7 +119,7 @@ def guess(column: str, values: np.ndarray | pa.Array, sampled: Sampled, *,
         if values.dtype.kind not in "SUO":
             raise Unsupported(f"NumPy dtype {values.dtype}")
         values = as_arrow(values.reshape(len(values), -1)[:, 0] if values.ndim > 1 else values)
-    _arrow(g, values, sampled)
+    _arrow(g, values, sampled, null_values=null_values, json_text=json_text)
     return _with_source(g, column)
 
 
@@ -209,7 +222,8 @@ def _int_notes(g: Guess, ints: np.ndarray) -> None:
 
 
 # ---- Arrow columns -----------------------------------------------------------------------------
-def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> None:
+def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
+           null_values: frozenset[str] = frozenset(), json_text: bool = False) -> None:
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     n = len(arr)
@@ -221,7 +235,11 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> N
         leaves = leaves.dictionary_decode()
     valid = nested.row_valid
     shape, variable = _list_shape(nested.levels, valid, n)
-    kind, numbers, leaf_null, notes = _leaf_kind(leaves, stored)
+    kind, numbers, leaf_null, notes, when = _leaf_kind(leaves, stored, null_values)
+    if json_text and when is not None and pa.types.is_timestamp(leaves.type):
+        when = _json_dates(leaves, when)
+    if nested.levels and kind in ("text", "bytes"):  # "" in a list is a value, not missing
+        leaf_null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
     g.notes.extend(notes)
     if not nested.levels:
         present = valid & ~leaf_null
@@ -236,7 +254,20 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> N
                        "placeholder; fix the dtype or drop the feature")
         _missing(g, present, variable, sampled, default="")
         return
+    if when is not None:
+        g.kind = when.dtype
+        g.spec["dtype"] = when.dtype
+        if when.unit:
+            g.spec["unit"] = when.unit
+        if when.format:
+            g.spec["format"] = when.format
+        g.spec["shape"] = shape
+        g.notes.append(when.note)
+        _shape_note(g, nested.levels, shape, variable, valid)
+        _missing(g, present, variable, sampled, default=None)
+        return
     if kind in ("int", "float", "bool"):
+        g.kind = "number" if kind != "bool" else "bool"
         if kind == "bool":
             g.spec["dtype"] = "bool"
         elif kind == "int":
@@ -252,10 +283,11 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> N
                         "float32" if narrow else "decimal text" if text else "float64 data")
         g.spec["shape"] = shape
         _shape_note(g, nested.levels, shape, variable, valid)
-        _missing(g, present, variable, sampled, default=False if kind == "bool" else 0)
         if kind != "bool":
             g.observed = observe_numbers(numbers[~leaf_null], n,
                                          _without_value(nested.levels, present, valid, variable))
+        _missing(g, present, variable, sampled, stored=stored,
+                 default=False if kind == "bool" else 0 if stored else _number_default(g))
         return
     # strings and bytes
     if kind == "bytes" and _images(g, leaves, shape):
@@ -264,15 +296,18 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> N
     g.spec["shape"] = shape
     _shape_note(g, nested.levels, shape, variable, valid)
     text = kind == "text"
-    kept = leaves.filter(pc.invert(leaves.is_null())) if leaf_null.any() else leaves
+    kept = leaves.filter(pa.array(~leaf_null)) if leaf_null.any() else leaves
     vc = pc.value_counts(kept) if text else None
     absent = _without_value(nested.levels, present, valid, variable)
     if stored:
+        g.kind = "text"
         _stored_bytes_notes(g, kept, vc)
-        _missing(g, present, variable, sampled, default="")
+        _missing(g, present, variable, sampled, default="", stored=True)
         g.observed = Observed(n, absent, len(kept), distinct=len(vc) if vc is not None else None)
         return
-    if vc is not None and len(vc) <= VOCAB_MAX and len(vc) * 2 <= len(kept):
+    numberish = any(n.startswith(("mostly numbers", "numbers with")) for n in notes)
+    if vc is not None and len(vc) <= VOCAB_MAX and len(vc) * 2 <= len(kept) and not numberish:
+        g.kind = "vocabulary"
         labels = vc.field("values").to_pylist()
         seen = dict(zip(labels, vc.field("counts").to_pylist(), strict=True))
         vocab = sorted(seen)
@@ -288,9 +323,13 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False) -> N
         g.observed = Observed(n, absent, len(kept), distinct=len(vocab))
         return
     g.spec["dtype"] = "string"
-    if text and vc is not None:
+    g.kind = "text" if text else "bytes"
+    if text and vc is not None and not numberish:
+        why = (f"more than {VOCAB_MAX} distinct values" if len(vc) > VOCAB_MAX else
+               "fewer than two values per label")
         g.notes.append(f"text with {len(vc)} distinct values in {len(kept)} sampled values: "
-                       "kept as strings (no vocabulary)")
+                       f"kept as strings (no vocabulary: {why})")
+    g.distinct = len(vc) if vc is not None else None
     _missing(g, present, variable, sampled, default="")
 
 
@@ -415,48 +454,83 @@ def _shape_note(g: Guess, levels: list[np.ndarray], shape: list[int], variable: 
                        "a row with another count would be rejected as wrong_shape")
 
 
-def _leaf_kind(leaves: pa.Array, stored: bool = False
-               ) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
+def _json_dates(leaves: pa.Array, when: DateGuess) -> DateGuess:
+    """JSON strings Arrow read as timestamps: dates when every one is at midnight."""
+    day = 86400 * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[leaves.type.unit]
+    ticks = np.asarray(leaves.cast(pa.int64()).drop_null().to_numpy(zero_copy_only=False),
+                       np.int64)
+    if len(ticks) and not (ticks % day).any():
+        return DateGuess("date", note=f"JSON strings that are dates ({len(ticks)} sampled "
+                         "values, all at midnight): dtype date (int64 days since 1970-01-01); "
+                         "if the text carries a time of day, use dtype: timestamp")
+    return DateGuess("timestamp", unit=when.unit, note=f"JSON strings that are ISO 8601 "
+                     f"date-times: dtype timestamp, unit {when.unit} (int64 {when.unit} since "
+                     "1970-01-01 UTC; text without an offset is read as UTC)")
+
+
+def _leaf_kind(leaves: pa.Array, stored: bool = False,
+               null_values: frozenset[str] = frozenset()
+               ) -> tuple[str, np.ndarray, np.ndarray, list[str], DateGuess | None]:
     """(kind, numbers as float64/int64, null mask, notes): kind is int | float | bool | text |
-    bytes | null. Text that is all numbers (CSV cells, JSON strings) is read as numbers, as
-    the encoder would; an empty text cell is then a missing value. `stored` bytes stay text
-    or bytes (a record's bytes_list is not parsed into numbers)."""
+    bytes | null, and the date reading of date/timestamp columns (Arrow dates and timestamps,
+    ISO 8601 text). Text that is all numbers (CSV cells, JSON strings) is read as numbers, as
+    the encoder would; an empty text cell, or one of `null_values`, is then a missing value.
+    `stored` bytes stay text or bytes (a record's bytes_list is not parsed into numbers)."""
     t = leaves.type
     null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
     empty = np.zeros(0)
     if pa.types.is_null(t) or (len(leaves) and null.all()):
-        return "null", empty, null, []
+        return "null", empty, null, [], None
     if pa.types.is_boolean(t):
-        return "bool", empty, null, []
+        return "bool", empty, null, [], None
+    if pa.types.is_date(t):
+        return "date", empty, null, [], DateGuess("date", note=f"Arrow {t}: dtype date (int64 "
+                                                  "days since 1970-01-01)")
+    if pa.types.is_timestamp(t):
+        zone = f", time zone {t.tz}: converted to UTC" if t.tz else \
+            " without a time zone: read as UTC (set timezone: if it is local time)"
+        return "timestamp", empty, null, [], DateGuess(
+            "timestamp", unit=t.unit, note=f"Arrow {t}{zone}: dtype timestamp, unit {t.unit} "
+            f"(int64 {t.unit} since 1970-01-01 UTC)")
     if pa.types.is_integer(t):
         if pa.types.is_uint64(t) and len(leaves) and pc.max(leaves).as_py() >= 2**63:
             raise Unsupported("uint64 values beyond int64")
         return "int", np.asarray(leaves.fill_null(0).to_numpy(zero_copy_only=False),
-                                 np.int64), null, []
+                                 np.int64), null, [], None
     if pa.types.is_floating(t):
         return "float", np.asarray(leaves.fill_null(0).to_numpy(zero_copy_only=False),
-                                   np.float64), null, []
+                                   np.float64), null, [], None
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         try:
             leaves = leaves.cast(pa.large_string())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return "bytes", empty, null, []
+            return "bytes", empty, null, [], None
         if _looks_like_images(leaves.cast(pa.large_binary())):
-            return "bytes", empty, null, []
+            return "bytes", empty, null, [], None
         if stored:
-            return "text", empty, null, []
+            return "text", empty, null, [], None
     elif not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         raise Unsupported(f"Arrow type {t}")
-    return _text_kind(leaves.cast(pa.large_string()), null)
+    return _text_kind(leaves.cast(pa.large_string()), null, null_values)
 
 
-def _text_kind(text: pa.Array, null: np.ndarray) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
+def _text_kind(text: pa.Array, null: np.ndarray, null_values: frozenset[str] = frozenset()
+               ) -> tuple[str, np.ndarray, np.ndarray, list[str], DateGuess | None]:
     trimmed = pc.utf8_trim_whitespace(text)
     blank = np.asarray(pc.equal(trimmed, "").fill_null(False).to_numpy(zero_copy_only=False), bool)
-    cells = trimmed.filter(pa.array(~blank & ~null))
+    marked = np.zeros(len(text), bool)
+    if null_values:
+        marked = np.asarray(pc.is_in(trimmed, value_set=pa.array(sorted(null_values),
+                                                                 pa.large_string()))
+                            .fill_null(False).to_numpy(zero_copy_only=False), bool)
+    cells = trimmed.filter(pa.array(~blank & ~null & ~marked))
     if not len(cells):
-        return "text", np.zeros(0), null, []
-    missing = null | blank
+        if marked.any():
+            return "null", np.zeros(0), null | blank | marked, [], None
+        return "text", np.zeros(0), null, [], None
+    missing = null | blank | marked
+    marker_note = ([f"{int(marked.sum())} sampled values are null markers of the source's "
+                    "null_values: missing values"] if marked.any() else [])
     for kind, target in (("int", pa.int64()), ("float", pa.float64())):
         try:
             parsed = cells.cast(target)
@@ -466,17 +540,22 @@ def _text_kind(text: pa.Array, null: np.ndarray) -> tuple[str, np.ndarray, np.nd
             zeros = pc.match_substring_regex(cells, r"^[+-]?0\d")
             if pc.any(zeros).as_py():
                 example = cells.filter(zeros)[0].as_py()
-                return "text", np.zeros(0), null, [
+                return "text", np.zeros(0), missing, [
                     f"numbers with leading zeros ({example!r}): kept as text so the zeros "
-                    "survive; declare int64 if they are plain numbers"]
+                    "survive; declare int64 if they are plain numbers"], None
         numbers = np.zeros(len(text), np.float64 if kind == "float" else np.int64)
         numbers[~missing] = parsed.to_numpy(zero_copy_only=False)
-        notes = []
+        notes = marker_note
         if blank.any():
             notes.append(f"empty text in {int(blank.sum())} sampled rows is read as a missing "
                          "value")
-        return kind, numbers, missing, notes
-    return "text", np.zeros(0), null, _mostly_numbers(cells)
+        return kind, numbers, missing, notes, None
+    when = date_guess(cells)
+    if when is not None:
+        return when.dtype, np.zeros(0), missing, marker_note, when
+    sep = thousands(cells)
+    return "text", np.zeros(0), missing, marker_note + ([sep] if sep else
+                                                        _mostly_numbers(cells)), None
 
 
 def _mostly_numbers(cells: pa.Array) -> list[str]:
@@ -499,16 +578,28 @@ def _is_number(text: str) -> bool:
         return False
 
 
+def _number_default(g: Guess) -> Any:
+    """What a missing number reads as: NaN for floats (with allow_nan: true: it cannot be
+    mistaken for a measurement), for ints a value below every sampled one (-1 for counts)."""
+    if g.spec.get("dtype") != "int64":
+        return float("nan")
+    low = g.observed.low if g.observed is not None else None
+    return -1 if low is None or low >= 0 else int(low) - 1
+
+
 def _missing(g: Guess, present: np.ndarray, variable: bool, sampled: Sampled,
-             default: Any) -> None:
-    """How rows without a value are declared: an optional list, or a default."""
+             default: Any, stored: bool = False) -> None:
+    """How rows without a value are declared: an optional list, a default whose `# fills N
+    of M` comment says how many sampled values it fills, or (no default) required, whose
+    missing records a run rejects as missing_required and counts."""
     absent = int((~present).sum())
     if not absent:
         return
     rows = len(present)
     if g.spec.get("encoding") in ("png", "jpeg", "raw") or default is None:
-        g.notes.append(f"{absent} of {rows} sampled rows have no value: they would be rejected "
-                       "as missing_required")
+        g.unfilled = absent
+        g.notes.append(f"{absent} of {rows} sampled rows have no value: required, so a run "
+                       "rejects such records as missing_required (and counts them)")
         return
     if variable:
         g.spec["required"] = False
@@ -516,9 +607,27 @@ def _missing(g: Guess, present: np.ndarray, variable: bool, sampled: Sampled,
                        "them as an empty list")
         return
     g.spec["default"] = default
+    if stored:  # TFRecords pass through a run unchanged: the default only tells readers
+        g.notes.append(f"{absent} of {rows} sampled records lack this feature: default "
+                       f"{default!r} is what a reader's parse spec gives them (the records "
+                       "pass through unchanged)")
+        return
+    g.fills = f"fills {absent} of {rows} sampled values"
+    if isinstance(default, float) and default != default:
+        g.spec["allow_nan"] = True
+        g.notes.append(f"{absent} of {rows} sampled rows have no value: default NaN (with "
+                       "allow_nan: true) marks them, so they cannot pass for a measurement; "
+                       "remove the default to reject such records as missing_required instead")
+        return
+    if g.spec.get("dtype") == "int64" and not g.spec.get("vocabulary"):
+        g.notes.append(f"{absent} of {rows} sampled rows have no value: default {default} lies "
+                       "below every sampled value (a marker for 'missing', not a measurement); "
+                       "remove the default to reject such records as missing_required instead")
+        return
     what = "no label" if g.spec.get("vocabulary") else "its value"
     g.notes.append(f"{absent} of {rows} sampled rows have no value: default {default!r} is "
-                   f"{what} for them; pick a value that cannot occur, or drop such rows")
+                   f"{what} for them; remove the default to reject such records as "
+                   "missing_required instead")
 
 
 # ---- images ---------------------------------------------------------------------------------
@@ -565,15 +674,6 @@ def image_spec(g: Guess, facts: list[tuple[str, str, int, int]], where: list[str
         modes[mode] = modes.get(mode, 0) + 1
         sizes[(h, w)] = sizes.get((h, w), 0) + 1
     n = len(facts)
-    if len(sizes) > 1:
-        listed = ", ".join(f"{h}x{w} ({c})" for (h, w), c in sorted(sizes.items(),
-                                                                    key=lambda kv: -kv[1])[:4])
-        g.spec.update(dtype="string", shape=[])
-        g.notes.append(f"images of {len(sizes)} sizes in {n} sampled ({listed}): kept as "
-                       "encoded bytes; png/jpeg encodings need one height and width (resize "
-                       "them first to have them decoded on read)")
-        return
-    (h, w), = sizes
     fmt = max(formats, key=lambda k: formats[k])
     encoding = "jpeg" if fmt == "JPEG" else "png"
     channels = max(_CHANNELS.get(m, 3) for m in modes)
@@ -581,6 +681,23 @@ def image_spec(g: Guess, facts: list[tuple[str, str, int, int]], where: list[str
         channels = min(channels, 3)
     wide = any(m.startswith("I") for m in modes) and encoding == "png"
     dtype = "uint16" if wide else "uint8"
+    g.kind = "image"
+    if len(sizes) > 1:
+        listed = ", ".join(f"{h}x{w} ({c})" for (h, w), c in sorted(
+            sizes.items(), key=lambda kv: (-kv[1], kv[0]))[:4])
+        g.kind = "image of varying size"
+        g.spec.update(dtype=dtype, shape=[None, None, channels], encoding=encoding)
+        g.notes.append(f"images of {len(sizes)} sizes in {n} sampled ({listed}): shape "
+                       f"[null, null, {channels}] stores each file's {encoding} bytes as they "
+                       "are (no re-encode) and the readers decode each at its own size; for "
+                       "one fixed shape add resize: [H, W] or pad: [H, W] with shape [H, W, "
+                       f"{channels}]")
+        others = n - formats[fmt]
+        if others:
+            g.notes.append(f"{others} sampled images are not {fmt}: they would be rejected as "
+                           "bad_image; convert them")
+        return
+    (h, w), = sizes
     g.spec.update(dtype=dtype, shape=[h, w, channels], encoding=encoding)
     mode_text = ", ".join(f"{m} ({c})" for m, c in sorted(modes.items()))
     g.notes.append(f"{n} sampled images, all {h}x{w}, {'/'.join(sorted(formats))}, mode "

@@ -14,14 +14,16 @@ import yaml
 from etl.tools.infer.guess import Guess
 
 _WIDTH = 100
-_ORDER = ("dtype", "shape", "encoding", "default", "required", "source", "allow_nan",
-          "vocabulary")
+_ORDER = ("dtype", "unit", "format", "shape", "encoding", "default", "required", "source",
+          "allow_nan", "vocabulary")
 SPLIT = {"train": 0.8, "test": 0.2}  # the written job's split
 
 
 def scalar(value: Any) -> str:
-    """One YAML scalar or flow list, as PyYAML writes it."""
-    return yaml.safe_dump([value], default_flow_style=True, width=10**9).strip()[1:-1]
+    """One YAML scalar or flow list, as PyYAML writes it (text as text: `Tørgersen`, not
+    `"T\\xF8rgersen"`)."""
+    return yaml.safe_dump([value], default_flow_style=True, width=10**9,
+                          allow_unicode=True).strip()[1:-1]
 
 
 def comment(text: str, indent: str, prefix: str = "# ") -> list[str]:
@@ -45,16 +47,23 @@ def schema_yaml(name: str, header: list[str], guesses: list[Guess]) -> str:
                 width = max(len(scalar(v)) for v in value)
                 for v in value:
                     lines.append(f"      - {scalar(v):<{width}}  # {g.counts[v]} {g.counted}")
+            elif key == "default" and g.fills:
+                lines.append(f"    {key}: {scalar(value)}  # {g.fills}")
             else:
                 lines.append(f"    {key}: {scalar(value)}")
     return "\n".join(lines) + "\n"
 
 
-def job_yaml(header: list[str], schema_path: str, source: dict[str, Any], output: str) -> str:
+def job_yaml(header: list[str], schema_path: str, source: dict[str, Any], output: str,
+             source_notes: dict[str, str] | None = None) -> str:
+    """The job file; `source_notes`: a comment above a source key (why `null_values:` lists
+    what it lists, what `encoding:` was sniffed from)."""
     lines = [line for h in header for line in comment(h, "")]
     lines.append(f"schema: {scalar(schema_path)}")
     lines.append("source:")
     for key, value in source.items():
+        if source_notes and key in source_notes:
+            lines += comment(source_notes[key], "  ", "# review: ")
         lines.append(f"  {key}: {scalar(value)}")
     lines += ["# review: the split fractions (records are assigned by a hash of their position)",
               f"split: {{{', '.join(f'{k}: {v}' for k, v in SPLIT.items())}}}",

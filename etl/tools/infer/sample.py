@@ -33,11 +33,24 @@ class Sample:
     rows: int = 0
     complete: bool = True  # every record of every input is in the sample
     per_file: dict[str, int] = field(default_factory=dict)
+    absent: dict[str, list[str]] = field(default_factory=dict)  # column -> files without it
+    seen: set[str] = field(default_factory=set)  # columns of the file being sampled
 
     def add(self, block: Block, take: int) -> None:
+        """A block's first `take` records; a column that earlier blocks (files) lacked starts
+        with nulls for their records, one this block lacks gets nulls: several files with
+        different columns give columns of equal length, missing where a file has none."""
         for name, col in block.columns.items():
+            if name not in self.columns and self.rows:
+                self.columns[name] = [pa.nulls(self.rows)]
             self.columns.setdefault(name, []).append(_head(col, take))
+            self.seen.add(name)
+        for name, chunks in self.columns.items():
+            if name not in block.columns:
+                chunks.append(pa.nulls(take))
         self.rows += take
+
+
 
 
 def _head(col: Any, n: int) -> Any:
@@ -62,12 +75,21 @@ def sample(config: dict[str, Any], n: int, where: str = "infer-schema") -> Sampl
     out = Sample()
     for unit in reader.files():
         before = out.rows
+        earlier = list(out.per_file)
+        old = set(out.columns)
+        out.seen = set()
         if fmt in _TEXT and not unit.endswith(".gz"):
             complete = _text_sample(reader, unit, n, out)
         else:
             complete = _block_sample(reader.read(unit), n, out)
         out.complete &= complete
         out.per_file[unit] = out.rows - before
+        if out.rows > before:
+            for name in out.columns:  # in column order: the summary lists them so
+                if name not in out.seen:
+                    out.absent.setdefault(name, []).append(unit)
+                elif name not in old and earlier:
+                    out.absent.setdefault(name, []).extend(earlier)
     return out
 
 
