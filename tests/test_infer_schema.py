@@ -631,14 +631,16 @@ def test_outputs_are_named_after_inputs_and_never_an_input(tmp_path) -> None:
     assert output_name("x", "csv", {"paths": [f"{root}/x.csv"]}, root).startswith("out/x_csv_")
 
 
-def test_json_array_is_refused_in_one_line(tmp_path) -> None:
-    (tmp_path / "arr.json").write_text('[\n  {"a": 1},\n  {"a": 2}\n]\n')
-    r = cli("infer-schema", str(tmp_path / "arr.json"))
-    assert r.returncode == 3
-    assert r.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'arr.json'}: a JSON array, not JSON Lines (one object per line): "
-        "convert it first, e.g. `python -c \"import json,sys; [print(json.dumps(r)) for r in "
-        "json.load(open(sys.argv[1]))]\" arr.json > arr.jsonl`, then infer-schema arr.jsonl"]
+def test_json_array_is_sampled_like_json_lines(tmp_path) -> None:
+    """A JSON array file (`[{...}, ...]`) is read by the jsonl source element by element:
+    infer-schema samples it like JSON Lines and the proposed job reads it back."""
+    (tmp_path / "arr.json").write_text('[\n  {"a": 1, "s": "x"},\n  {"a": 2, "s": "y"}\n]\n')
+    schema, job, out = _infer(tmp_path, "arr.json")
+    assert "source:\n  format: jsonl\n  paths: [arr.json]\n" in job
+    assert "  a:\n" in schema and "    dtype: int64\n    shape: []\n" in schema
+    r = cli("run", str(tmp_path / "job.yaml"), "--runner=FnApiRunner", "--progress", "none")
+    assert r.returncode == 0, r.stderr
+    assert "read 2 records" in r.stdout and "written 2, rejected 0" in r.stdout
 
 
 def test_mixed_size_images_propose_variable_shape(tmp_path) -> None:
@@ -664,8 +666,9 @@ def test_schema_on_stdout_keeps_the_summary_on_stderr(tmp_path) -> None:
     assert r.stdout.startswith("# Inferred by")
     assert "infer-schema: 2 features from all 2 records of s.csv (csv)\n  csv: delimiter ';', " \
            "header row, encoding utf-8\n" in r.stderr
+    # told ',' for a ';' file: the reader's one-column check says what it looks like
     r = cli("infer-schema", str(tmp_path / "s.csv"), "--format", "csv", "--delimiter", ",")
-    assert "  a_b:\n" in r.stdout
+    assert r.returncode == 2 and "looks like ';'-separated: set delimiter: ';'" in r.stderr
     r = cli("infer-schema", str(DATA + "/sentences.jsonl"), "--no-header")
     assert (r.returncode, r.stderr.strip()) == (
         2, "error: --delimiter, --encoding and --no-header are for CSV files, not jsonl")
@@ -743,8 +746,8 @@ def test_dialect_option_refusals(tmp_path) -> None:
 
 
 def test_json_lines_date_strings(tmp_path) -> None:
-    """Arrow reads JSON date strings as timestamps: dates when all are at midnight; text it
-    keeps as strings (fractions) is read as ISO 8601 by infer-schema itself."""
+    """JSON date strings reach infer-schema as text (the jsonl source never lets Arrow type them):
+    ISO dates, and date-times with the unit of their finest fraction."""
     (tmp_path / "d.jsonl").write_text('{"a": "1970-01-01", "b": "2020-01-02T00:00:00", '
                                       '"c": "2020-01-01T10:00:00.123"}\n'
                                       '{"a": "1971-05-01", "b": "2020-01-02T10:00:00", '
@@ -752,9 +755,9 @@ def test_json_lines_date_strings(tmp_path) -> None:
     r = cli("infer-schema", str(tmp_path / "d.jsonl"))
     assert r.returncode == 0, r.stderr
     text = joined(r.stdout)
-    assert "  a:\n    # review: JSON strings that are dates (2 sampled values, all at midnight): " \
-           "dtype date (int64 days since 1970-01-01); if the text carries a time of day, use " \
-           "dtype: timestamp\n    dtype: date\n    shape: []\n" in text
+    # the jsonl source hands date-like strings over as text: read as ISO 8601 here
+    assert "  a:\n    # review: ISO 8601 dates in all 2 sampled values: dtype date (stored as " \
+           "int64 days since 1970-01-01)\n    dtype: date\n    shape: []\n" in text
     assert "    dtype: timestamp\n    unit: s\n    shape: []\n" in text
     assert "    dtype: timestamp\n    unit: ms\n    shape: []\n" in text
     assert "  dates: a (date), b (timestamp, unit s), c (timestamp, unit ms)\n" in r.stderr

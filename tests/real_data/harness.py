@@ -110,7 +110,10 @@ def source_rows(path: Path, source: dict[str, Any]) -> list[dict[str, Any]]:
         many = len(names) > 1
         return [dict(zip(names, r, strict=True)) for r in rows if r and (not many or any(r))]
     if fmt == "jsonl":
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        text = path.read_text()
+        if text.lstrip().startswith("["):  # a JSON array file: the jsonl source reads those too
+            return json.loads(text)
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
     if fmt == "parquet":
         import pyarrow.parquet as pq  # noqa: PLC0415
 
@@ -130,7 +133,7 @@ def expected_value(f: Feature, raw: Any, nulls: set[str]) -> Any:
         return MISSING
     if f.vocabulary:
         return str(raw)
-    if f.dtype in ("date", "timestamp"):
+    if f.time is not None:
         return _instant(f, raw)
     if f.dtype == "bytes":
         return str(raw).encode() if not isinstance(raw, bytes) else raw
@@ -145,16 +148,22 @@ def expected_value(f: Feature, raw: Any, nulls: set[str]) -> Any:
 
 
 def _instant(f: Feature, raw: Any) -> int:
+    """A date's day count or a timestamp's units since the epoch, by pandas (the oracle):
+    naive text in the feature's zone, text with an offset converted to UTC."""
     import pandas as pd  # noqa: PLC0415
 
-    fmt = getattr(f, "format", None) or None
-    stamp = pd.to_datetime(raw, format=fmt) if isinstance(raw, str) else pd.Timestamp(raw)
+    spec = f.time
+    if isinstance(raw, str):
+        stamp = pd.to_datetime(raw, format=spec.format) if spec.format else pd.Timestamp(raw)
+    else:
+        stamp = pd.Timestamp(raw)
+    if spec.kind == "date":
+        assert stamp.tzinfo is None and stamp == stamp.normalize(), raw
+        return int(stamp.value // 86_400_000_000_000)
     if stamp.tzinfo is None:
-        stamp = stamp.tz_localize(getattr(f, "timezone", None) or "UTC")
-    if f.dtype == "date":
-        return int((stamp.tz_localize(None) if stamp.tzinfo else stamp).normalize().value
-                   // 86_400_000_000_000)
-    per = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[getattr(f, "unit", None) or "us"]
+        stamp = stamp.tz_localize(spec.timezone)
+    per = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[spec.unit]
+    assert stamp.value % per == 0, raw
     return int(stamp.value // per)
 
 
@@ -210,6 +219,8 @@ def check_exact(out: str, schema: Schema, rows: list[dict[str, Any]], nulls: set
     m = manifest(out)
     stored = sum(split["num_records"] for split in m["splits"].values())
     assert (stored, m["rejected"]["num_records"]) == (len(want), rejected)
+    defaulted = sum(v.get("defaulted", 0) for v in m.get("missing_values", {}).values())
+    assert defaulted == filled, (m.get("missing_values"), filled)
     if tf_too:
         got_tf = [{f.name: stored_value(f, r[f.name]) for f in features}
                   for r in read_back_tf(out)]

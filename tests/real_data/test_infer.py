@@ -7,6 +7,7 @@ infer -> run -> read back every value and compare with pandas reading the same f
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import shutil
 from pathlib import Path
@@ -67,13 +68,35 @@ def run_and_read(tmp: Path) -> dict:
                 else np.concatenate([parts[0][k], parts[1][k]])) for k in parts[0]}
 
 
-def test_cars_json_array_is_one_line(tmp_path: Path) -> None:
-    r = cli("infer-schema", str(VEGA / "cars.json"))
-    assert r.returncode == 3
-    assert r.stderr.strip().splitlines() == [
-        f"error: {VEGA / 'cars.json'}: a JSON array, not JSON Lines (one object per line): "
-        "convert it first, e.g. `python -c \"import json,sys; [print(json.dumps(r)) for r in "
-        "json.load(open(sys.argv[1]))]\" cars.json > cars.jsonl`, then infer-schema cars.jsonl"]
+def test_cars_json_array_is_inferred_run_and_read_back(tmp_path: Path) -> None:
+    """vega's cars.json is a JSON array, not JSON Lines: the jsonl source reads it element by
+    element, so infer-schema samples it and the proposed job converts all 406 cars; the
+    missing MPG and horsepower values are filled by the proposed defaults and counted."""
+    shutil.copy(VEGA / "cars.json", tmp_path)
+    schema, job, out = infer(tmp_path, "cars.json")
+    assert "source:\n  format: jsonl\n  paths: [cars.json]\n" in job
+    assert keys(schema, "year") == "    dtype: date\n    shape: []\n    source: Year\n"
+    assert "  defaults (a run fills and counts them): miles_per_gallon NaN fills 8 of 406 " \
+           "sampled values, horsepower -1 fills 6 of 406 sampled values\n" in out
+    rec = run_and_read(tmp_path)
+    rows = json.loads((VEGA / "cars.json").read_text())
+    assert len(rec["name"]) == len(rows) == 406
+    days_of = {r["Year"]: int((np.datetime64(r["Year"]) - np.datetime64("1970-01-01"))
+                              .astype(int)) for r in rows}
+    # (name, weight, year, acceleration) tells every car apart
+    order = np.lexsort((rec["acceleration"], rec["year"], rec["weight_in_lbs"],
+                        [n.decode() for n in rec["name"]]))
+    rows.sort(key=lambda r: (r["Name"], r["Weight_in_lbs"], days_of[r["Year"]],
+                             np.float32(r["Acceleration"])))
+    assert [rec["name"][i].decode() for i in order] == [r["Name"] for r in rows]
+    days = [days_of[r["Year"]] for r in rows]
+    assert rec["year"][order].tolist() == days
+    assert rec["horsepower"][order].tolist() == [-1 if r["Horsepower"] is None
+                                                 else r["Horsepower"] for r in rows]
+    mpg = rec["miles_per_gallon"][order]
+    want = np.array([np.nan if r["Miles_per_Gallon"] is None else r["Miles_per_Gallon"]
+                     for r in rows], np.float32)
+    assert np.array_equal(mpg, want, equal_nan=True)
 
 
 def test_airports_runs_and_reads_back_exactly(tmp_path: Path) -> None:
@@ -275,8 +298,8 @@ def test_skimage_photos_of_mixed_sizes(tmp_path: Path) -> None:
                                      "    encoding: png\n")
     assert "# review: images of 4 sizes in 4 sampled (300x451 (1), 400x600 (1), 427x640 (1), " \
            "512x512 (1)): shape [null, null, 3]" in feature(schema, "image")
-    assert "# review: 1 sampled images are not PNG: they would be rejected as bad_image" in \
-        feature(schema, "image")
+    assert "# review: 1 sampled images are not PNG: each is decoded and stored once as png " \
+           "(lossless); the PNG files are stored as they are" in feature(schema, "image")
     assert "  images: image (png, shape [null, null, 3])\n" in out
 
 
@@ -311,17 +334,25 @@ def test_cars_as_json_lines_dates_defaults_and_checks(tmp_path: Path) -> None:
            "sampled values, horsepower -1 fills 6 of 406 sampled values\n" in r.stdout
 
 
-def test_skimage_folder_names_the_files_it_cannot_read(tmp_path: Path) -> None:
+def test_skimage_folder_with_an_animated_gif_and_a_multipage_tiff(tmp_path: Path) -> None:
+    """GIF and TIFF files are read (through Pillow); files of several frames get the
+    source's `first_frame: true`, with a note saying what happens without it; the mixed
+    sizes give [null, null, 3] and the proposed job stores all three files."""
     skimage = pytest.importorskip("skimage")
     data = Path(skimage.__file__).parent / "data"
     (tmp_path / "pics" / "a").mkdir(parents=True)
     for n in ("camera.png", "no_time_for_that_tiny.gif", "multipage.tif"):
         shutil.copy(data / n, tmp_path / "pics" / "a" / n)
     schema, job, out = infer(tmp_path, "pics")
-    line = ("2 files the image source does not read (1 .gif, 1 .tif): not in the sample, and a "
-            "run skips them too; convert them to PNG/JPEG to keep them")
-    assert f"  left out: {line}\n" in out
-    assert keys(schema, "image") == "    dtype: uint8\n    shape: [512, 512, 1]\n    encoding: png\n"
+    assert "  first_frame: true\n" in source_of(job)
+    assert "# review: 2 sampled files hold several frames (an animated GIF, a multipage " \
+           "TIFF/WebP): the source's first_frame: true stores each one's first frame; without " \
+           "it they are rejected as unsupported_image" in feature(schema, "image")
+    assert keys(schema, "image") == ("    dtype: uint8\n    shape: [null, null, 3]\n"
+                                     "    encoding: png\n")
+    r = cli("run", "job.yaml", "--output", "o", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "read 3 records" in r.stdout and "written 3, rejected 0" in r.stdout
 
 
 def test_sklearn_iris_first_line_is_a_header_with_numbers_noted(tmp_path: Path) -> None:

@@ -26,6 +26,11 @@ DATASETS = [
     ("us_employment", (*VEGA, "us-employment.csv"), ()),
     ("stocks", (*VEGA, "stocks.csv"), ()),
     ("la_riots", (*VEGA, "la-riots.csv"), ()),
+    ("cars", (*VEGA, "cars.json"), ()),  # a JSON array, with missing values
+    ("iowa_electricity", (*VEGA, "iowa-electricity.csv"), ()),
+    ("sf_temps", (*VEGA, "sf-temps.csv"), ()),
+    ("linnerud", (*SKLEARN, "linnerud_exercise.csv"), ()),  # space-separated
+    ("diabetes_data", (*SKLEARN, "diabetes_data_raw.csv.gz"), ()),  # space-separated, headerless
     ("iris_sklearn", (*SKLEARN, "iris.csv"), ()),
     ("wine", (*SKLEARN, "wine_data.csv"), ()),
     ("breast_cancer", (*SKLEARN, "breast_cancer.csv"), ()),

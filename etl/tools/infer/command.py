@@ -22,7 +22,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +35,7 @@ from etl.output.layout import SCHEMA_FILE
 from etl.sources import make_reader
 from etl.storage import fs
 from etl.tools.infer.checks import checks_yaml
-from etl.tools.infer.dialect import Dialect, sniff, transcode
-from etl.tools.infer.dialect import head as dialect_head
+from etl.tools.infer.dialect import Dialect, sniff
 from etl.tools.infer.examples import sample_examples
 from etl.tools.infer.guess import (
     Guess,
@@ -59,7 +57,6 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "json
                ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet", ".npy": "npy",
                ".npz": "npz", ".txt": "text"}
 _PAIRED = ("idx", "npy")
-_TRANSCODE_LIMIT = 64 << 20  # bytes of a non-UTF-8 CSV copied as UTF-8 for the sample
 
 
 @dataclass
@@ -260,7 +257,7 @@ def default_name(fmt: str, source: dict[str, Any]) -> str:
 @dataclass
 class Inferred:
     text: str  # the schema YAML, with its comments
-    schema: Schema | None  # that text, loaded (None: it uses keys this tree cannot load yet)
+    schema: Schema  # that text, loaded
     guesses: list[Guess]
     sampled: Sampled
     source: dict[str, Any] = field(default_factory=dict)  # the job's source entry
@@ -292,9 +289,6 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
         guesses, sampled, left_out = _image_folder(source, n)
     else:
         stored = fmt == "tfrecord"  # records pass through a run unchanged: describe them as is
-        if fmt == "jsonl":
-            for p in source["paths"]:
-                refuse_json_array(p)
         if stored:
             got = sample_examples(source["paths"], n)
         elif fmt == "csv":
@@ -319,7 +313,7 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
         for column, values in columns.items():
             try:
                 guesses.append(guess(column, values, sampled, stored=stored,
-                                     null_values=null_values, json_text=fmt == "jsonl"))
+                                     null_values=null_values))
             except Unsupported as e:
                 left_out.append(f"{column!r} ({e})")
             else:
@@ -351,62 +345,17 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
     if fmt == "tfrecord":
         header += _written_with(source["paths"])
     text = schema_yaml(name, header, guesses)
-    schema = _load(text, guesses)
+    schema = _load(text)
     return Inferred(text, schema, guesses, sampled, source, notes, left_out, dialect, markers,
                     absent, renamed, [g.name for g in guesses])
 
 
-_PENDING_DTYPES = ("date", "timestamp")  # keys other parts of the project add (BRIEF, issue 27)
-
-
-def _pending(g: Guess) -> bool:
-    return g.spec.get("dtype") in _PENDING_DTYPES or None in g.spec.get("shape", [])
-
-
-def _load(text: str, guesses: list[Guess]) -> Schema | None:
-    """The schema loaded by etl.contract.schema. A schema with date/timestamp features or
-    variable-size images needs keys a contract may not know yet: then the same schema with
-    those features as plain strings must load (everything else is checked), and None is
-    returned for the schema."""
-    doc = yaml.safe_load(text)
+def _load(text: str) -> Schema:
+    """The schema loaded by etl.contract.schema: what is written always loads."""
     try:
-        return schema_from_dict(doc)
+        return schema_from_dict(yaml.safe_load(text))
     except Exception as e:  # a bug here, not the user's: say what was produced
-        pending = {g.name for g in guesses if _pending(g)}
-        if not pending:
-            raise ConfigError(f"the inferred schema does not load ({e}); please report it") from e
-        for fname in pending:
-            spec = doc["features"][fname]
-            doc["features"][fname] = {"dtype": "string", "shape": [],
-                                      **({"source": spec["source"]} if "source" in spec else {})}
-        try:
-            schema_from_dict(doc)
-        except Exception as e2:
-            raise ConfigError(f"the inferred schema does not load ({e2}); please report "
-                              "it") from e2
-        return None
-
-
-def refuse_json_array(path: str) -> None:
-    """A JSON array file (`[{...}, ...]`, pretty-printed or on one line) is not JSON Lines:
-    one line saying so and how to convert it, instead of an invalid_json per line."""
-    text = dialect_head(path).lstrip(b"\xef\xbb\xbf").lstrip()
-    if not text.startswith(b"["):
-        return
-    first = text.split(b"\n", 1)[0]
-    try:
-        value = json.loads(first)
-    except ValueError:
-        value = None
-    if value is not None and not (isinstance(value, list) and value
-                                  and all(isinstance(v, dict) for v in value)):
-        return  # a JSON Lines file whose first line is a list: the reader says what it thinks
-    name = fs.basename(path)
-    stem = re.sub(r"\.(json|jsonl|ndjson)(\.gz)?$", "", name, flags=re.I)
-    raise BadInputError(
-        f"{path}: a JSON array, not JSON Lines (one object per line): convert it first, e.g. "
-        f"`python -c \"import json,sys; [print(json.dumps(r)) for r in json.load(open(sys.argv[1]))]\" "
-        f"{name} > {stem}.jsonl`, then infer-schema {stem}.jsonl")
+        raise ConfigError(f"the inferred schema does not load ({e}); please report it") from e
 
 
 def _dialect(paths: list[str], opts: Options) -> Dialect:
@@ -426,23 +375,9 @@ def _dialect(paths: list[str], opts: Options) -> Dialect:
 
 
 def _csv_sample(source: dict[str, Any], d: Dialect, n: int) -> Sample:
-    """The sample through today's CSV reader: encodings other than UTF-8 through a UTF-8
-    copy of each file's start (the reader of this tree reads UTF-8), null_values as missing
-    later (etl.tools.infer.guess)."""
-    config = {k: v for k, v in source.items() if k not in ("encoding", "null_values")}
-    if d.encoding in ("utf-8", "utf8"):
-        return sample(config, n)
-    with tempfile.TemporaryDirectory(prefix="infer-") as tmp:
-        copies = []
-        for i, p in enumerate(source["paths"]):
-            folder = os.path.join(tmp, str(i))
-            os.makedirs(folder)
-            copies.append(transcode(p, d.encoding, _TRANSCODE_LIMIT, folder))
-        got = sample({**config, "paths": copies}, n)
-        back = dict(zip(copies, source["paths"], strict=True))
-        got.per_file = {back.get(k, k): v for k, v in got.per_file.items()}
-        got.absent = {c: [back.get(f, f) for f in fs_] for c, fs_ in got.absent.items()}
-        return got
+    """The sample through the CSV reader with the sniffed dialect (its `encoding:` too);
+    null markers stay text here and are found later (etl.tools.infer.guess)."""
+    return sample({k: v for k, v in source.items() if k != "null_values"}, n)
 
 
 def _null_markers(columns: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -536,16 +471,27 @@ def _image_folder(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled,
         for q in queues:
             if q and len(picked) < n:
                 picked.append(q.pop(0))
-    facts = []
+    facts, broken = [], []
     for f in picked:
         try:
             facts.append(image_facts(fs.read_bytes(f), f))
         except Exception as e:  # Pillow raises many types for a broken file
-            raise BadInputError(f"{f}: cannot read image header ({type(e).__name__}: "
-                                f"{fs.first_line(e)}); fix or remove it before inferring a "
-                                "schema") from e
+            broken.append(f"{_short(f)} ({type(e).__name__}: {fs.first_line(e)})")
+    if not facts:
+        raise BadInputError(f"{_listing(source)}: no sampled image could be read: "
+                            + "; ".join(broken[:3]))
     image = Guess("image", {})
     image_spec(image, facts)
+    if broken:
+        image.notes.append(f"{len(broken)} sampled files cannot be read as images and a run "
+                           f"rejects them as bad_image: {'; '.join(broken[:3])}")
+    frames = sum(1 for fmt, *_, n_frames in facts if n_frames > 1 and fmt != "MPO")
+    if frames:
+        source["first_frame"] = True
+        image.notes.append(f"{frames} sampled files hold several frames (an animated GIF, a "
+                           "multipage TIFF/WebP): the source's first_frame: true stores each "
+                           "one's first frame; without it they are rejected as "
+                           "unsupported_image")
     classes = sorted(by_class)
     label = Guess("label", {"dtype": "int64", "shape": [], "vocabulary": classes},
                   counts={c: len(by_class[c]) for c in classes}, counted="images",

@@ -230,18 +230,3 @@ def _names(rows: list[list[str]], d: Dialect) -> list[str]:
         seen.setdefault(raw, 1)
         names.append(name)
     return names
-
-
-def transcode(path: str, encoding: str, limit: int, out_dir: str) -> str:
-    """A UTF-8 copy of (the first `limit` bytes of, cut at a line end) a file in another
-    encoding, for the sampler: today's CSV reader reads UTF-8 only."""
-    data = head(path, limit)
-    if len(data) == limit:
-        data = data[:data.rfind(b"\n") + 1]
-    text = data.decode(encoding, "replace")
-    name = re.sub(r"\.gz$", "", fs.basename(path), flags=re.I)
-    target = fs.join(out_dir, name)
-    with open(target, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
-    return target
-

@@ -97,15 +97,12 @@ def combine(chunks: list[Any]) -> np.ndarray | pa.Array:
 
 
 def guess(column: str, values: np.ndarray | pa.Array, sampled: Sampled, *,
-          stored: bool = False, null_values: frozenset[str] = frozenset(),
-          json_text: bool = False) -> Guess:
+          stored: bool = False, null_values: frozenset[str] = frozenset()) -> Guess:
     """The feature for one source column. `stored`: the values are the lists a TFRecord of
     tf.train.Example already holds (passed through unchanged by a run), so the feature keeps
     the key as spelled and the list type as stored: text is not parsed into numbers and no
     vocabulary is built (it would declare int64 ids where the records hold strings).
-    `null_values`: text cells that are missing values (the job's source names them).
-    `json_text`: timestamps come from JSON strings Arrow parsed (JSON Lines), not a typed
-    column: all at midnight, they were dates."""
+    `null_values`: text cells that are missing values (the job's source names them)."""
     if stored:
         g = Guess(column, {}, column=column)
         _arrow(g, as_arrow(values) if isinstance(values, np.ndarray) else values, sampled,
@@ -119,7 +116,7 @@ def guess(column: str, values: np.ndarray | pa.Array, sampled: Sampled, *,
         if values.dtype.kind not in "SUO":
             raise Unsupported(f"NumPy dtype {values.dtype}")
         values = as_arrow(values.reshape(len(values), -1)[:, 0] if values.ndim > 1 else values)
-    _arrow(g, values, sampled, null_values=null_values, json_text=json_text)
+    _arrow(g, values, sampled, null_values=null_values)
     return _with_source(g, column)
 
 
@@ -223,7 +220,7 @@ def _int_notes(g: Guess, ints: np.ndarray) -> None:
 
 # ---- Arrow columns -----------------------------------------------------------------------------
 def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
-           null_values: frozenset[str] = frozenset(), json_text: bool = False) -> None:
+           null_values: frozenset[str] = frozenset()) -> None:
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     n = len(arr)
@@ -236,8 +233,6 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
     valid = nested.row_valid
     shape, variable = _list_shape(nested.levels, valid, n)
     kind, numbers, leaf_null, notes, when = _leaf_kind(leaves, stored, null_values)
-    if json_text and when is not None and pa.types.is_timestamp(leaves.type):
-        when = _json_dates(leaves, when)
     if nested.levels and kind in ("text", "bytes"):  # "" in a list is a value, not missing
         leaf_null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
     g.notes.extend(notes)
@@ -454,20 +449,6 @@ def _shape_note(g: Guess, levels: list[np.ndarray], shape: list[int], variable: 
                        "a row with another count would be rejected as wrong_shape")
 
 
-def _json_dates(leaves: pa.Array, when: DateGuess) -> DateGuess:
-    """JSON strings Arrow read as timestamps: dates when every one is at midnight."""
-    day = 86400 * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[leaves.type.unit]
-    ticks = np.asarray(leaves.cast(pa.int64()).drop_null().to_numpy(zero_copy_only=False),
-                       np.int64)
-    if len(ticks) and not (ticks % day).any():
-        return DateGuess("date", note=f"JSON strings that are dates ({len(ticks)} sampled "
-                         "values, all at midnight): dtype date (int64 days since 1970-01-01); "
-                         "if the text carries a time of day, use dtype: timestamp")
-    return DateGuess("timestamp", unit=when.unit, note=f"JSON strings that are ISO 8601 "
-                     f"date-times: dtype timestamp, unit {when.unit} (int64 {when.unit} since "
-                     "1970-01-01 UTC; text without an offset is read as UTC)")
-
-
 def _leaf_kind(leaves: pa.Array, stored: bool = False,
                null_values: frozenset[str] = frozenset()
                ) -> tuple[str, np.ndarray, np.ndarray, list[str], DateGuess | None]:
@@ -642,12 +623,14 @@ def _looks_like_images(blobs: pa.Array) -> bool:
     return True
 
 
-def image_facts(blob: bytes, name: str) -> tuple[str, str, int, int]:
-    """(format, mode, width, height) from an image's header (Pillow reads no pixels)."""
+def image_facts(blob: bytes, name: str) -> tuple[str, str, int, int, int]:
+    """(format, mode, width, height, frames) from an image's header (Pillow reads no
+    pixels; `frames` > 1 for an animated GIF or a multipage TIFF/WebP)."""
     from PIL import Image  # noqa: PLC0415
 
     with Image.open(io.BytesIO(blob)) as img:
-        return str(img.format), str(img.mode), int(img.size[0]), int(img.size[1])
+        return (str(img.format), str(img.mode), int(img.size[0]), int(img.size[1]),
+                int(getattr(img, "n_frames", 1)))
 
 
 _CHANNELS = {"1": 1, "L": 1, "I;16": 1, "I;16B": 1, "I": 1, "P": 3, "RGB": 3, "YCbCr": 3,
@@ -663,13 +646,13 @@ def _images(g: Guess, blobs: pa.Array, shape: list[int]) -> bool:
     return True
 
 
-def image_spec(g: Guess, facts: list[tuple[str, str, int, int]], where: list[str] | None = None
-               ) -> None:
+def image_spec(g: Guess, facts: list[tuple[str, str, int, int, int]],
+               where: list[str] | None = None) -> None:
     """Shape, dtype and encoding of an image feature from its sampled headers."""
     formats: dict[str, int] = {}
     modes: dict[str, int] = {}
     sizes: dict[tuple[int, int], int] = {}
-    for fmt, mode, w, h in facts:
+    for fmt, mode, w, h, _ in facts:
         formats[fmt] = formats.get(fmt, 0) + 1
         modes[mode] = modes.get(mode, 0) + 1
         sizes[(h, w)] = sizes.get((h, w), 0) + 1
@@ -694,8 +677,7 @@ def image_spec(g: Guess, facts: list[tuple[str, str, int, int]], where: list[str
                        f"{channels}]")
         others = n - formats[fmt]
         if others:
-            g.notes.append(f"{others} sampled images are not {fmt}: they would be rejected as "
-                           "bad_image; convert them")
+            g.notes.append(_converted(others, fmt, encoding))
         return
     (h, w), = sizes
     g.spec.update(dtype=dtype, shape=[h, w, channels], encoding=encoding)
@@ -706,5 +688,12 @@ def image_spec(g: Guess, facts: list[tuple[str, str, int, int]], where: list[str
                    "rejected as wrong_shape")
     others = n - formats[fmt]
     if others:
-        g.notes.append(f"{others} sampled images are not {fmt}: they would be rejected as "
-                       "bad_image; convert them")
+        g.notes.append(_converted(others, fmt, encoding))
+
+
+def _converted(others: int, fmt: str, encoding: str) -> str:
+    """The note for sampled images of another format than the feature's encoding: the image
+    source decodes them with Pillow and encodes them once (etl.contract.images)."""
+    how = "lossless" if encoding == "png" else "lossy, JPEG quality 95"
+    return (f"{others} sampled images are not {fmt}: each is decoded and stored once as "
+            f"{encoding} ({how}); the {fmt} files are stored as they are")
