@@ -22,7 +22,6 @@ import pandas as pd
 import pytest
 
 from etl.output.manifest import dataset_dir
-from etl.output.origin import OtherJobsOutput, check_same_job, describe
 from etl.storage import fs
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, cli
@@ -248,6 +247,8 @@ def test_quarantine_release_publishes_the_job_it_holds(tmp_path: Path) -> None:
 
 
 def test_check_same_job_compares_formats_paths_and_schema_only() -> None:
+    from etl.output.origin import OtherJobsOutput, check_same_job, describe  # noqa: PLC0415
+
     ours = {"schema": "s", "sources": {"train": {"format": "csv", "paths": ["a.csv"],
                                                  "resolved": ["/d/a.csv"]}}}
     check_same_job("out", None, ours)  # nothing published
