@@ -202,7 +202,8 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
     """One history entry for this run (etl.schedule.history). A failure is recorded when the output
     passed preflight, or before that when a local history is there already: a misconfigured
     or refused first run creates nothing beside a folder the project does not own, and a
-    config error never waits for a store. Never fails the run."""
+    config error never waits for a store. A run refused because the output holds another
+    job's dataset adds nothing: that history is the other job's. Never fails the run."""
     root = history.history_root(job.output)
     status, reason, code, error, counts = "ok", "", 0, "", attempt.counts
     if result is not None and result.skipped:
@@ -262,9 +263,13 @@ class _Plan:
 
 def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
           force: bool) -> _Plan:
-    """List, check, pin and fingerprint the inputs; name the run; decide the skip (a current
-    output that is damaged is rebuilt, and the attempt says why)."""
+    """Refuse an output another job published (etl.output.origin: before the inputs are read
+    for their fingerprints); list, check, pin and fingerprint the inputs; name the run;
+    decide the skip (a current output that is damaged is rebuilt, and the attempt says why)."""
     schema = load_schema(job.schema_path)
+    published = None if force else idempotence.published_manifest(job.output)
+    origin = job_origin(job, schema.name)
+    check_same_job(job.output, published, origin)  # another job's output: refused, unless --force
     read_plan = plan_reads(job)
     check_worker_access(job, read_plan.inputs, runner, given)  # before building for workers
     guard.check_inputs_readable([i["path"] for i in read_plan.inputs])
@@ -281,9 +286,6 @@ def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
     ident = idempotence.identity(job, schema.sha256(), inputs)
     attempt.run_key = ident.run_key
     run_id = attempt.run_id = idempotence.new_run_id(ident.run_key)
-    published = None if force else idempotence.published_manifest(job.output)
-    origin = job_origin(job, schema.name)
-    check_same_job(job.output, published, origin)  # another job's output: refused, unless --force
     skip = published is not None and idempotence.stale_reason(published, ident, inputs) is None
     damaged = idempotence.damage(job.output, job.verify == "full") if skip else None
     if damaged:  # current by its manifest, but not intact: heal it
