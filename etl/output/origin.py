@@ -25,11 +25,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from etl.base.errors import ConfigError
-from etl.job.spans import strings_in
 from etl.storage import fs
 
 KEY = "published_by"
 SHOWN_PATHS = 2  # file names a message lists before "+N more"
+
+
+def strings_in(value: Any) -> list[str]:
+    """Every string inside a paths value (a string, a list, or a mapping of them), as
+    etl.job.spans reads them (a layer above this one)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in strings_in(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in strings_in(v)]
+    return []
 
 
 class OtherJobsOutput(ConfigError):
