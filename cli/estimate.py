@@ -13,7 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from cli.run import default_beam_args, read_split_bytes, workers_on_this_host
 from etl.contract.schema import load_schema
 from etl.job.config import JobConfig
-from etl.job.estimate import estimate, lines
+from etl.job.estimate import estimate, lines, sample_verdict
 from etl.job.read_plan import plan_units
 from etl.shuffle import is_local, strategy_for
 from etl.storage import fs
@@ -21,6 +21,13 @@ from etl.storage import fs
 
 def estimate_lines(job: JobConfig, beam_args: list[str]) -> list[str]:
     """The estimate table for `job` run with `beam_args`; reads only sizes and samples."""
+    return estimate_report(job, beam_args)[0]
+
+
+def estimate_report(job: JobConfig, beam_args: list[str]) -> tuple[list[str], int]:
+    """The estimate table and the exit code `run --estimate` gives: 0, or the code the real
+    run would give when the sampled records already break the job's bad-record limit (the
+    table's last line says so)."""
     options = PipelineOptions(default_beam_args(beam_args))
     fs.use_options(options)
     runner = options.view_as(StandardOptions).runner
@@ -33,8 +40,11 @@ def estimate_lines(job: JobConfig, beam_args: list[str]) -> list[str]:
                    workers=workers.num_workers or workers.max_num_workers,
                    machine_type=workers.machine_type, disk_gb=workers.disk_size_gb)
     out = lines(est)
+    failing, code = sample_verdict(est, job.max_bad_fraction)
     on_disk = [i["path"] for i in plan.inputs if not fs.is_remote(i["path"])]
     if not local and on_disk and not workers_on_this_host(options):
         out.append(f"  note              {len(on_disk)} input(s) are on this machine: copy them "
                    "to a bucket (gs://...) and point the job there before the real run")
-    return out
+    if failing:
+        out.append(failing)
+    return out, code

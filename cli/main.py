@@ -26,10 +26,13 @@ Dates: a job's source paths, output and shuffle.seed may hold {date} {YYYY} {MM}
 failed span. A span whose output is published and current is skipped (exit 0); --force rebuilds.
 
 Exit codes (a range exits with its worst span's, mildest first: 0 < 4 < 5 < 6 < 3 < 2 < 1):
-  0  success, or skipped because the published output is current (also --dry-run, --estimate)
+  0  success, or skipped because the published output is current (also --dry-run, and
+     --estimate whose sampled records pass the job's max_bad_fraction)
   1  other failure (the message says what and where)
-  2  bad job, schema or arguments (also a refused output, a span with no input files)
-  3  bad input: more rejected records than max_bad_fraction allows, or unreadable rest of a file
+  2  bad job, schema or arguments (also a refused output, an output holding another job's
+     dataset: --force replaces it, a span with no input files)
+  3  bad input: more rejected records than max_bad_fraction allows (--estimate: in its sample),
+     or unreadable rest of a file
   4  another run holds the span's output (its lock names the holder)
   5  storage error: disk full, permission, read-only, I/O, too little free space
   6  blocked by a quality check (checks: in the job): nothing published, the run quarantined
@@ -264,7 +267,9 @@ def _tool(args: argparse.Namespace, verbose: bool) -> int:
         from etl.tools.inspect import spec_text  # noqa: PLC0415 - per subcommand: --help stays fast
 
         _imports_done()
-        print(spec_text(args.schema))
+        with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
+            text = spec_text(args.schema)
+        print(text)
     elif args.command == "inspect":
         from etl.tools.inspect import inspect  # noqa: PLC0415 - per subcommand: --help stays fast
 
@@ -342,12 +347,15 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
         _imports_done()
         return ranges.dry_run(jobs, args.only, args.force, args.allow_missing)
     if args.estimate:
-        from cli.estimate import estimate_lines  # noqa: PLC0415 - imports Beam
+        from cli.estimate import estimate_report  # noqa: PLC0415 - imports Beam
 
         _imports_done()
+        worst = 0
         for job in jobs:
-            print("\n".join(estimate_lines(job, beam_args)))
-        return 0
+            shown, code = estimate_report(job, beam_args)
+            print("\n".join(shown))
+            worst = ranges.worst([worst, code])
+        return worst
     if args.first is None:
         from cli.summary import run_and_report  # noqa: PLC0415 - imports Beam
 

@@ -60,6 +60,8 @@ from etl.output.finalize import first_rejected
 from etl.output.layout import MANIFEST, REJECTED_FILE, SUCCESS
 from etl.output.lock import DEFAULT_STALE_AFTER, LOCK, RunInfo, RunLock, lock_lost
 from etl.output.manifest import record_run
+from etl.output.origin import KEY as ORIGIN_KEY
+from etl.output.origin import OtherJobsOutput, check_same_job, job_origin
 from etl.output.publish import publish
 from etl.output.remote import RemoteRun, check_buckets, work_prefix
 from etl.quality import gate
@@ -200,7 +202,8 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
     """One history entry for this run (etl.schedule.history). A failure is recorded when the output
     passed preflight, or before that when a local history is there already: a misconfigured
     or refused first run creates nothing beside a folder the project does not own, and a
-    config error never waits for a store. Never fails the run."""
+    config error never waits for a store. A run refused because the output holds another
+    job's dataset adds nothing: that history is the other job's. Never fails the run."""
     root = history.history_root(job.output)
     status, reason, code, error, counts = "ok", "", 0, "", attempt.counts
     if result is not None and result.skipped:
@@ -222,6 +225,8 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
         else:
             code = 1
         error = fs.first_line(failure) if str(failure) else type(failure).__name__
+    if isinstance(failure, OtherJobsOutput):
+        return  # the output's history is the other job's: a refused run adds nothing to it
     try:
         if failure is not None and not attempt.accepted and (
                 fs.is_remote(root) or not history.exists(root)):
@@ -253,13 +258,18 @@ class _Plan:
     run_id: str
     published: dict[str, Any] | None
     skip: bool
+    origin: dict[str, Any] = field(default_factory=dict)  # the job the manifest names
 
 
 def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
           force: bool) -> _Plan:
-    """List, check, pin and fingerprint the inputs; name the run; decide the skip (a current
-    output that is damaged is rebuilt, and the attempt says why)."""
+    """Refuse an output another job published (etl.output.origin: before the inputs are read
+    for their fingerprints); list, check, pin and fingerprint the inputs; name the run;
+    decide the skip (a current output that is damaged is rebuilt, and the attempt says why)."""
     schema = load_schema(job.schema_path)
+    published = None if force else idempotence.published_manifest(job.output)
+    origin = job_origin(job, schema.name)
+    check_same_job(job.output, published, origin)  # another job's output: refused, unless --force
     read_plan = plan_reads(job)
     check_worker_access(job, read_plan.inputs, runner, given)  # before building for workers
     guard.check_inputs_readable([i["path"] for i in read_plan.inputs])
@@ -276,14 +286,13 @@ def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
     ident = idempotence.identity(job, schema.sha256(), inputs)
     attempt.run_key = ident.run_key
     run_id = attempt.run_id = idempotence.new_run_id(ident.run_key)
-    published = None if force else idempotence.published_manifest(job.output)
     skip = published is not None and idempotence.stale_reason(published, ident, inputs) is None
     damaged = idempotence.damage(job.output, job.verify == "full") if skip else None
     if damaged:  # current by its manifest, but not intact: heal it
         skip = False
         attempt.rebuilt_reason = idempotence.DAMAGED.format(damaged)
         log.warning("%s; rebuilding it", attempt.rebuilt_reason)
-    return _Plan(schema, read_plan, pinned, inputs, ident, run_id, published, skip)
+    return _Plan(schema, read_plan, pinned, inputs, ident, run_id, published, skip, origin)
 
 
 @dataclass
@@ -335,7 +344,8 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
         # runs (signals.interruptible in _convert): a Ctrl-C never leaves a run directory
         # half made or half removed, nor the lock behind
         stack.enter_context(signals.deferred())
-        place = _take_output(stack, job, plan, info, temp_root, lock_stale_after, break_lock)
+        place = _take_output(stack, job, plan, info, temp_root, lock_stale_after, break_lock,
+                             force)
         if place is None:
             result = skipped()  # current: only a dead run's leftovers were to be cleared
         else:
@@ -372,7 +382,7 @@ def _quarantined(job: JobConfig, plan: _Plan, attempt: Attempt, stale: float,
 
 def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
                  temp_root: str | None, lock_stale_after: float,
-                 break_lock: bool) -> _Place | None:
+                 break_lock: bool, force: bool = False) -> _Place | None:
     """Lock the output (held until `stack` closes), clear dead runs' leftovers, check the
     output again under the lock and make this run's directory; None when, locked, the output
     turns out current after all (a dead run's leftovers were all that stood in the way)."""
@@ -382,8 +392,10 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
             lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
                                                output=job.output))
         guard.recover_leftovers(workdir, job.output, lock_stale_after)
-        if plan.skip and idempotence.stale_reason(idempotence.published_manifest(job.output),
-                                                  plan.ident, plan.inputs) is None:
+        now = idempotence.published_manifest(job.output)
+        if not force:  # another job may have published since the plan looked
+            check_same_job(job.output, now, plan.origin)
+        if plan.skip and idempotence.stale_reason(now, plan.ident, plan.inputs) is None:
             return None
         guard.check_output(job.output, _protected(job, plan.inputs))  # again, locked
         tmp = guard.create_run_dir(workdir, info)
@@ -445,7 +457,8 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
             else:
                 input_pin.check_unchanged(plan.pinned)  # what was read is what was fingerprinted
                 rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
-                fields = {**plan.ident.manifest_fields(), "run_id": run_id}
+                fields = {**plan.ident.manifest_fields(), "run_id": run_id,
+                          ORIGIN_KEY: plan.origin}
                 result = _check_and_publish(job, spec, run_id, started, rejected_at, place.remote,
                                             fields, reporter, attempt)
             if reporter is not None:

@@ -129,10 +129,19 @@ def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, ve
             texts = list(inspect([fs.join(dataset_dir(result.output), shard)], limit=1))
         for text in texts:
             print(text)
-    print(f"Read it back: etl.make_dataset({result.output!r}, split={first!r})")
+    print(read_back_line(result.manifest, result.output, first))
     if report:
         _print_report(job, output, not verbose)
     return 0
+
+
+def read_back_line(manifest: dict[str, Any], output: str, split: str) -> str:
+    """The reader that reads what was published: make_dataset reads TFRecord shards only, so
+    an ArrayRecord output names open_records (a Grain RandomAccessDataSource)."""
+    if manifest.get("format") == "array_record":
+        return (f"Read it back: etl.open_records({output!r}, split={split!r}) "
+                "(random access; a Grain RandomAccessDataSource)")
+    return f"Read it back: etl.make_dataset({output!r}, split={split!r})"
 
 
 def _print_report(job: JobConfig, output: str | None, quiet: bool,

@@ -237,7 +237,7 @@ def test_two_runs_at_once_publish_exactly_one_version(tmp_path, gcs_emulator, pr
     proxy.hold(hold)
     a = start("run", job_a, "--force", env=e)  # A's output is current: rebuild it
     assert proxy.held.wait(60), a.communicate()
-    ok(cli("run", job_b, "--break-lock", env=e))
+    ok(cli("run", job_b, "--break-lock", "--force", env=e))  # another job's inputs: --force
     proxy.release()
     _, err = a.communicate(timeout=60)
     assert a.returncode == 4, err

@@ -455,7 +455,8 @@ def test_disk_full_exits_5_naming_the_path_and_keeps_the_old_output(tmp_path, ho
         big = make_job(str(tmp_path / "big"), out, rows=200_000, spill_in_memory=0)
         write_csv(str(tmp_path / "big" / "ids.csv"), 200_000, row="{m},{m},{m}")
         env["ETL_TEST_ENOSPC_UNDER"] = layout.work_dir(out)
-        proc = cli("run", big, env=env)
+        # another job's inputs into the same output: --force (etl.output.origin)
+        proc = cli("run", big, "--force", env=env)
         assert proc.returncode == 5, proc.stderr
         lines = error_lines(proc.stderr)
         assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -279,7 +279,7 @@ def test_inspect_decodes_with_schema_beside_data(tmp_path):
     assert sum(b.startswith("-- record") for b in blocks) == 3
     assert "label: int64 [] = 1\n" in text
     assert "x: float32 [3] = [ 2. , 1. ,-2. ]" in text or "x: float32 [3] = [ 2.,  1., -2.]" in text
-    assert "name: bytes [] = b'rec-2'" in text
+    assert "name: bytes [] = 'rec-2'" in text  # UTF-8 bytes shown as text
     assert "r: int32 [2] = [0, 1]" in text
     assert "img: uint8 [2, 2, 1]" in text
     # a single file finds the schema.yaml in its directory too

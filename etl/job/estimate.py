@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from etl.base.errors import EXIT_BAD_INPUT, BadRecord
 from etl.contract.codec import Encoder
 from etl.contract.schema import Schema
 from etl.formats.proto_wire import binary_column, lengths
@@ -59,6 +60,11 @@ class Sample:
     framed_bytes: int
     whole_file: bool
     spread: float = 1.0  # lines per byte of the whole file / of the sampled head (text)
+    bad: list[BadRecord] = field(default_factory=list)  # the sample's rejected records
+
+    @property
+    def rejected(self) -> int:
+        return self.read - self.encoded
 
     @property
     def records_per_byte(self) -> float:
@@ -86,6 +92,8 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
         split = Split(unit.path, size=unit.num_bytes)
     counts = [0, 0, 0]  # read, encoded, framed bytes: up to input byte `at`
     pending = [0, 0, 0]  # blocks that end at the same reported offset (one read chunk)
+    bad: list[BadRecord] = []  # rejected records, as `counts`
+    pending_bad: list[BadRecord] = []
     at = chunk_end = 0
     whole = not split.stop
     blocks = reader.read_split(split)
@@ -94,19 +102,23 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
             end = chunk_end if block.end_offset is None else block.end_offset
             if not split.stop and end > chunk_end and any(pending):  # a read chunk is complete
                 counts = [x + y for x, y in zip(counts, pending, strict=True)]
-                pending, at = [0, 0, 0], chunk_end
+                bad += pending_bad
+                pending, pending_bad, at = [0, 0, 0], [], chunk_end
                 if at >= SAMPLE_BYTES:
                     whole = False
                     break
             chunk_end = max(chunk_end, end)
             pending[0] += block.num_read
+            pending_bad += block.bad
             if block.num_rows:
                 out = encoder.encode(block.columns, source=unit.path, positions=block.positions,
                                      lines=block.lines, offsets=block.offsets)
                 pending[1] += len(out.rows)
+                pending_bad += out.bad
                 pending[2] += int(lengths(binary_column(out.array)).sum()) + FRAMING * len(out.rows)
         else:
             counts = [x + y for x, y in zip(counts, pending, strict=True)]
+            bad += pending_bad
             at = split.stop or unit.num_bytes
     finally:
         close = getattr(blocks, "close", None)
@@ -114,7 +126,8 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
             close()
     if split.stop and counts[0] > counts[1]:
         counts[1] += 1  # the row the sample's end cut in two is not a rejected one
-    sample = Sample(name, unit.path, fmt, at, *counts, whole)
+        bad = bad[:-1]
+    sample = Sample(name, unit.path, fmt, at, *counts, whole, bad=bad)
     if text and not whole:
         sample.spread = _line_spread(unit.path, unit.num_bytes, at)
     return sample
@@ -261,6 +274,27 @@ def object_operations(records: float, shards: dict[str, int], read_tasks: int, v
     if job.output.startswith("gs://"):
         ops["publish copies"] = n_shards + 4
     return ops
+
+
+def sample_verdict(est: Estimate, max_bad_fraction: float) -> tuple[str, int]:
+    """('', 0) when the sampled records pass the job's bad-record limit; else one line saying
+    the real run would fail, and the exit code it would give (3, as check_threshold in
+    etl.output.accounting: more rejected than `max_bad_fraction`)."""
+    read = sum(s.read for s in est.samples)
+    rejected = sum(s.rejected for s in est.samples)
+    if not rejected or rejected / max(read, 1) <= max_bad_fraction:
+        return "", 0
+    codes: dict[str, int] = {}
+    for s in est.samples:
+        for b in s.bad:
+            codes[b.code] = codes.get(b.code, 0) + b.count
+    reasons = ", ".join(f"{c} {n}" for c, n in sorted(codes.items(), key=lambda kv: -kv[1]))
+    first = next((b for s in est.samples for b in s.bad), None)
+    return (f"  would fail        {rejected:,} of {read:,} sampled records rejected "
+            f"({rejected / read:.2%} > max_bad_fraction {max_bad_fraction:.2%})"
+            + (f": {reasons}" if reasons else "")
+            + f"; the real run would exit {EXIT_BAD_INPUT} and publish nothing."
+            + (f" First: {first.message()}" if first is not None else "")), EXIT_BAD_INPUT
 
 
 def lines(est: Estimate) -> list[str]:

@@ -1,4 +1,5 @@
 """A published output's life: its file names (layout), manifest and verify, what is ours
-(ownership), accounting, finalize, locks, the local and gs:// publish and the output guard.
+(ownership), which job it holds (origin), accounting, finalize, locks, the local and gs://
+publish and the output guard.
 Imports the layers below it (base, storage, formats, contract, shuffle) only.
 """

@@ -17,7 +17,9 @@ the two REPORT_FILES that `report` writes after the run, and only when they carr
 What the run was made from (etl.schedule.idempotence compares it before a rerun): `schema_sha256`,
 `input_files` (every file read: path, num_bytes, fingerprint and fingerprint_kind, e.g.
 crc32c), and, added by the launcher before publishing (record_run): `job_sha256` (the job
-document plus its span), `inputs_sha256`, `span`, `run_key` and `run_id`.
+document plus its span), `inputs_sha256`, `span`, `run_key` and `run_id`; and `published_by`,
+which job it is (each source's format and paths, the schema's name: etl.output.origin), so a
+run of another job into the output is refused instead of replacing it silently.
 
 `missing_values` (etl.output.accounting.missing_section): per feature that had a missing
 value, `missing` (records read without one), `defaulted` (records written holding its

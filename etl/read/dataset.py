@@ -15,7 +15,11 @@ to raise `DatasetError` naming the shard, record and byte offset. Datasets deriv
 TensorFlow reads a truncated gzip shard as a shorter one without any error; for a dataset
 directory the shard sizes are compared with the manifest before reading, which catches that.
 
-This module imports TensorFlow at the top: it is the reading side.
+This module imports TensorFlow at the top: it is the reading side. It does so through
+etl.base.quiet.quiet_tensorflow, so TensorFlow's start-up lines (absl, oneDNN, cuInit, the
+TFRecord buffer-size INFO) do not reach the user's console: TF_CPP_MIN_LOG_LEVEL=2 when they
+set none, fd 2 muted while TensorFlow imports and starts its devices; TF_CPP_MIN_LOG_LEVEL=0
+shows them all.
 """
 
 from __future__ import annotations
@@ -27,15 +31,18 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
-from tensorflow.python.data.ops import dataset_ops, iterator_ops
 
 from etl.base.errors import EtlError, VerifyError
+from etl.base.quiet import quiet_tensorflow, start_devices_quietly
 from etl.contract.schema import Schema, load_schema
 from etl.formats.record_index import INDEX_SUFFIX
 from etl.formats.tfrecord import compression_of, read_file
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.storage import fs
+
+tf = quiet_tensorflow()  # before any other TensorFlow import: its start-up lines muted
+
+from tensorflow.python.data.ops import dataset_ops, iterator_ops  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -85,6 +92,7 @@ def make_dataset(
     """
     if batch_size < 1:
         raise DatasetError(f"batch_size must be >= 1, got {batch_size}")
+    start_devices_quietly(tf)  # before the first op: its cuInit line muted
     files, schema_obj, records = _resolve(path, split, schema)
     decode = _decoder(schema_obj, as_supervised)
     shuffling = bool(shuffle_buffer) and shuffle_buffer > 1

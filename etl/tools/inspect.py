@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from etl.base.errors import EXIT_CONFIG, EtlError
+from etl.base.errors import EXIT_CONFIG, EtlError, VerifyError
 from etl.contract.images import is_image, png_bytes
 from etl.contract.schema import Feature, Schema, load_schema
 from etl.formats.record_index import INDEX_SUFFIX
@@ -39,6 +39,12 @@ IMAGES_MARKER = ".tfrecord-etl-inspect.json"  # in an --images DIR: the PNG file
 
 class InspectError(EtlError, ValueError):
     """Nothing to inspect at the given paths."""
+
+
+class NotTFRecord(InspectError):
+    """A file given to inspect is not a TFRecord file at all (a usage problem: exit 2)."""
+
+    exit_code = EXIT_CONFIG
 
 
 class ImagesDirError(InspectError):
@@ -123,7 +129,7 @@ def inspect(
         compression = compression_of(path)
         yield f"== {path}" + (f" ({compression})" if compression != "none" else "")
         at = "index" if is_array_record(path) else "offset"
-        for index, (offset, data) in enumerate(read_shard(path)):
+        for index, (offset, data) in enumerate(_records(path)):
             if shown >= limit:
                 break
             head = f"-- record {shown} ({at} {offset}, {len(data)} bytes)"
@@ -140,6 +146,26 @@ def inspect(
         yield "(no records)"
     if sink is not None:
         yield sink.summary()
+
+
+def _records(path: str) -> Iterator[tuple[int, bytes]]:
+    """The file's records; a file that fails at its very first record header and is not
+    named as a shard (`.tfrecord`, `.array_record`) is not a TFRecord file at all (a CSV, a
+    Parquet file...): NotTFRecord in one line, not a framing error about "corrupted" data."""
+    records = read_shard(path)
+    try:
+        first = next(records, None)
+    except VerifyError as e:
+        named = ".tfrecord" in fs.basename(path) or is_array_record(path)
+        if named or not re.search(r"record header|truncated record", str(e)):
+            raise
+        raise NotTFRecord(f"{path}: not a TFRecord file (it does not start with a TFRecord "
+                          "record header); inspect reads TFRecord files, such as an output's "
+                          "*.tfrecord shards") from None
+    if first is None:
+        return
+    yield first
+    yield from records
 
 
 def _files_and_schema(items: list[str]) -> tuple[list[str], str | None]:
@@ -217,7 +243,7 @@ def _decoded_batch(schema: Schema, data: bytes) -> tuple[str, dict[str, Any] | N
             if not isinstance(values, np.ndarray):  # a scalar of the record
                 values = np.array(values, dtype=full.dtype)
             shape = _shape_text(values.shape)
-        text = _format(values)
+        text = _labelled(values, f) if f.vocabulary else _format(values)
         lines.append(f"  {f.name}: {f.dtype} {shape} ={'' if text[:1] == chr(10) else ' '}{text}")
     return "\n".join(lines), batch
 
@@ -240,9 +266,38 @@ def _format(values: Any) -> str:
 
 
 def _short_bytes(b: Any) -> Any:
-    if isinstance(b, bytes) and len(b) > MAX_BYTES_SHOWN:
-        return b[:MAX_BYTES_SHOWN] + b"..." + f"({len(b)} bytes)".encode()
-    return b
+    """A bytes value as shown: UTF-8 text as text (a str), other bytes as bytes (escaped);
+    either cut at MAX_BYTES_SHOWN, followed by its size in bytes."""
+    if not isinstance(b, bytes):
+        return b
+    try:
+        text = b.decode("utf-8")
+    except UnicodeDecodeError:
+        if len(b) > MAX_BYTES_SHOWN:
+            return b[:MAX_BYTES_SHOWN] + b"..." + f"({len(b)} bytes)".encode()
+        return b
+    if len(text) > MAX_BYTES_SHOWN:
+        return text[:MAX_BYTES_SHOWN] + f"...({len(b)} bytes)"
+    return text
+
+
+def _labelled(values: Any, f: Feature, limit: int = 10) -> str:
+    """Vocabulary ids with their labels: `2 (Gentoo)`, `[0 (a), 1 (b)]`; an id outside the
+    vocabulary is the feature's `oov_id` (`(out of vocabulary)`)."""
+    def one(v: Any) -> str:
+        i = int(v)
+        if 0 <= i < len(f.vocabulary) and i != f.oov_id:
+            return f"{i} ({f.vocabulary[i]})"
+        return f"{i} (out of vocabulary)" if i == f.oov_id else f"{i} (not in the vocabulary)"
+
+    def many(v: Any) -> str:
+        if isinstance(v, (list, np.ndarray)) and np.ndim(v) > 0:
+            items = list(v)
+            shown = [many(x) for x in items[:limit]]
+            return "[" + ", ".join(shown + (["..."] if len(items) > limit else [])) + "]"
+        return one(v)
+
+    return many(values)
 
 
 def _truncate_lists(values: Any, limit: int = 10) -> Any:
@@ -437,11 +492,29 @@ def _proto_text(data: bytes) -> str:
     from google.protobuf import text_format  # noqa: PLC0415
 
     text = text_format.MessageToString(msg, as_one_line=False)
-    lines = [_clip(line) for line in text.rstrip("\n").splitlines()]
+    lines = [_clip(_utf8_value(line)) for line in text.rstrip("\n").splitlines()]
     if len(lines) > MAX_TEXT_LINES:
         more = len(lines) - MAX_TEXT_LINES
         lines = lines[:MAX_TEXT_LINES] + [f"... ({more} more lines)"]
     return f"  {label}\n" + "\n".join("  " + line for line in lines)
+
+
+_BYTES_VALUE = re.compile(r'^(\s*value: )"(.*)"$')
+
+
+def _utf8_value(line: str) -> str:
+    """A `value: "..."` line of a bytes_list with its UTF-8 text as text (protobuf's text
+    format escapes every byte above 0x7f as octal); other bytes stay escaped."""
+    from google.protobuf import text_encoding  # noqa: PLC0415
+
+    m = _BYTES_VALUE.match(line)
+    if m is None:
+        return line
+    try:
+        text = text_encoding.CUnescape(m.group(2)).decode("utf-8")
+    except (UnicodeDecodeError, ValueError):
+        return line
+    return f'{m.group(1)}"{text_encoding.CEscape(text, as_utf8=True)}"'
 
 
 def _clip(line: str, width: int = 160) -> str:
