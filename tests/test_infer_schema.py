@@ -674,14 +674,17 @@ def test_schema_on_stdout_keeps_the_summary_on_stderr(tmp_path) -> None:
         2, "error: --delimiter, --encoding and --no-header are for CSV files, not jsonl")
 
 
-def test_parquet_dates_timestamps_and_left_out_decimals(tmp_path) -> None:
+def test_parquet_dates_timestamps_and_decimals(tmp_path) -> None:
     import datetime as dt  # noqa: PLC0415
     from decimal import Decimal  # noqa: PLC0415
 
     pq.write_table(pa.table({
         "day": pa.array([dt.date(2020, 1, i) for i in range(1, 5)], pa.date32()),
         "at": pa.array([1_600_000_000_000 + i for i in range(4)], pa.timestamp("ms", "UTC")),
-        "price": pa.array([Decimal("1.25")] * 4, pa.decimal128(5, 2)),
+        "price": pa.array([Decimal("1.25"), Decimal("0.10"), None, Decimal("-3.00")],
+                          pa.decimal128(5, 2)),
+        "count": pa.array([Decimal(7), Decimal(-2), Decimal(0), Decimal(10**17)],
+                          pa.decimal128(18, 0)),
     }), tmp_path / "t.parquet")
     schema, job, out = _infer(tmp_path, "t.parquet")
     assert "  day:\n    # review: Arrow date32[day]: dtype date (int64 days since 1970-01-01)\n" \
@@ -689,9 +692,29 @@ def test_parquet_dates_timestamps_and_left_out_decimals(tmp_path) -> None:
     assert "  at:\n    # review: Arrow timestamp[ms, tz=UTC], time zone UTC: converted to UTC: " \
            "dtype timestamp, unit ms (int64 ms since 1970-01-01 UTC)\n    dtype: timestamp\n" \
            "    unit: ms\n    shape: []\n" in schema
-    assert "# Left out: 'price' (Arrow type decimal128(5, 2)).\n" in schema
+    # decimals: the exact text, or int64 for whole numbers; never left out, never a float
+    assert "  price:\n    # review: Arrow decimal128(5, 2): stored as its exact decimal text " \
+           "(dtype string); a float would round most decimals, and the run refuses values a " \
+           "float32 does not hold exactly\n" in schema
+    assert "    dtype: string\n    shape: []\n    default: ''  # fills 1 of 4 sampled values\n" \
+        in schema
+    assert "  count:\n    # review: Arrow decimal128(18, 0): whole numbers, stored exactly as " \
+           "int64\n" in schema
+    assert "Left out" not in schema and "left out" not in out
     assert "  dates: day (date), at (timestamp, unit ms)\n" in out
-    assert "  left out: 'price' (Arrow type decimal128(5, 2))\n" in out
+    r = cli("run", "job.yaml", "--output", "o", "--progress", "none", "--runner=FnApiRunner",
+            cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    import etl  # noqa: PLC0415
+
+    got = []
+    for split in ("train", "test"):
+        try:
+            rs = etl.open_records(str(tmp_path / "o"), split=split)
+        except etl.RecordsError:  # a split the 4 records left empty
+            continue
+        got += [(rs[i]["price"], int(rs[i]["count"])) for i in range(len(rs))]
+    assert sorted(got) == sorted([(b"1.25", 7), (b"0.10", -2), (b"", 0), (b"-3.00", 10**17)])
 
 
 def test_sniff_does_not_split_text_on_spaces_or_take_names_for_data(tmp_path) -> None:

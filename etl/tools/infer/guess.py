@@ -285,6 +285,11 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
                  default=False if kind == "bool" else 0 if stored else _number_default(g))
         return
     # strings and bytes
+    if kind == "decimal":  # exact text: never a vocabulary (a number is not a label)
+        g.spec.update(dtype="string", shape=shape)
+        g.kind = "text"
+        _missing(g, present, variable, sampled, default="")
+        return
     if kind == "bytes" and _images(g, leaves, shape):
         _missing(g, present, variable, sampled, default=None)
         return
@@ -481,6 +486,14 @@ def _leaf_kind(leaves: pa.Array, stored: bool = False,
     if pa.types.is_floating(t):
         return "float", np.asarray(leaves.fill_null(0).to_numpy(zero_copy_only=False),
                                    np.float64), null, [], None
+    if pa.types.is_decimal(t):
+        if t.scale == 0 and t.precision <= 18:  # whole numbers that fit int64 exactly
+            return "int", np.asarray(leaves.cast(pa.int64()).fill_null(0).to_numpy(
+                zero_copy_only=False), np.int64), null, [f"Arrow {t}: whole numbers, stored "
+                                                       "exactly as int64"], None
+        return "decimal", empty, null, [f"Arrow {t}: stored as its exact decimal text (dtype "
+                                        "string); a float would round most decimals, and the "
+                                        "run refuses values a float32 does not hold exactly"], None
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         try:
             leaves = leaves.cast(pa.large_string())

@@ -1,0 +1,80 @@
+"""This tree against another checkout on the benchmark's own jobs (a change on the data path is
+measured against the commit before it): the generated CSV (and optionally the IDX images)
+converted by both, alternating, wall and CPU seconds and peak RSS, medians of `--repeat`.
+
+    python -m benchmarks.against --checkout DIR [--rows N] [--images N] [--repeat 3]
+
+DIR is a checkout of the other commit (`git worktree add /tmp/old COMMIT`); both run with this
+venv's Python, in fresh processes, with the job of benchmarks.same_shards (8 shards, seed 42,
+`--force` so each run converts). Prints one line per job: both medians and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+from benchmarks.same_shards import REPO, jobs
+from benchmarks.tools_bench import timed
+
+
+def command(tree: str, job: dict, path: str) -> list[str]:
+    """`run JOB` of `tree`, with index files off where the job says so."""
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(job, fh)
+    return [sys.executable, os.path.join(tree, "run_pipeline.py"), "run", path, "--force",
+            "--progress", "none", "--runner=FnApiRunner"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.against",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkout", required=True, help="the other commit's checkout")
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--images", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--workdir", default="bench_out")
+    args = p.parse_args(argv)
+    other = os.path.abspath(args.checkout)
+    os.makedirs(args.workdir, exist_ok=True)
+    for name, job in jobs(args.workdir, args.rows, args.images).items():
+        if name == "images" and not args.images or name == "csv" and not args.rows:
+            continue
+        cmds = {}
+        for label, tree in (("ours", REPO), ("other", other)):
+            out = os.path.abspath(os.path.join(args.workdir, f"against-{name}-{label}"))
+            doc = {**job, "output": out, "index": False}
+            env_tree = {**os.environ, "PYTHONPATH": tree}
+            cmds[label] = (command(tree, doc, out + ".json"), env_tree)
+        result = _pair(name, cmds, args.repeat)
+        med = result["median"]
+        print(f"{name} ({args.rows if name == 'csv' else args.images} records): "
+              f"ours {med['ours']['seconds']:.2f} s wall, {med['ours']['cpu_seconds']:.2f} s CPU, "
+              f"{med['ours']['peak_rss_mb']:.0f} MB; other {med['baseline']['seconds']:.2f} s, "
+              f"{med['baseline']['cpu_seconds']:.2f} s CPU, {med['baseline']['peak_rss_mb']:.0f} MB; "
+              f"other/ours wall {result['baseline_over_ours_seconds']:.2f}", flush=True)
+    return 0
+
+
+def _pair(name: str, cmds: dict, repeat: int) -> dict:
+    """Both commands `repeat` times, alternating, each in its own tree's environment (each
+    tree imports its own code); medians and the ratio other / ours."""
+    runs: dict[str, list[dict[str, float]]] = {"ours": [], "baseline": []}
+    order = (("ours", cmds["ours"]), ("baseline", cmds["other"]))
+    for i in range(repeat):
+        for label, (cmd, env) in order if i % 2 == 0 else order[::-1]:
+            runs[label].append(timed(cmd, env))
+            print(f"  {name} {label} run {i + 1}: {runs[label][-1]['seconds']:.2f} s, "
+                  f"{runs[label][-1]['cpu_seconds']:.2f} s CPU, "
+                  f"{runs[label][-1]['peak_rss_mb']:.0f} MB", flush=True)
+    med = {label: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+           for label, rs in runs.items()}
+    return {"median": med,
+            "baseline_over_ours_seconds": med["baseline"]["seconds"] / med["ours"]["seconds"]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
