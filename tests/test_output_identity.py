@@ -5,7 +5,7 @@ the schema's name). A run of another job into that output is refused in one line
 (exit 2, nothing written: no file, no history entry), `--force` replaces it; the same job with
 new input content rebuilds as before; an output of an older version (no `published_by`) is
 taken as ours. The real case: palmerpenguins' penguins-raw.csv and a Parquet copy of it, both
-inferred with infer-schema, whose jobs both name `out/penguins_raw`. Also with date spans, a
+inferred with infer-schema and both pointed at `out/penguins_raw`. Also with date spans, a
 gs:// output (GCS emulator) and `quarantine release`.
 """
 
@@ -49,16 +49,24 @@ def refused_line(proc: Any) -> str:
 @pytest.fixture
 def penguins(tmp_path: Path) -> Path:
     """penguins-raw.csv and its Parquet copy (pandas), each inferred into a job and schema
-    of its own; both jobs name the same output, as infer-schema proposes."""
+    of its own. infer-schema proposes two outputs (named after each input and its format);
+    both jobs are then pointed at one `out/penguins_raw`, as a user who picks the name does
+    (and as infer-schema itself proposed before it named outputs apart)."""
     shutil.copy(PENGUINS_RAW, tmp_path / "penguins-raw.csv")
     pd.read_csv(PENGUINS_RAW).to_parquet(tmp_path / "penguins_raw.parquet")
+    proposed = []
     for data, job, schema in (("penguins-raw.csv", "csv_job.yaml", "csv_schema.yaml"),
                               ("penguins_raw.parquet", "parquet_job.yaml",
                                "parquet_schema.yaml")):
         done = cli("infer-schema", str(tmp_path / data), "--job", str(tmp_path / job),
                    "-o", str(tmp_path / schema))
         assert done.returncode == 0, done.stderr
-        assert "output: out/penguins_raw" in (tmp_path / job).read_text()
+        text = (tmp_path / job).read_text()
+        line = next(ln for ln in text.splitlines() if ln.startswith("output: "))
+        proposed.append(line)
+        (tmp_path / job).write_text(text.replace(line, "output: out/penguins_raw"))
+    assert proposed[0] != proposed[1] and all(
+        p.startswith("output: out/penguins_raw_") for p in proposed), proposed
     return tmp_path
 
 
