@@ -41,7 +41,8 @@ def survey_one(workdir: Path, parts: tuple[str, ...], flags: tuple[str, ...]) ->
         return [src.name, str(len(rows)), str(columns), "NOT EXACT", _last_line(str(e))]
     reasons = h.manifest(out)["rejected"]["by_reason"]
     stored = f"{seen['records']} records x {len(schema.features)} features"
-    kinds = sorted({f.dtype + ("/vocab" if f.vocabulary else "") for f in schema.features})
+    kinds = sorted({(f.time.kind if f.time else f.dtype) + ("/vocab" if f.vocabulary else "")
+                    for f in schema.features})
     refused = ", ".join(f"{n} {code}" for code, n in reasons.items()) or "none"
     if seen["filled"]:
         refused += f"; {seen['filled']} missing values filled by a default"

@@ -28,7 +28,8 @@ DATASETS = [
     ("la_riots", (*VEGA, "la-riots.csv"), ()),
     ("cars", (*VEGA, "cars.json"), ()),  # a JSON array, with missing values
     ("iowa_electricity", (*VEGA, "iowa-electricity.csv"), ()),
-    ("sf_temps", (*VEGA, "sf-temps.csv"), ()),
+    ("sf_temps", (*VEGA, "sf-temps.csv"), ()),  # date-times "2010/01/01 00:00:00"
+    ("seattle_temps", (*VEGA, "seattle-temps.csv"), ()),  # date-times "2010/01/01 00:00"
     ("linnerud", (*SKLEARN, "linnerud_exercise.csv"), ()),  # space-separated
     ("diabetes_data", (*SKLEARN, "diabetes_data_raw.csv.gz"), ()),  # space-separated, headerless
     ("iris_sklearn", (*SKLEARN, "iris.csv"), ()),

@@ -29,6 +29,9 @@ _ISO_TIME = (r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.(\d{1,9}))?)?"
 _OFFSET = r"(Z|[+-]\d{2}(:?\d{2})?)$"
 DATE_FORMATS = ("%Y/%m/%d", "%d.%m.%Y", "%b %d %Y", "%d %b %Y", "%B %d %Y", "%d %B %Y",
                 "%m/%d/%Y", "%d/%m/%Y")
+# the same layouts with a time of day to the minute or second (vega's sf-temps, seattle-temps)
+DATETIME_FORMATS = tuple(f"{d} {t}" for d in ("%Y/%m/%d", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y")
+                         for t in ("%H:%M:%S", "%H:%M"))
 _THOUSANDS = r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$"
 _NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^[+-]?(inf|Infinity|nan|NaN)$"
 
@@ -79,13 +82,26 @@ def date_guess(cells: pa.Array) -> DateGuess | None:
             "since 1970-01-01 UTC)"))
     fits = [f for f in DATE_FORMATS if _parses(cells, f)]
     if not fits:
-        return None
+        return _datetime_guess(cells)
     chosen = fits[0]
     note = (f"dates as {chosen!r} in all {len(cells)} sampled values: dtype date with "
             f"format: {chosen!r} (stored as int64 days since 1970-01-01)")
     if len(fits) > 1:
         note += f"; {fits[1]!r} reads them too: check which is meant"
     return DateGuess("date", format=chosen, note=note)
+
+
+def _datetime_guess(cells: pa.Array) -> DateGuess | None:
+    """Date-times in one of DATETIME_FORMATS: a timestamp of unit s read with that format."""
+    fits = [f for f in DATETIME_FORMATS if _parses(cells, f)]
+    if not fits:
+        return None
+    note = (f"date-times as {fits[0]!r} in all {len(cells)} sampled values (no UTC offset: "
+            "read as UTC; set timezone: if they are local time): dtype timestamp, unit s, "
+            f"format: {fits[0]!r} (stored as int64 s since 1970-01-01 UTC)")
+    if len(fits) > 1:
+        note += f"; {fits[1]!r} reads them too: check which is meant"
+    return DateGuess("timestamp", unit="s", format=fits[0], note=note)
 
 
 def _parses(cells: pa.Array, fmt: str) -> bool:
