@@ -86,3 +86,34 @@ def test_gzip_copy_reads_like_the_plain_file(tmp_path: Path) -> None:
     seen = h.check_exact(out, h.schema_of(schema_path), rows, set(h.job_source(job).get(
         "null_values", [""])))
     assert seen["records"] == len(rows) == 1461
+
+
+def test_without_the_proposed_defaults_missing_values_are_rejected_and_counted(
+        tmp_path: Path) -> None:
+    """cars.json with infer-schema's defaults removed: every car missing MPG or horsepower is
+    rejected as missing_required and counted, never stored as 0; the rest exactly."""
+    import re  # noqa: PLC0415
+
+    data = tmp_path / "cars.json"
+    shutil.copy(h.package_file(*VEGA, "cars.json"), data)
+    job, schema_path, out = h.infer(tmp_path, [data.name])
+    text = schema_path.read_text()
+    schema_path.write_text(re.sub(r"\n +(default: .*|allow_nan: true)(?=\n)", "", text))
+    schema = h.schema_of(schema_path)
+    assert all(f.required and f.default is None for f in schema.features)
+    r = h.run(job)  # the default bad-record limit is 0: the run fails, nothing published
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("error: 14 of 406 records rejected (3.45% > max_bad_fraction "
+                               "0.00%): missing_required 14; nothing published."), r.stderr
+    job.write_text(job.read_text() + "max_bad_fraction: 0.05\n")
+    r = h.run(job)
+    assert r.returncode == 0, f"run exit {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    rows = h.source_rows(data, h.job_source(job))
+    seen = h.check_exact(out, schema, rows, set())
+    lacking = sum(1 for row in rows if row["Miles_per_Gallon"] is None
+                  or row["Horsepower"] is None)
+    assert (seen["records"], seen["rejected"], seen["filled"]) == (406 - lacking, lacking, 0)
+    assert lacking == 14
+    assert h.manifest(out)["rejected"]["by_reason"] == {"missing_required": 14}
+    assert "  missing      miles_per_gallon: 8 value(s), no default: records rejected " \
+           "(missing_required)" in r.stdout.splitlines()
