@@ -303,6 +303,41 @@ def test_valid_text_takes_the_vectorised_path(monkeypatch) -> None:
                                     _us(2010, 7, 1, 10)]
 
 
+def test_format_never_rolls_an_impossible_date_over() -> None:
+    """Arrow's strptime reads 2020/02/30 as March 1st and 25:00 as the next day, without an
+    error: each is rejected with Python's reason, never stored as another date."""
+    values, bad = _encode({"dtype": "date", "format": "%Y/%m/%d"},
+                          ["2020/02/28", "2020/02/30", "2021/02/29", "2020/2/9"])
+    assert values[0] == 18320 and values[3] == 18301
+    assert bad == {1: ("unparsable_date", "cannot parse '2020/02/30' as date: expected text in "
+                                          "the format '%Y/%m/%d' (day is out of range for "
+                                          "month)"),
+                   2: ("unparsable_date", "cannot parse '2021/02/29' as date: expected text in "
+                                          "the format '%Y/%m/%d' (day is out of range for "
+                                          "month)")}
+    values, bad = _encode({"dtype": "timestamp", "unit": "s", "format": "%Y/%m/%d %H:%M"},
+                          ["2020/04/30 23:00", "2020/04/31 10:00", "2020/04/30 25:00"])
+    assert values[0] == _us(2020, 4, 30, 23) // 10**6
+    assert sorted(bad) == [1, 2] and all(code == "unparsable_date" for code, _ in bad.values())
+
+
+def test_valid_text_in_a_format_takes_the_vectorised_path(monkeypatch) -> None:
+    """The write-back check accepts what strftime spells otherwise (no leading zero, case):
+    valid cells in vega's layouts never go the per-value way."""
+    from etl.contract import dates
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("per-value Python path used on valid input")
+
+    monkeypatch.setattr(dates, "_slow", refuse)
+    values, bad = _encode({"dtype": "date", "format": "%b %d %Y"},
+                          ["Jan 1 2000", "Feb 29 2000", "dec 31 1999"])
+    assert bad == {} and values == [10957, 11016, 10956]
+    values, bad = _encode({"dtype": "timestamp", "unit": "s", "format": "%Y/%m/%d %H:%M"},
+                          ["2010/01/01 00:00", "2010/1/1 9:05"])
+    assert bad == {} and values == [_us(2010, 1, 1) // 10**6, _us(2010, 1, 1, 9, 5) // 10**6]
+
+
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York"])
 @pytest.mark.parametrize("unit", ["s", "ms", "us"])
 def test_vectorised_path_equals_the_reference_on_random_text(zone: str, unit: str) -> None:

@@ -177,6 +177,7 @@ def _fast_text(spec: TimeSpec, text: pa.Array, null: np.ndarray
             aware = "%z" in spec.format
             parsed = pc.strptime(text, format=spec.format, unit="ns", error_is_null=True)
             failed = np.asarray(parsed.is_null().to_numpy(zero_copy_only=False), bool) & ~null
+            failed |= _rolled_over(spec.format, text, parsed) & ~null
             ns = np.asarray(parsed.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False))
             if not aware:
                 ns, zone_bad = _assume(spec, ns, ~failed & ~null)
@@ -199,6 +200,22 @@ def _fast_text(spec: TimeSpec, text: pa.Array, null: np.ndarray
         return ns, ~ok & ~null
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
         return None
+
+
+def _rolled_over(fmt: str, text: pa.Array, parsed: pa.Array) -> np.ndarray:
+    """Cells Arrow's strptime read as another date than they say: it rolls 2020/02/30 over to
+    March 1st (and 25:00 to the next day) without an error. Each parsed value is written back
+    in `fmt` and compared with its text (leading zeros and case aside); a cell that differs
+    goes to the exact Python path, which rejects an impossible date or reads the text
+    (`%z`, `%f` and other spellings strftime writes otherwise) correctly."""
+    back = pc.strftime(parsed, format=fmt)
+
+    def norm(a: pa.Array) -> pa.Array:
+        return pc.utf8_lower(pc.replace_substring_regex(a.cast(pa.large_string()),
+                                                        r"(^|\D)0+(\d)", r"\1\2"))
+
+    same = pc.equal(norm(text), norm(back)).fill_null(True)
+    return ~np.asarray(same.to_numpy(zero_copy_only=False), bool)
 
 
 def _assume(spec: TimeSpec, ns: np.ndarray, naive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
