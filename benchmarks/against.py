@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 from benchmarks.same_shards import REPO, jobs
-from benchmarks.tools_bench import timed
+from benchmarks.tools_bench import pair
 
 
 def command(tree: str, job: dict, path: str) -> list[str]:
-    """`run JOB` of `tree`, with index files off where the job says so."""
+    """`run JOB` of `tree` (the job written to `path`), replacing any earlier output."""
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(job, fh)
     return [sys.executable, os.path.join(tree, "run_pipeline.py"), "run", path, "--force",
@@ -49,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             doc = {**job, "output": out, "index": False}
             env_tree = {**os.environ, "PYTHONPATH": tree}
             cmds[label] = (command(tree, doc, out + ".json"), env_tree)
-        result = _pair(name, cmds, args.repeat)
+        result = pair(name, cmds["ours"][0], cmds["other"][0], args.repeat,
+                      env=cmds["ours"][1], baseline_env=cmds["other"][1])
         med = result["median"]
         print(f"{name} ({args.rows if name == 'csv' else args.images} records): "
               f"ours {med['ours']['seconds']:.2f} s wall, {med['ours']['cpu_seconds']:.2f} s CPU, "
@@ -57,23 +57,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{med['baseline']['cpu_seconds']:.2f} s CPU, {med['baseline']['peak_rss_mb']:.0f} MB; "
               f"other/ours wall {result['baseline_over_ours_seconds']:.2f}", flush=True)
     return 0
-
-
-def _pair(name: str, cmds: dict, repeat: int) -> dict:
-    """Both commands `repeat` times, alternating, each in its own tree's environment (each
-    tree imports its own code); medians and the ratio other / ours."""
-    runs: dict[str, list[dict[str, float]]] = {"ours": [], "baseline": []}
-    order = (("ours", cmds["ours"]), ("baseline", cmds["other"]))
-    for i in range(repeat):
-        for label, (cmd, env) in order if i % 2 == 0 else order[::-1]:
-            runs[label].append(timed(cmd, env))
-            print(f"  {name} {label} run {i + 1}: {runs[label][-1]['seconds']:.2f} s, "
-                  f"{runs[label][-1]['cpu_seconds']:.2f} s CPU, "
-                  f"{runs[label][-1]['peak_rss_mb']:.0f} MB", flush=True)
-    med = {label: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-           for label, rs in runs.items()}
-    return {"median": med,
-            "baseline_over_ours_seconds": med["baseline"]["seconds"] / med["ours"]["seconds"]}
 
 
 if __name__ == "__main__":

@@ -124,13 +124,14 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
 
 
 def pair(name: str, ours: list[str], baseline: list[str], repeat: int,
-         env: dict[str, str]) -> dict[str, Any]:
-    """Both commands `repeat` times, alternating; medians and the ratio baseline / ours."""
+         env: dict[str, str], baseline_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Both commands `repeat` times, alternating; medians and the ratio baseline / ours.
+    `baseline_env`: the baseline's own environment (another checkout's code), else `env`."""
     runs: dict[str, list[dict[str, float]]] = {"ours": [], "baseline": []}
+    order = (("ours", ours, env), ("baseline", baseline, baseline_env or env))
     for i in range(repeat):
-        order = (("ours", ours), ("baseline", baseline))
-        for label, cmd in order if i % 2 == 0 else order[::-1]:
-            runs[label].append(timed(cmd, env))
+        for label, cmd, cmd_env in order if i % 2 == 0 else order[::-1]:
+            runs[label].append(timed(cmd, cmd_env))
             print(f"  {name} {label} run {i + 1}: {runs[label][-1]['seconds']:.2f} s, "
                   f"{runs[label][-1]['peak_rss_mb']:.0f} MB", flush=True)
     med = {label: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
