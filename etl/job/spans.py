@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etl.base.errors import ConfigError
+from etl.output.origin import strings_in  # noqa: F401 - re-exported: config, ranges
 
 EPOCH = dt.date(1970, 1, 1)  # TFX: (datetime(y, m, d) - datetime(1970, 1, 1)).days
 PLACEHOLDERS = ("date", "YYYY", "MM", "DD", "span")
@@ -103,17 +104,6 @@ def fill(text: str, span: Span, where: str = "job") -> str:
         return str(values[name])
 
     return _PLACEHOLDER.sub(one, text)
-
-
-def strings_in(value: Any) -> list[str]:
-    """Every string inside a paths value (a string, a list, or a mapping of them)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in strings_in(v)]
-    if isinstance(value, (list, tuple)):
-        return [s for v in value for s in strings_in(v)]
-    return []
 
 
 def fill_all(value: Any, span: Span, where: str = "job") -> Any:

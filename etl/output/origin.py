@@ -32,8 +32,8 @@ SHOWN_PATHS = 2  # file names a message lists before "+N more"
 
 
 def strings_in(value: Any) -> list[str]:
-    """Every string inside a paths value (a string, a list, or a mapping of them), as
-    etl.job.spans reads them (a layer above this one)."""
+    """Every string inside a paths value (a string, a list, or a mapping of them): what the
+    job's placeholders fill (etl.job.spans, a layer above, uses this one)."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, Mapping):
