@@ -177,7 +177,7 @@ def _fast_text(spec: TimeSpec, text: pa.Array, null: np.ndarray
             aware = "%z" in spec.format
             parsed = pc.strptime(text, format=spec.format, unit="ns", error_is_null=True)
             failed = np.asarray(parsed.is_null().to_numpy(zero_copy_only=False), bool) & ~null
-            failed |= _rolled_over(spec.format, text, parsed) & ~null
+            failed |= rolled_over(spec.format, text, parsed) & ~null
             ns = np.asarray(parsed.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False))
             if not aware:
                 ns, zone_bad = _assume(spec, ns, ~failed & ~null)
@@ -202,7 +202,7 @@ def _fast_text(spec: TimeSpec, text: pa.Array, null: np.ndarray
         return None
 
 
-def _rolled_over(fmt: str, text: pa.Array, parsed: pa.Array) -> np.ndarray:
+def rolled_over(fmt: str, text: pa.Array, parsed: pa.Array) -> np.ndarray:
     """Cells Arrow's strptime read as another date than they say: it rolls 2020/02/30 over to
     March 1st (and 25:00 to the next day) without an error. Each parsed value is written back
     in `fmt` and compared with its text (leading zeros and case aside); a cell that differs

@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from etl.contract.dates import rolled_over
+
 # `NaN`/`nan` are not among them: text a float column holds as NaN is read as NaN (with
 # allow_nan: true, said in a note), exactly what the text says.
 NULL_MARKERS = ("NA", "N/A", "n/a", "na", "<NA>", "null", "NULL", "Null", "None", "none", "#N/A",
@@ -106,21 +108,15 @@ def _datetime_guess(cells: pa.Array) -> DateGuess | None:
 
 def _parses(cells: pa.Array, fmt: str) -> bool:
     """Every cell reads as a date in `fmt`, exactly: Arrow's strptime rolls 2020-02-30 over
-    to March 1st, so each parsed date is written back and compared (leading zeros and case
-    aside)."""
+    to March 1st, so each parsed date is written back and compared (etl.contract.dates, the
+    rule the run applies)."""
     try:
         parsed = pc.strptime(cells, format=fmt, unit="s", error_is_null=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return False
     if parsed.null_count:
         return False
-    back = pc.strftime(parsed, format=fmt)
-
-    def norm(a: pa.Array) -> pa.Array:
-        return pc.utf8_lower(pc.replace_substring_regex(a.cast(pa.large_string()),
-                                                        r"(^|\D)0+(\d)", r"\1\2"))
-
-    return bool(pc.all(pc.equal(norm(cells), norm(back))).as_py())
+    return not rolled_over(fmt, cells, parsed).any()
 
 
 def marker_counts(cells: pa.Array, markers: tuple[str, ...] = NULL_MARKERS) -> dict[str, int]:
