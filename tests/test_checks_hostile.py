@@ -1,0 +1,81 @@
+"""Quality checks that cannot be fooled (issue 28): nonsense `checks:` refused before any
+work with file:line (exit 2), NaN and infinite values out of range for min/max/mean unless a
+`nan:` check names them, and drift of high-cardinality strings by a documented measure (the
+top values plus "the rest"), never a crash: `run` with a drift check, `run --report` and
+`report --against` on strings with more than 1,024 distinct values in both spans.
+Through the CLI, as a user meets it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.helpers import cli
+
+BEAM = ["--runner=FnApiRunner"]
+STRINGS = """\
+name: strings
+kind: example
+features:
+  id: {dtype: int64, shape: []}
+  name: {dtype: bytes, shape: []}
+"""
+ROWS = 3000  # more distinct names than the statistics count exactly (1,024) in every span
+
+
+def _strings_day(folder: Path, day: str, prefix: str, spam: int = 0) -> None:
+    """ROWS records of distinct names (`prefix`0, `prefix`1, ...); the first `spam` of them
+    all named "spam" instead (one frequent value among many rare ones)."""
+    (folder / day).mkdir(parents=True, exist_ok=True)
+    names = ["spam" if i < spam else f"{prefix}{i}" for i in range(ROWS)]
+    (folder / day / "data.csv").write_text(
+        "id,name\n" + "".join(f"{i},{n}\n" for i, n in enumerate(names)))
+
+
+def _strings_job(folder: Path, checks: str) -> Path:
+    (folder / "schema.yaml").write_text(STRINGS)
+    job = folder / "job.yaml"
+    job.write_text("schema: schema.yaml\n"
+                   "source: {format: csv, paths: ['{date}/data.csv']}\n"
+                   "output: 'out/{date}'\nshuffle: {seed: 1}\nshards: 2\n" + checks)
+    return job
+
+
+def test_drift_of_strings_with_more_than_1024_distinct_values(tmp_path: Path) -> None:
+    """Three days of 3,000 names each (1,024 is what the statistics count exactly): day 2 has
+    other names in the same shape (no frequent value on either day: nothing drifts, the
+    measure is 0), day 3 has 40% "spam" (a frequent value appeared: its share, estimated by
+    the Misra-Gries sketch within 3,000/1,025 records, is the drift). Before: every day
+    after the first ended in `unexpected ValueError: max() arg is an empty sequence`."""
+    _strings_day(tmp_path, "2026-01-01", "a")
+    _strings_day(tmp_path, "2026-01-02", "b")
+    _strings_day(tmp_path, "2026-01-03", "c", spam=1200)
+    job = _strings_job(tmp_path, "checks: {block: {features: {name: {drift: 0.1}}}}\n")
+    first = cli("run", str(job), "--date", "2026-01-01", *BEAM)
+    assert first.returncode == 0, first.stderr
+    second = cli("run", str(job), "--date", "2026-01-02", "--report", *BEAM)
+    assert second.returncode == 0, second.stderr
+    report = json.loads((tmp_path / "out" / "2026-01-02" / "report.json").read_text())
+    assert report["features"]["name"]["splits"]["train"]["distinct"] > 1024
+    assert report["drift"]["features"]["name"]["splits"]["train"] == {
+        "metric": "linf_top_values", "value": 0.0, "threshold": 0.1, "flagged": False}
+
+    third = cli("run", str(job), "--date", "2026-01-03", *BEAM)
+    assert third.returncode == 6, third.stderr
+    lines = [x.strip() for x in third.stderr.splitlines() if x.startswith("  blocked: ")]
+    assert len(lines) == 1, third.stderr
+    found = re.fullmatch(r"blocked: features\.name\.drift, split train: measured (\S+), "
+                         r"must be at most 0\.1", lines[0])
+    assert found, lines
+    assert 0.4 - ROWS / 1025 / ROWS <= float(found.group(1)) <= 0.4
+    assert "unexpected" not in third.stderr
+
+    against = cli("report", str(tmp_path / "out" / "2026-01-02"), "--against",
+                  str(tmp_path / "out" / "2026-01-01"), "--out", str(tmp_path / "r"))
+    assert against.returncode == 0, against.stderr
+    drift = json.loads((tmp_path / "r" / "report.json").read_text())["drift"]
+    assert drift["features"]["name"]["splits"]["train"]["metric"] == "linf_top_values"
+    assert drift["features"]["name"]["splits"]["train"]["value"] == 0.0
+    assert drift["flagged"] is False
