@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import cli
 
 BEAM = ["--runner=FnApiRunner"]
@@ -79,3 +81,77 @@ def test_drift_of_strings_with_more_than_1024_distinct_values(tmp_path: Path) ->
     assert drift["features"]["name"]["splits"]["train"]["metric"] == "linf_top_values"
     assert drift["features"]["name"]["splits"]["train"]["value"] == 0.0
     assert drift["flagged"] is False
+
+
+# ---- nonsense checks: refused before any work, one line with file:line, exit 2 ---------------
+MIXED = """\
+name: mixed
+kind: example
+features:
+  id: {dtype: int64, shape: []}
+  x: {dtype: float32, shape: [], allow_nan: true}
+  name: {dtype: bytes, shape: []}
+"""
+HEAD = ("schema: schema.yaml\nsources: {train: {format: jsonl, paths: [data.jsonl]}}\n"
+        "output: out\n")  # the checks start on line 4
+
+
+@pytest.mark.parametrize(("checks", "message"), [
+    ("checks:\n  block:\n    features:\n      x: {min: 10, max: 5}\n",
+     "job.yaml:7: checks.block.features.x.min 10 is above checks.block.features.x.max 5: no "
+     "value can pass; swap them or fix the bound"),
+    ("checks:\n  block:\n    records:\n      min: 10\n      max: 2\n",
+     "job.yaml:7: checks.block.records.min 10 is above checks.block.records.max 2: no value "
+     "can pass; swap them or fix the bound"),
+    ("checks:\n  warn:\n    features:\n      name: {distinct: {min: 3, max: 2}}\n",
+     "job.yaml:7: checks.warn.features.name.distinct.min 3 is above "
+     "checks.warn.features.name.distinct.max 2: no value can pass; swap them or fix the bound"),
+    ("checks:\n  block:\n    features:\n      x: {missing: -0.1}\n",
+     "job.yaml:7: checks.block.features.x.missing must be within [0, 1], got -0.1"),
+    ("checks:\n  block:\n    rejected: {max_fraction: 1.5}\n",
+     "job.yaml:6: checks.block.rejected.max_fraction must be within [0, 1], got 1.5"),
+    ("checks:\n  block:\n    drift: .nan\n",
+     "job.yaml:6: checks.block.drift must be a finite number, got nan"),
+    ("checks:\n  block:\n    features:\n      x:\n        max: .inf\n",
+     "job.yaml:8: checks.block.features.x.max must be a finite number, got inf"),
+    ("checks:\n  block:\n    features:\n      x: {mean: [.nan, 3]}\n",
+     "job.yaml:7: checks.block.features.x.mean must be [low, high] (two finite numbers, "
+     "low <= high), got [nan, 3]"),
+    ("checks:\n  block:\n    features:\n      name:\n        max: 3\n",
+     "job.yaml:8: checks.block.features.name.max: 'name' is a string feature (dtype bytes in "
+     "SCHEMA): max applies to numbers; for strings use distinct, missing or drift"),
+    ("checks:\n  block:\n    features:\n      name: {mean: [1, 2]}\n",
+     "job.yaml:7: checks.block.features.name.mean: 'name' is a string feature (dtype bytes in "
+     "SCHEMA): mean applies to numbers; for strings use distinct, missing or drift"),
+    ("checks:\n  block:\n    features:\n      id: {nan: 0.0}\n",
+     "job.yaml:7: checks.block.features.id.nan: 'id' is int64 in SCHEMA: only a float feature "
+     "holds NaN or infinite values"),
+    ("checks:\n  block:\n    features:\n      y: {drift: 0.1}\n",
+     "job.yaml:7: checks.block.features.y: no feature 'y' in the schema SCHEMA (its features: "
+     "id, x, name)"),
+    ("checks:\n  block:\n    features:\n      x: {p99: 3}\n",
+     "job.yaml:7: unknown check 'p99' in checks.block.features.x; allowed: min, max, missing, "
+     "nan, mean, drift, distinct"),
+    ("checks:\n  block:\n    drift: '0.1'\n",
+     "job.yaml:6: checks.block.drift must be a number, got '0.1'"),
+    ("checks:\n  block:\n    features: [x]\n",
+     "job.yaml:6: checks.block.features must be a mapping (feature name: {check: threshold}), "
+     "got ['x']"),
+    ("checks:\n  block:\n    features:\n      x: {max: true}\n",
+     "job.yaml:7: checks.block.features.x.max must be a number, got True"),
+], ids=["min-above-max", "records-min-above-max", "distinct-min-above-max", "negative-fraction",
+        "fraction-above-1", "nan-drift", "inf-max", "nan-mean", "max-of-string",
+        "mean-of-string", "nan-of-int", "unknown-feature", "unknown-check", "drift-text",
+        "features-list", "bool-max"])
+def test_nonsense_checks_are_refused_before_any_work(tmp_path: Path, checks: str,
+                                                      message: str) -> None:
+    (tmp_path / "schema.yaml").write_text(MIXED)
+    (tmp_path / "data.jsonl").write_text('{"id": 1, "x": 1.5, "name": "a"}\n')
+    job = tmp_path / "job.yaml"
+    job.write_text(HEAD + checks)
+    proc = cli("run", str(job), *BEAM)
+    expected = message.replace("job.yaml", str(job)).replace("SCHEMA",
+                                                             str(tmp_path / "schema.yaml"))
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [f"error: {expected}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl", "job.yaml",
+                                                          "schema.yaml"]  # no work begun

@@ -163,7 +163,8 @@ JOB_HEAD = ("schema: schema.yaml\nsources: {train: {format: jsonl, paths: [data.
     ("checks:\n  warn:\n    records:\n      min: lots\n",
      "job.yaml:7: checks.warn.records.min must be a whole number, got 'lots'"),
     ("checks:\n  block:\n    features:\n      x:\n        mean: 12\n",
-     "job.yaml:8: checks.block.features.x.mean must be [low, high] (two numbers, low <= high), "
+     "job.yaml:8: checks.block.features.x.mean must be [low, high] (two finite numbers, "
+     "low <= high), "
      "got 12"),
     ("checks:\n  block:\n    features:\n      label: {drift: 0.1}\n      y: {min: 0}\n",
      "job.yaml:8: checks.block.features.y: no feature 'y' in the schema SCHEMA (its features: "
