@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.helpers import cli
@@ -155,3 +156,59 @@ def test_nonsense_checks_are_refused_before_any_work(tmp_path: Path, checks: str
     assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [f"error: {expected}"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl", "job.yaml",
                                                           "schema.yaml"]  # no work begun
+
+
+# ---- NaN and inf are out of range for min/max/mean unless a nan: check names them ------------
+FLOATS = """\
+name: floats
+kind: example
+features:
+  id: {dtype: int64, shape: []}
+  x: {dtype: float32, shape: [], allow_nan: true}
+"""
+
+
+def _floats_day(folder: Path, day: str, nan: int = 0, inf: int = 0) -> None:
+    """1,000 records, x = id % 10 (each of 0..9 equally often); the first `nan` of them NaN,
+    the next `inf` +inf."""
+    (folder / day).mkdir(parents=True, exist_ok=True)
+    xs = ["nan" if i < nan else "inf" if i < nan + inf else str(i % 10) for i in range(1000)]
+    (folder / day / "data.csv").write_text(
+        "id,x\n" + "".join(f"{i},{x}\n" for i, x in enumerate(xs)))
+
+
+def test_a_nan_feed_and_inf_fail_min_max_mean_and_drift(tmp_path: Path) -> None:
+    """Day 2 is 899 NaN and one +inf among 1,000 values, its finite values shaped as day 1's.
+    Before: it passed min 0, max 10, mean [0, 10] and drift 0.1 (NaN were left out of every
+    measure, +inf was not even counted) and published. Now min, max and mean fail on the 900
+    non-finite values (no `nan:` check names them) and drift counts them as one more bin:
+    Jensen-Shannon of [f, 0] and [0.1 f, 0.9] (f: the shared finite shape)."""
+    (tmp_path / "schema.yaml").write_text(FLOATS)
+    job = tmp_path / "job.yaml"
+    job.write_text("schema: schema.yaml\nsource: {format: csv, paths: ['{date}/data.csv']}\n"
+                   "output: 'out/{date}'\nshards: 2\n"
+                   "checks: {block: {features: {x: {min: 0, max: 10, mean: [0, 10], "
+                   "drift: 0.1}}}}\n")
+    _floats_day(tmp_path, "2026-01-01")
+    _floats_day(tmp_path, "2026-01-02", nan=899, inf=1)
+    first = cli("run", str(job), "--date", "2026-01-01", *BEAM)
+    assert first.returncode == 0, first.stderr
+    second = cli("run", str(job), "--date", "2026-01-02", *BEAM)
+    assert second.returncode == 6, second.stderr
+    note = ("900 of 1000 values are NaN or infinite: out of range (a `nan:` check of x says "
+            "how many may be)")
+    m = [0.55, 0.45]  # the mixture of [1, 0] and [0.1, 0.9] (per finite bin: scaled alike)
+    js = (np.log2(1 / m[0]) + 0.1 * np.log2(0.1 / m[0]) + 0.9 * np.log2(0.9 / m[1])) / 2
+    assert [x.strip() for x in second.stderr.splitlines() if x.startswith("  blocked: ")] == [
+        f"blocked: features.x.min, split train: {note}",
+        f"blocked: features.x.max, split train: {note}",
+        f"blocked: features.x.mean, split train: {note}",
+        f"blocked: features.x.drift, split train: measured {round(float(js), 6)!r}, must be "
+        "at most 0.1"]
+    assert not (tmp_path / "out" / "2026-01-02").exists()
+
+    # a nan: check names them: min/max/mean measure the finite values, nan judges the rest
+    job.write_text(job.read_text().replace("drift: 0.1}", "nan: 0.9}"))
+    named = cli("run", str(job), "--date", "2026-01-02", *BEAM)
+    assert named.returncode == 0, named.stderr
+    assert (tmp_path / "out" / "2026-01-02" / "_SUCCESS").exists()
