@@ -212,3 +212,22 @@ def test_a_nan_feed_and_inf_fail_min_max_mean_and_drift(tmp_path: Path) -> None:
     named = cli("run", str(job), "--date", "2026-01-02", *BEAM)
     assert named.returncode == 0, named.stderr
     assert (tmp_path / "out" / "2026-01-02" / "_SUCCESS").exists()
+
+
+def test_drift_of_a_feature_that_changed_from_strings_to_numbers(tmp_path: Path) -> None:
+    """The schema changed `x` from strings to floats between two days: drift is total (the
+    `type` measure, 1.0), not `unexpected KeyError: 'min'` (the previous day has no range)."""
+    (tmp_path / "schema.yaml").write_text(FLOATS.replace("float32, shape: [], allow_nan: true",
+                                                         "bytes, shape: []"))
+    job = tmp_path / "job.yaml"
+    job.write_text("schema: schema.yaml\nsource: {format: csv, paths: ['{date}/data.csv']}\n"
+                   "output: 'out/{date}'\nshards: 2\n"
+                   "checks: {block: {features: {x: {drift: 0.5}}}}\n")
+    _floats_day(tmp_path, "2026-01-01")
+    _floats_day(tmp_path, "2026-01-02")
+    assert cli("run", str(job), "--date", "2026-01-01", *BEAM).returncode == 0
+    (tmp_path / "schema.yaml").write_text(FLOATS)
+    second = cli("run", str(job), "--date", "2026-01-02", *BEAM)
+    assert second.returncode == 6, second.stderr
+    assert [x.strip() for x in second.stderr.splitlines() if x.startswith("  blocked: ")] == [
+        "blocked: features.x.drift, split train: measured 1, must be at most 0.5"]

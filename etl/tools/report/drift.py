@@ -108,6 +108,8 @@ def _feature_drift(a: dict[str, Any], b: dict[str, Any], categorical: bool) -> d
         if not a.get("values") and not b.get("values"):
             return None
         return {"metric": "values", "value": 1.0, "threshold": 0, "flagged": True}
+    if ("min" in a) != ("min" in b):  # numbers on one side, strings on the other (schema change)
+        return {"metric": "type", "value": 1.0, "threshold": 0, "flagged": True}
     if categorical:
         found = linf(a, b)
         if found is not None:
