@@ -94,15 +94,17 @@ CASES = [
     ({"rejected": {"not_in_vocabulary": 0.0197, "wrong_type": 0.0}},
      {"rejected": {"not_in_vocabulary": 0.0196}},
      f"blocked: rejected.not_in_vocabulary: measured {2 / 102!r}, must be at most 0.0196"),
-    ({"features": {"x": {"min": 0}}}, {"features": {"x": {"min": 0.5}}},
+    ({"features": {"x": {"min": 0, "nan": 0.02}}}, {"features": {"x": {"min": 0.5, "nan": 0.02}}},
      "blocked: features.x.min, split train: measured 0, must be at least 0.5"),
-    ({"features": {"x": {"max": 48.5}}}, {"features": {"x": {"max": 48.4}}},
+    ({"features": {"x": {"max": 48.5, "nan": 0.02}}},
+     {"features": {"x": {"max": 48.4, "nan": 0.02}}},
      "blocked: features.x.max, split train: measured 48.5, must be at most 48.4"),
     ({"features": {"tags": {"missing": 0.1}}}, {"features": {"tags": {"missing": 0.09}}},
      "blocked: features.tags.missing, split train: measured 0.1, must be at most 0.09"),
     ({"features": {"x": {"nan": 0.02}}}, {"features": {"x": {"nan": 0.019}}},
      "blocked: features.x.nan, split train: measured 0.02, must be at most 0.019"),
-    ({"features": {"x": {"mean": [24.25, 30]}}}, {"features": {"x": {"mean": [24.26, 30]}}},
+    ({"features": {"x": {"mean": [24.25, 30], "nan": 0.02}}},
+     {"features": {"x": {"mean": [24.26, 30], "nan": 0.02}}},
      "blocked: features.x.mean, split train: measured 24.25, must be within [24.26, 30]"),
     ({"features": {"label": {"distinct": {"min": 3}}}},
      {"features": {"label": {"distinct": {"min": 4}}}},
@@ -121,6 +123,24 @@ def test_each_check_passes_at_its_threshold_and_fails_past_it(
     passed = run(outputs, passing)
     assert passed and all(r.passed for r in passed)
     assert failed(run(outputs, failing)) == [line]
+
+
+def test_nan_is_out_of_range_for_min_max_mean_unless_a_nan_check_names_it(
+        outputs: dict[str, Any]) -> None:
+    """x has 2 NaN among 100 values (allow_nan: true): min, max and mean fail on them
+    whatever their bounds; a `nan:` check of x at either level names them, and min/max/mean
+    then measure the 98 finite values."""
+    bounds = {"min": -1000, "max": 1000, "mean": [-1000, 1000]}
+    note = ("2 of 100 values are NaN or infinite: out of range (a `nan:` check of x says how "
+            "many may be)")
+    assert failed(run(outputs, {"features": {"x": bounds}})) == [
+        f"blocked: features.x.{kind}, split train: {note}" for kind in ("min", "max", "mean")]
+    assert all(r.passed for r in run(outputs, {"features": {"x": {**bounds, "nan": 0.02}}}))
+    checks = parse_checks({"block": {"features": {"x": bounds}},
+                           "warn": {"features": {"x": {"nan": 0.0}}}}, "job.yaml")
+    assert checks is not None
+    assert failed(evaluate(checks, outputs["a"], outputs["manifest_a"], None)) == [
+        "warning: features.x.nan, split train: measured 0.02, must be at most 0"]
 
 
 def test_record_count_change_against_the_previous_span(outputs: dict[str, Any]) -> None:
@@ -163,7 +183,8 @@ JOB_HEAD = ("schema: schema.yaml\nsources: {train: {format: jsonl, paths: [data.
     ("checks:\n  warn:\n    records:\n      min: lots\n",
      "job.yaml:7: checks.warn.records.min must be a whole number, got 'lots'"),
     ("checks:\n  block:\n    features:\n      x:\n        mean: 12\n",
-     "job.yaml:8: checks.block.features.x.mean must be [low, high] (two numbers, low <= high), "
+     "job.yaml:8: checks.block.features.x.mean must be [low, high] (two finite numbers, "
+     "low <= high), "
      "got 12"),
     ("checks:\n  block:\n    features:\n      label: {drift: 0.1}\n      y: {min: 0}\n",
      "job.yaml:8: checks.block.features.y: no feature 'y' in the schema SCHEMA (its features: "

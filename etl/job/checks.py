@@ -17,11 +17,18 @@ checks:
 Parsed here, with the rest of the job file (etl.job.config), into flat `Check`s that keep the
 1-based line of their key, so a mistake found later (a feature the schema lacks) still names
 file:line. Evaluating them is etl.quality's (a layer above: it needs the report's statistics).
+
+A block no data could pass, or one that would silently check nothing, is refused here rather
+than found out on a bad day: a NaN or infinite threshold (every comparison with NaN is false:
+`drift: .nan` turned the check off), a fraction outside [0, 1], `min` above `max`, a numeric
+check (min, max, mean) of a string feature (strings have no such statistics: it measured
+nothing and passed), `nan` of a feature that cannot hold NaN (not a float).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +135,8 @@ def parse_checks(doc: Any, path: str, lines: Lines | None = None) -> Checks | No
         kind = "a whole number" if integer else "a number"
         if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
             raise fail(keys, f"must be {kind}, got {value!r}")
+        if not math.isfinite(value):  # NaN compares false with everything: a check turned off
+            raise fail(keys, f"must be a finite number, got {value!r}")
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             span = f"within [{lo:g}, {hi:g}]" if hi is not None else f"at least {lo:g}"
             raise fail(keys, f"must be {span}, got {value!r}")
@@ -143,10 +152,12 @@ def parse_checks(doc: Any, path: str, lines: Lines | None = None) -> Checks | No
             if group == "drift":
                 out.append(Check(level, "drift", number(value, gkeys, 0, 1), ALL_FEATURES, line))
             elif group == "records":
-                for k, v in mapping(value, gkeys, RECORD_CHECKS, "min, max, max_change").items():
+                body_ = mapping(value, gkeys, RECORD_CHECKS, "min, max, max_change")
+                for k, v in body_.items():
                     ck = (*gkeys, k)
                     t = number(v, ck, 0) if k == "max_change" else number(v, ck, 0, integer=True)
                     out.append(Check(level, f"records.{k}", t, None, lines.get(ck)))
+                _ordered(body_, gkeys, fail)
             elif group == "rejected":
                 allowed = ("max_fraction", *REASONS)
                 for k, v in mapping(value, gkeys, allowed, "max_fraction or a reason code").items():
@@ -174,25 +185,56 @@ def _feature(level: str, name: str, body: Any, keys: tuple[str, ...], lines: Lin
             out.append(Check(level, k, number(v, ck, 0, 1), name, line))
         elif k == "mean":
             if (not isinstance(v, list) or len(v) != 2
-                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in v)
+                    or any(isinstance(x, bool) or not isinstance(x, (int, float))
+                           or not math.isfinite(x) for x in v)
                     or v[0] > v[1]):
-                raise fail(ck, f"must be [low, high] (two numbers, low <= high), got {v!r}")
+                raise fail(ck, f"must be [low, high] (two finite numbers, low <= high), "
+                               f"got {v!r}")
             out.append(Check(level, "mean", (v[0], v[1]), name, line))
         else:
-            for dk, dv in mapping(v, ck, DISTINCT_CHECKS, "min, max").items():
+            distinct = mapping(v, ck, DISTINCT_CHECKS, "min, max")
+            for dk, dv in distinct.items():
                 dkeys = (*ck, dk)
                 out.append(Check(level, f"distinct.{dk}", number(dv, dkeys, 0, integer=True),
                                  name, lines.get(dkeys, line)))
+            _ordered(distinct, ck, fail)
+    _ordered(body, keys, fail)
     return out
 
 
-def check_features(checks: Checks | None, names: list[str], schema_path: str) -> None:
-    """Every feature a check names is in the schema (ConfigError naming file:line)."""
+def _ordered(body: Mapping[str, Any], keys: tuple[str, ...], fail: Any) -> None:
+    """`min` above `max` in one mapping: no value could pass (a typo, or swapped bounds)."""
+    low, high = body.get("min"), body.get("max")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+        raise fail((*keys, "min"), f"{low!r} is above {'.'.join(keys)}.max {high!r}: no value "
+                                   "can pass; swap them or fix the bound")
+
+
+NUMERIC_CHECKS = ("min", "max", "mean")
+FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+def check_features(checks: Checks | None, features: Sequence[Any], schema_path: str) -> None:
+    """Every feature a check names is in the schema, and the check applies to its dtype
+    (`features`: the schema's etl.contract.schema.Feature, read for `name` and `dtype`):
+    min/max/mean measure numbers, not strings; `nan` measures a float feature. A
+    ConfigError naming file:line otherwise."""
     if checks is None:
         return
+    by_name = {f.name: f for f in features}
     for c in checks.checks:
-        if c.feature not in (None, ALL_FEATURES) and c.feature not in names:
-            at = f"{checks.path}:{c.line}" if c.line else checks.path
-            raise ConfigError(f"{at}: checks.{c.level}.features.{c.feature}: no feature "
-                              f"{c.feature!r} in the schema {schema_path} (its features: "
-                              f"{', '.join(names)})")
+        if c.feature in (None, ALL_FEATURES):
+            continue
+        at = f"{checks.path}:{c.line}" if c.line else checks.path
+        key = f"checks.{c.level}.features.{c.feature}"
+        f = by_name.get(c.feature)
+        if f is None:
+            raise ConfigError(f"{at}: {key}: no feature {c.feature!r} in the schema "
+                              f"{schema_path} (its features: {', '.join(by_name)})")
+        if c.kind in NUMERIC_CHECKS and f.dtype == "bytes":
+            raise ConfigError(f"{at}: {key}.{c.kind}: {c.feature!r} is a string feature "
+                              f"(dtype bytes in {schema_path}): {c.kind} applies to numbers; "
+                              "for strings use distinct, missing or drift")
+        if c.kind == "nan" and f.dtype not in FLOAT_DTYPES:
+            raise ConfigError(f"{at}: {key}.nan: {c.feature!r} is {f.dtype} in {schema_path}: "
+                              "only a float feature holds NaN or infinite values")

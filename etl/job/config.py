@@ -149,7 +149,7 @@ def load_job(path: str, output: str | None = None, span: Span | None = None,
         from etl.contract.schema import load_schema  # noqa: PLC0415 - only for checks naming features
 
         schema = load_schema(job.schema_path)
-        check_features(job.checks, [f.name for f in schema.features], job.schema_path)
+        check_features(job.checks, schema.features, job.schema_path)
     return dataclasses.replace(job, verify="full") if verify_full else job
 
 

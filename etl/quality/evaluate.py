@@ -5,6 +5,12 @@ missing / NaN / distinct from the per-split feature statistics, drift from
 etl.tools.report.drift.compare (L-infinity of the value shares for categorical features,
 Jensen-Shannon divergence for numeric ones) against the previous published span. A measured
 value is kept exact (the number the statistics hold), so the message shows what the data has.
+
+NaN and infinite values (`nan_or_inf`: only a float feature with `allow_nan: true` keeps them)
+are never "in range": min, max and mean are measured over the finite values, and a split with
+any NaN or inf fails its min, max and mean checks unless a `nan:` check of the same feature (at
+either level) names them; that check then says how many may be. Drift counts them as one more
+bin (etl.tools.report.drift), so a feed that turns to NaN drifts.
 """
 
 from __future__ import annotations
@@ -69,9 +75,10 @@ def evaluate(checks: Checks, stats: dict[str, Any], manifest: dict[str, Any],
     (the staged one: counts, rejected by reason); `previous`: the previous span's statistics
     (None: none published: drift and records.max_change pass, saying so)."""
     drift = compare(stats, previous, previous_path or "") if previous is not None else None
+    named = {c.feature for c in checks.checks if c.kind == "nan"}
     out: list[Result] = []
     for check in _expanded(checks, stats):
-        out.extend(_one(check, stats, manifest, previous, drift))
+        out.extend(_one(check, stats, manifest, previous, drift, check.feature in named))
     return out
 
 
@@ -90,7 +97,10 @@ def _expanded(checks: Checks, stats: dict[str, Any]) -> list[Check]:
 
 
 def _one(c: Check, stats: dict[str, Any], manifest: dict[str, Any],
-         previous: dict[str, Any] | None, drift: dict[str, Any] | None) -> list[Result]:
+         previous: dict[str, Any] | None, drift: dict[str, Any] | None,
+         nan_named: bool = False) -> list[Result]:
+    """The results of one check (per split where it is measured per split); `nan_named`: a
+    `nan:` check of the same feature judges its NaN/inf, so min/max/mean look at the rest."""
     def result(measured: Any, failed: bool, split: str | None = None, note: str = "") -> Result:
         return Result(c.name, c.level, not failed, measured, c.threshold, split, c.feature, note)
 
@@ -127,6 +137,11 @@ def _one(c: Check, stats: dict[str, Any], manifest: dict[str, Any],
             continue
         measured: Any
         if c.kind in ("min", "max", "mean"):
+            bad = int(s.get("nan_or_inf") or 0)
+            if bad and not nan_named:
+                total = bad + int(s.get("values") or 0)
+                out.append(result(None, True, split, nonfinite_note(bad, total, c.feature)))
+                continue
             measured = s.get(c.kind)
             if measured is None:
                 out.append(result(None, False, split, "no values to measure"))
@@ -150,6 +165,12 @@ def _one(c: Check, stats: dict[str, Any], manifest: dict[str, Any],
             failed = measured < c.threshold if c.kind == "distinct.min" else measured > c.threshold
         out.append(result(measured, failed, split))
     return out
+
+
+def nonfinite_note(bad: int, total: int, feature: str | None) -> str:
+    """Why a min/max/mean check failed on NaN or infinite values no `nan:` check names."""
+    return (f"{bad} of {total} values are NaN or infinite: out of range (a `nan:` check of "
+            f"{feature} says how many may be)")
 
 
 def _drift(c: Check, split: str, drift: dict[str, Any] | None, result: Any) -> Result:

@@ -5,12 +5,17 @@ only is flagged):
 - counts: |n - n_against| / n_against above COUNT_CHANGE (10%);
 - categorical features (a vocabulary, strings, or integers with at most stats.BARS_MAX
   distinct values): the L-infinity distance of the two value distributions (the largest
-  difference of a value's share), as TFDV's `infinity_norm`, above LINF (0.1);
+  difference of a value's share), as TFDV's `infinity_norm`, above LINF (0.1). Exact when
+  both sides have exact value counts (fewer than stats.CAPACITY distinct values); else
+  (`linf_top_values`) over the values either side lists as frequent (its top values) plus
+  one bucket for "the rest" (1 - their shares): high-cardinality strings drift when a
+  frequent value appears, vanishes or changes its share, or when the rest grows or shrinks;
 - other numbers (and lengths of variable-length and sequence features): the Jensen-Shannon
   divergence (log base 2, so 0..1) of the two histograms on shared bins (HIST_BINS
   equal-width bins over the union of both ranges), as TFDV's `jensen_shannon_divergence`,
   above JS (0.1). The histograms come from exact value counts where the report has them,
-  else from the quantiles.
+  else from the quantiles. NaN and infinite values of a float feature are one more bin
+  (their share of all values), so a feed that turns to NaN drifts.
 """
 
 from __future__ import annotations
@@ -103,16 +108,17 @@ def _feature_drift(a: dict[str, Any], b: dict[str, Any], categorical: bool) -> d
         if not a.get("values") and not b.get("values"):
             return None
         return {"metric": "values", "value": 1.0, "threshold": 0, "flagged": True}
+    if ("min" in a) != ("min" in b):  # numbers on one side, strings on the other (schema change)
+        return {"metric": "type", "value": 1.0, "threshold": 0, "flagged": True}
     if categorical:
-        pa_, pb = _distribution(a), _distribution(b)
-        if pa_ is not None and pb is not None:
-            keys = set(pa_) | set(pb)
-            value = max(abs(pa_.get(k, 0.0) - pb.get(k, 0.0)) for k in keys)
-            return {"metric": "linf", "value": round(value, 6), "threshold": LINF,
+        found = linf(a, b)
+        if found is not None:
+            metric, value = found
+            return {"metric": metric, "value": round(value, 6), "threshold": LINF,
                     "flagged": value > LINF}
     if "min" not in a or isinstance(a.get("min"), str):
         return None
-    value = js_on_shared_bins(a, b)
+    value = js_on_shared_bins(a, b, nonfinite=True)
     return {"metric": "jensen_shannon", "value": round(value, 6), "threshold": JS,
             "flagged": value > JS}
 
@@ -126,18 +132,56 @@ def _lengths_drift(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | Non
             "flagged": value > JS}
 
 
-def _distribution(stats: dict[str, Any]) -> dict[str, float] | None:
-    """Shares per value: exact counts, else the top values (the rest unaccounted)."""
-    pairs = stats.get("value_counts") or [[t["value"], t["count"]] for t in stats["top_values"]]
-    total = stats.get("values") or 0
-    if not total:
+def linf(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, float] | None:
+    """(metric, L-infinity distance of the value shares of `a` and `b`), None when a side has
+    no values. Exact ("linf") when both sides count every value; else ("linf_top_values")
+    over the values either side lists among its top values plus "the rest" (what those
+    values leave of 1 on each side): never an empty comparison, whatever the cardinality."""
+    total_a, total_b = a.get("values") or 0, b.get("values") or 0
+    if not total_a or not total_b:
         return None
-    return {str(v): c / total for v, c in pairs}
+    exact_a, exact_b = _counts(a, True), _counts(b, True)
+    if exact_a is not None and exact_b is not None:
+        keys = sorted(set(exact_a) | set(exact_b))
+        sa = np.array([exact_a.get(k, 0) for k in keys], np.float64) / total_a
+        sb = np.array([exact_b.get(k, 0) for k in keys], np.float64) / total_b
+        return "linf", float(np.abs(sa - sb).max()) if keys else 0.0
+    top_a, top_b = _counts(a, False), _counts(b, False)
+    keys = sorted(set(top_a or {}) | set(top_b or {}))
+    known_a, known_b = exact_a or top_a or {}, exact_b or top_b or {}
+    sa = np.array([known_a.get(k, 0) for k in keys], np.float64) / total_a
+    sb = np.array([known_b.get(k, 0) for k in keys], np.float64) / total_b
+    rest = abs(max(0.0, 1.0 - float(sa.sum())) - max(0.0, 1.0 - float(sb.sum())))
+    value = max(float(np.abs(sa - sb).max()) if keys else 0.0, rest)
+    return "linf_top_values", value
 
 
-def js_on_shared_bins(a: dict[str, Any], b: dict[str, Any]) -> float:
+def _counts(stats: dict[str, Any], exact: bool) -> dict[str, int] | None:
+    """Count per value (as text: JSON keys): every value when `exact` (None unless the
+    report has exact counts), else the report's top values."""
+    if exact:
+        pairs = stats.get("value_counts")
+        if pairs is None or not stats.get("value_counts_exact", True):
+            return None
+        return {str(v): int(c) for v, c in pairs}
+    return {str(t["value"]): int(t["count"]) for t in stats.get("top_values") or []}
+
+
+def js_on_shared_bins(a: dict[str, Any], b: dict[str, Any], nonfinite: bool = False) -> float:
+    """JS divergence of the two histograms on shared bins; with `nonfinite`, NaN and infinite
+    values (a float feature's `nan_or_inf`) are one more bin holding their share."""
     edges = bin_edges(min(float(a["min"]), float(b["min"])), max(float(a["max"]), float(b["max"])))
-    return jensen_shannon(_mass(a, edges), _mass(b, edges))
+    pa_, pb = _mass(a, edges), _mass(b, edges)
+    bad_a, bad_b = int(a.get("nan_or_inf") or 0), int(b.get("nan_or_inf") or 0)
+    if nonfinite and (bad_a or bad_b):
+        pa_ = np.append(pa_ * (1 - _share(bad_a, a)), _share(bad_a, a))
+        pb = np.append(pb * (1 - _share(bad_b, b)), _share(bad_b, b))
+    return jensen_shannon(pa_, pb)
+
+
+def _share(bad: int, stats: dict[str, Any]) -> float:
+    total = int(stats.get("values") or 0) + bad
+    return bad / total if total else 0.0
 
 
 def _mass(stats: dict[str, Any], edges: list[float]) -> np.ndarray:

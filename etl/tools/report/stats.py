@@ -89,7 +89,7 @@ class Numeric:
             return
         if self.is_float:
             finite = np.isfinite(values)
-            self.nan += int(np.count_nonzero(np.isnan(values)))
+            self.nan += int(values.size - np.count_nonzero(finite))  # NaN and +-inf
             values = values[finite] if not finite.all() else values
             if not values.size:
                 return
