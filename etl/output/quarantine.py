@@ -300,7 +300,7 @@ def _from_marker(raw: bytes, path: str, name: str, output: str, generation: int,
     for obj in objects:
         if not _inside(obj):
             entry.problem = _refused(path, name, output, f"its {MARKER} lists "
-                                     f"{quote(obj, 80)}, not a name inside a quarantine entry "
+                                     f"{quote(obj)}, not a name inside a quarantine entry "
                                      "(edited by hand?)").problem
             return entry
     entry.objects = list(objects)
@@ -563,10 +563,13 @@ def verify_entry(entry: Entry) -> dict[str, Any]:
         if name not in sizes:
             raise VerifyError(f"{where}: {path} is missing (listed in its manifest); drop it "
                               "and rerun the span")
-        if sizes[name] != size or _sha256(path) != digest:
+        if sizes[name] != size:
             raise VerifyError(f"{where}: {path} changed since the run was blocked "
-                              f"({sizes[name]} bytes, the manifest says {size} and another "
-                              "sha256); drop it and rerun the span")
+                              f"({sizes[name]} bytes, its manifest says {size}); drop it and "
+                              "rerun the span")
+        if _sha256(path) != digest:
+            raise VerifyError(f"{where}: {path} changed since the run was blocked (its "
+                              "sha256 is not its manifest's); drop it and rerun the span")
     extra = sorted(n for n in sizes if n != MANIFEST and n not in listed
                    and not belongs(manifest, ddir, n))
     if extra:
@@ -594,7 +597,7 @@ def _listed(manifest: dict[str, Any]) -> dict[str, tuple[int, str]]:
                 out[index["path"]] = (int(index["num_bytes"]), str(index["sha256"]))
     for name in out:
         if not isinstance(name, str) or not _inside(f"{DATASET}/{name}"):
-            raise ValueError(f"it lists {quote(name, 80)}, not a file inside the dataset")
+            raise ValueError(f"it lists {quote(name)}, not a file inside the dataset")
     return out
 
 
