@@ -28,8 +28,10 @@ import pytest
 from etl.output.manifest import load_manifest, verify
 from etl.output.quarantine import CHECKS, DATASET, MARKER, entries
 from etl.schedule import history
+from tests.gcs_emulator import GcsEmulator
+from tests.gcs_proxy import GcsProxy
 from tests.helpers import ROOT, RUN, cli
-from tests.test_quarantine import CHECKS_YAML, write_input
+from tests.test_quarantine import CHECKS_YAML, make_job, write_input
 
 DAY1, DAY2 = "2026-11-20", "2026-11-21"
 DOCUMENTED = {0, 2, 3, 4, 5, 6, 130, 143}
@@ -356,3 +358,118 @@ def test_a_signal_after_release_success_records_released(tmp_path: Path, base: P
     assert listed.stdout.strip() == (
         f"{tree.run_c}  span {DAY2}  released: {tree.out2} publishes it (`quarantine drop "
         f"{tree.out2} --run {tree.run_c}` removes what is left)")
+
+
+# ---- 5. gs:// (emulator behind the precondition proxy) ---------------------------------------
+@pytest.fixture
+def proxy(gcs_emulator: GcsEmulator) -> Any:
+    with GcsProxy(gcs_emulator.endpoint) as p:
+        yield p
+
+
+def gcs_published(tmp_path: Path, out: str, env: dict[str, str]) -> Path:
+    """Span N published into `out`; the input collapsed for N+1 (not run yet)."""
+    job = make_job(tmp_path, out)
+    done = cli("run", str(job), env=env)
+    assert done.returncode == 0, done.stderr
+    write_input(tmp_path / "iris.csv", collapse=True)
+    return job
+
+
+def errors(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("error: ")]
+
+
+def test_gcs_quarantine_derives_never_trusts(tmp_path: Path, gcs_emulator: GcsEmulator,
+                                             gcs_bucket: str, proxy: GcsProxy) -> None:
+    out = f"{gcs_bucket}/data/out"
+    env = gcs_emulator.env(endpoint=proxy.url)
+    job = gcs_published(tmp_path, out, env)
+    assert cli("run", str(job), env=env).returncode == 6
+    [entry] = entries(out)
+    sentinel = f"{gcs_bucket}/data/sentinel.txt"
+    gcs_emulator.upload_bytes(b"not yours", sentinel)
+    gcs_emulator.upload_bytes(b"not yours either", f"{gcs_bucket}/keep/x.bin")
+    before = gcs_emulator.list(gcs_bucket)
+    marker = f"{entry.path}/{MARKER}"
+    doc = json.loads(gcs_emulator.download(marker))
+    for bad in ("../../sentinel.txt", sentinel, f"{DATASET}/../../../sentinel.txt",
+                "/keep/x.bin"):
+        gcs_emulator.upload_bytes(json.dumps({**doc, "objects": [*doc["objects"], bad]})
+                                  .encode(), marker)
+        for action in ("drop", "release"):
+            done = q(action, out, env=env)
+            assert (done.returncode, errors(done.stderr)) == (3, [
+                f"error: refusing quarantined run {entry.run_id} ({entry.path}): its {MARKER} "
+                f"lists {bad!r}, not a name inside a quarantine entry (edited by hand?); look "
+                "at it and remove it by hand"]), done.stderr
+        assert gcs_emulator.list(gcs_bucket) == before
+    # a marker naming another output: the release goes into the output of the command (the
+    # one publishing the run the entry replaces, same job), never into the one it names
+    other = f"{gcs_bucket}/data/other"
+    gcs_emulator.upload_bytes(json.dumps({**doc, "output": other}).encode(), marker)
+    done = q("release", out, env=env)
+    assert (done.returncode, done.stdout.strip()) == (
+        0, f"released run {entry.run_id}: {out} publishes it now (it was blocked for {other}: "
+           "this tree was moved or copied)"), done.stderr
+    assert json.loads(gcs_emulator.download(f"{out}/_SUCCESS"))["version"] == entry.run_id
+    assert verify(out)["records"] == 50
+    assert gcs_emulator.list(other) == [] and entries(out) == []
+    assert sentinel in gcs_emulator.list(gcs_bucket)
+
+
+def test_gcs_kill9_while_quarantining_leaves_an_incomplete_entry(
+        tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str, proxy: GcsProxy) -> None:
+    out = f"{gcs_bucket}/data/out"
+    env = gcs_emulator.env(endpoint=proxy.url)
+    job = gcs_published(tmp_path, out, env)
+    pointer = gcs_emulator.download(f"{out}/_SUCCESS")
+    pause = tmp_path / "pause"
+    proc = start(["run", str(job)], "quarantine:copy", pause, env)
+    wait_for(proc, "quarantine:copy", pause)
+    proc.kill()
+    proc.communicate(timeout=60)
+    [cut] = entries(out)
+    assert not cut.complete and len(gcs_emulator.list(cut.path)) >= 2
+    listed = q("list", out, env=env)
+    assert listed.stdout.splitlines() == [
+        f"{cut.run_id}  span -  blocked {cut.created}  {cut.path} (incomplete: drop it)"]
+    done = q("release", out, env=env)
+    assert (done.returncode, errors(done.stderr)) == (2, [
+        f"error: {cut.path}: its quarantine is incomplete (the run stopped while putting it "
+        "there); drop it and rerun the span"])
+    assert gcs_emulator.download(f"{out}/_SUCCESS") == pointer
+    # the next run (it takes over the dead run's lock) removes the cut entry, then blocks again
+    again = cli("run", str(job), env=env)
+    assert again.returncode == 6, again.stderr
+    assert (f"removed the incomplete quarantine of run {cut.run_id} ({cut.path}): its run "
+            "stopped while putting it there") in again.stderr
+    assert gcs_emulator.list(cut.path) == []
+    [fresh] = entries(out)
+    assert fresh.complete and fresh.run_id != cut.run_id
+    assert gcs_emulator.download(f"{out}/_SUCCESS") == pointer
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM],
+                         ids=lambda s: signal.Signals(s).name)
+def test_gcs_signal_while_quarantining_is_before_publishing(
+        tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str, proxy: GcsProxy,
+        signum: int) -> None:
+    out = f"{gcs_bucket}/data/out"
+    env = gcs_emulator.env(endpoint=proxy.url)
+    job = gcs_published(tmp_path, out, env)
+    pointer = gcs_emulator.download(f"{out}/_SUCCESS")
+    pause = tmp_path / "pause"
+    proc = start(["run", str(job)], "quarantine:copy", pause, env)
+    wait_for(proc, "quarantine:copy", pause)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    [entry] = entries(out)
+    name = signal.Signals(signum).name
+    line = (f"interrupted by {name} before publishing: nothing was published, the previous "
+            f"output is unchanged (the run is quarantined in {entry.path})")
+    assert (proc.returncode, errors(err)) == (128 + signum, [f"error: {line}"]), err
+    assert entry.complete and gcs_emulator.download(f"{out}/_SUCCESS") == pointer
+    last = history.read(f"{gcs_bucket}/data")[-1]
+    assert (last["status"], last["exit_code"], last["error"]) == (
+        "interrupted", 128 + signum, line)
