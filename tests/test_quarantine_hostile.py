@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -473,3 +474,74 @@ def test_gcs_signal_while_quarantining_is_before_publishing(
     last = history.read(f"{gcs_bucket}/data")[-1]
     assert (last["status"], last["exit_code"], last["error"]) == (
         "interrupted", 128 + signum, line)
+
+
+# ---- 6. property: randomly edited markers change nothing outside the entry --------------------
+def mutations(tree: Tree, rng: random.Random) -> tuple[list[str], bytes]:
+    """1-3 random edits of the marker (what an attacker or a bad copy could leave): the
+    edits' names and the marker's new bytes."""
+    doc = json.loads(tree.marker.read_text())
+    outside = ["../../../sentinel/keep.txt", str(tree.sentinel / "keep.txt"), "/",
+               f"{DATASET}/../../{DAY1}/manifest.json", f"{DATASET}/./x", "", ".", "..",
+               f"../../{DAY1}", f"{DATASET}//manifest.json", "dataset\\..\\x", 7, None,
+               os.path.join(tree.out1, "_SUCCESS")]
+    outputs = [tree.out1, str(tree.sentinel), "/", "../x", "", 5, None,
+               f"gs://b/{DAY2}", tree.out2 + "/../" + DAY1]
+    run_ids = [tree.run_a, tree.run_b, "../x", "", 3, None, "/etc", tree.run_c + "/.."]
+    edits = []
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.choice(["objects", "output", "run_id", "replaces", "missing", "types",
+                           "producer", "manifest_sha256", "complete", "garbage", "span"])
+        edits.append(kind)
+        if kind == "objects":
+            doc["objects"] = doc["objects"] + rng.sample(outside, rng.randint(1, 3))
+        elif kind == "output":
+            doc["output"] = rng.choice(outputs)
+        elif kind == "run_id":
+            doc["run_id"] = rng.choice(run_ids)
+        elif kind == "replaces":
+            doc["replaces"] = rng.choice([tree.run_a, tree.run_b, None, "x", 1])
+        elif kind == "missing":
+            doc.pop(rng.choice(sorted(doc)), None)
+        elif kind == "types":
+            doc[rng.choice(["objects", "run_key", "output"])] = rng.choice([{}, 1, "dataset", []])
+        elif kind == "producer":
+            doc["producer"] = rng.choice(["someone-else", None])
+        elif kind == "manifest_sha256":
+            doc["manifest_sha256"] = "0" * 64
+        elif kind == "complete":
+            doc["complete"] = rng.choice([False, "yes", 1])
+        elif kind == "span":
+            doc["span"] = rng.choice([DAY1, None, "../x"])
+        else:
+            return edits, bytes(rng.randrange(256) for _ in range(rng.randint(0, 64)))
+    return edits, json.dumps(doc).encode()
+
+
+def test_randomly_edited_markers_change_nothing_outside_the_entry(tmp_path: Path,
+                                                                  base: Path) -> None:
+    rng = random.Random(28)
+    seen: dict[int, int] = {}
+    for i in range(24):
+        tree = Tree(tmp_path / f"t{i}", base)
+        edits, raw = mutations(tree, rng)
+        tree.marker.write_bytes(raw)
+        action = rng.choice(["drop", "release"])
+        before, out2_before = tree.outside(), digest(tree.out2)
+        done = q(action, tree.out2, *rng.choice([[], ["--run", tree.run_c]]))
+        what = f"{action} after {edits}: {raw[:300]!r}\n{done.stderr}"
+        assert done.returncode in (0, 2, 3), what
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == (done.returncode != 0), what
+        assert not lines or (lines[0].startswith("error: ") and "unexpected" not in lines[0]
+                             and "Traceback" not in done.stderr), what
+        assert tree.outside() == before, what
+        if done.returncode == 0 and action == "release":  # published the entry, nothing else
+            assert load_manifest(tree.out2)["run_id"] == tree.run_c, what
+            assert verify(tree.out2)["records"] == 50
+        else:
+            assert digest(tree.out2) == out2_before, what
+        if done.returncode == 0:
+            assert not os.path.exists(tree.entry), what
+        seen[done.returncode] = seen.get(done.returncode, 0) + 1
+    assert set(seen) == {0, 2, 3}, seen  # the edits reach every outcome
