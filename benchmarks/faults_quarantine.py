@@ -129,6 +129,7 @@ def symlinked_dataset_release(r: Runner, d: Path) -> dict[str, Any]:
     (entry / "dataset").symlink_to(d / "other", target_is_directory=True)
     res = _q(r, d, "release", "out")
     res["other_intact"] = (d / "other").is_dir() and _listing(d / "other") == before
+    res["out_is_a_symlink"] = (d / "out").is_symlink()
     res["out_verifies"] = _verifies(r, d, d / "out")
     return res
 

@@ -532,7 +532,7 @@ def published_manifest(output: str) -> dict[str, Any] | None:
 def verify_entry(entry: Entry) -> dict[str, Any]:
     """The quarantined dataset checked byte for byte against its manifest (every listed file
     present with its size and sha256, nothing unlisted), its identity against the marker
-    (run id, run key, span, the manifest's sha256) and checks.json parsed. Returns the
+    (run id, run key, span, job sha256, the manifest's sha256) and checks.json parsed. Returns the
     manifest; VerifyError (exit 3) naming the file otherwise."""
     ddir = fs.join(entry.path, DATASET)
     where = f"refusing to release run {entry.run_id}"
@@ -550,7 +550,7 @@ def verify_entry(entry: Entry) -> dict[str, Any]:
         raise VerifyError(f"{where}: {mpath} changed since the run was blocked; drop it and "
                           "rerun the span")
     for key, want in (("run_id", entry.run_id), ("run_key", entry.run_key),
-                      ("span", entry.span)):
+                      ("span", entry.span), ("job_sha256", entry.job_sha256)):
         got = manifest.get(key)
         if want and got != want:
             raise VerifyError(f"{where}: {mpath} says {key} {quote(got, 80)}, its marker "
