@@ -418,6 +418,29 @@ def test_gcs_quarantine_derives_never_trusts(tmp_path: Path, gcs_emulator: GcsEm
     assert gcs_emulator.list(other) == [] and entries(out) == []
     assert sentinel in gcs_emulator.list(gcs_bucket)
 
+    # blocked again, the entry copied beside an output that publishes nothing (its marker
+    # edited to fit): nothing proves it belongs there, refused; nothing published there
+    write_input(tmp_path / "iris.csv", collapse=True)
+    (tmp_path / "iris.csv").write_text((tmp_path / "iris.csv").read_text()
+                                       + "5.0,3.0,1.5,0.2,Iris-setosa\n")
+    assert cli("run", str(job), env=env).returncode == 6
+    [second] = entries(out)
+    out2 = f"{gcs_bucket}/data/out2"
+    bucket = gcs_emulator.client().bucket(gcs_bucket[len("gs://"):])
+    for blob in bucket.list_blobs(prefix=f"data/out.quarantine/{second.run_id}/"):
+        bucket.copy_blob(blob, bucket, blob.name.replace("data/out.quarantine/",
+                                                         "data/out2.quarantine/", 1))
+    moved = f"{out2}.quarantine/{second.run_id}/{MARKER}"
+    doc2 = json.loads(gcs_emulator.download(moved))
+    gcs_emulator.upload_bytes(json.dumps({**doc2, "replaces": None}).encode(), moved)
+    done = q("release", out2, env=env)
+    assert (done.returncode, errors(done.stderr)) == (2, [
+        f"error: refusing to release run {second.run_id}: its marker says it was blocked for "
+        f"{out}, not {out2}, and {out2} does not publish the same job and span; release it "
+        f"from {out}, or drop it"]), done.stderr
+    assert gcs_emulator.list(f"{out2}/") == []
+    assert [e.run_id for e in entries(out2)] == [second.run_id]
+
 
 def test_gcs_kill9_while_quarantining_leaves_an_incomplete_entry(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str, proxy: GcsProxy) -> None:

@@ -502,16 +502,14 @@ def _not_moved_on(entry: Entry, now: str | None) -> None:
 
 def _consistent(entry: Entry, manifest: dict[str, Any]) -> None:
     """The entry belongs to the command's output: when its marker names another output (a
-    moved or copied tree, an edited marker), what OUT publishes now must be the same job and
-    span as the quarantined dataset (its run was checked to be the one the entry replaces)."""
+    moved or copied tree, an edited marker), OUT must publish the same job and span as the
+    quarantined dataset (its run was checked to be the one the entry replaces); an OUT that
+    publishes nothing proves nothing, and is refused."""
     if not entry.marker_output or _same_output(entry.marker_output, entry.output):
         return
-    now = published_manifest(entry.output)
-    same = now is not None and now.get("span") == manifest.get("span") and (
-        now.get("published_by") == manifest.get("published_by"))
-    if entry.replaces is None and now is None:
-        same = True  # nothing published on either side: the tree it is in is the only one
-    if not same:
+    now = published_manifest(entry.output)  # None: nothing proves the two are one output
+    if now is None or now.get("span") != manifest.get("span") or (
+            now.get("published_by") != manifest.get("published_by")):
         raise ConfigError(f"refusing to release run {entry.run_id}: its marker says it was "
                           f"blocked for {entry.marker_output}, not {entry.output}, and "
                           f"{entry.output} does not publish the same job and span; release it "
