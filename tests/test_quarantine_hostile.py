@@ -568,3 +568,34 @@ def test_randomly_edited_markers_change_nothing_outside_the_entry(tmp_path: Path
             assert not os.path.exists(tree.entry), what
         seen[done.returncode] = seen.get(done.returncode, 0) + 1
     assert set(seen) == {0, 2, 3}, seen  # the edits reach every outcome
+
+
+# ---- 5 (local). the same cut and signal on a local output ------------------------------------
+def test_kill9_or_a_signal_while_quarantining_locally(tmp_path: Path) -> None:
+    """Locally the dataset is renamed into the entry: kill -9 after the marker leaves an
+    incomplete entry the next run removes; a SIGTERM there completes the entry and says
+    `before publishing` (exit 143)."""
+    out = str(tmp_path / "out")
+    job = gcs_published(tmp_path, out, dict(os.environ))
+    before = digest(out)
+    pause = tmp_path / "pause"
+    proc = start(["run", str(job)], "quarantine:copy", pause)
+    wait_for(proc, "quarantine:copy", pause)
+    proc.kill()
+    proc.communicate(timeout=60)
+    [cut] = entries(out)
+    assert not cut.complete and os.listdir(cut.path) == [MARKER]
+    again = start(["run", str(job)], "quarantine:copy", tmp_path / "pause2")
+    wait_for(again, "quarantine:copy", tmp_path / "pause2")
+    assert not os.path.exists(cut.path)  # removed under the lock, before the run converted
+    again.send_signal(signal.SIGTERM)
+    _, err = again.communicate(timeout=120)
+    [entry] = entries(out)
+    line = ("interrupted by SIGTERM before publishing: nothing was published, the previous "
+            f"output is unchanged (the run is quarantined in {entry.path})")
+    assert (again.returncode, errors(err)) == (143, [f"error: {line}"]), err
+    assert (f"removed the incomplete quarantine of run {cut.run_id} ({cut.path}): its run "
+            "stopped while putting it there") in err
+    assert entry.complete and entry.run_id != cut.run_id and digest(out) == before
+    last = history.read(str(tmp_path))[-1]
+    assert (last["status"], last["exit_code"], last["error"]) == ("interrupted", 143, line)
