@@ -385,17 +385,18 @@ def _remove(entry: Entry) -> list[str]:
         except Conflict as e:
             raise StorageError(f"{entry.path}: its marker changed while it was dropped") from e
         return removed
-    for name in names:
-        path = os.path.join(entry.path, name)
+    marker = os.path.join(entry.path, MARKER)
+    for path in [os.path.join(entry.path, n) for n in names] + [marker]:
         try:
             if stat.S_ISREG(os.lstat(path).st_mode):
                 os.remove(path)
-                removed.append(path)
+                if path != marker:
+                    removed.append(path)
         except FileNotFoundError:
             continue
-    marker = os.path.join(entry.path, MARKER)
-    if os.path.lexists(marker) and not os.path.islink(marker):
-        os.remove(marker)
+        except OSError as e:
+            raise StorageError(f"cannot remove {path}: {e.strerror or e}; the quarantine of "
+                               f"run {entry.run_id} is partly removed, drop it again") from e
     folders = {os.path.dirname(os.path.join(entry.path, n)) for n in names}
     for folder in sorted(folders | {entry.path}, key=len, reverse=True):
         _remove_empty(folder, stop=root(entry.output))
