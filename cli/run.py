@@ -54,7 +54,7 @@ from etl.base.worker_errors import (
 from etl.contract.schema import Schema, load_schema
 from etl.job.config import DEFAULT_SPLIT_BYTES, JobConfig, input_places
 from etl.job.read_plan import ReadPlan, needs_scan, plan_units
-from etl.output import guard, layout
+from etl.output import guard, layout, quarantine
 from etl.output.accounting import check_threshold
 from etl.output.finalize import first_rejected
 from etl.output.layout import MANIFEST, REJECTED_FILE, SUCCESS
@@ -392,6 +392,8 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
             lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
                                                output=job.output))
         guard.recover_leftovers(workdir, job.output, lock_stale_after)
+        if job.checks is not None:  # a dead blocked run's quarantine entry, cut short
+            quarantine.remove_incomplete(job.output)
         now = idempotence.published_manifest(job.output)
         if not force:  # another job may have published since the plan looked
             check_same_job(job.output, now, plan.origin)
@@ -405,6 +407,8 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
     with same_run_named(job.output, plan.ident.run_key):
         remote = stack.enter_context(RemoteRun(job.output, info, temp_root, lock_stale_after,
                                                break_lock, inputs=_protected(job, plan.inputs)))
+    if job.checks is not None:  # locked: a dead blocked run's quarantine entry, cut short
+        quarantine.remove_incomplete(job.output)
     log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{plan.run_id}.log")
     return _Place(remote, remote, remote.tmp, log_file, None)
 

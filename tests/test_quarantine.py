@@ -295,3 +295,43 @@ def test_drift_compares_with_the_previous_day_under_the_output_given_on_the_comm
         line for line in expected_blocks(str(tmp_path / "cli-out" / "2026-11-20"))
         if ".drift" in line]
     assert not (tmp_path / "cli-out" / "2026-11-21").exists()
+
+
+def test_accept_refuses_a_damaged_entry(tmp_path: Path) -> None:
+    """`run --accept` releases through the same check as `quarantine release`: a shard of the
+    quarantined run deleted while it waited is refused in one line (exit 3), the published
+    span untouched and the entry kept."""
+    out = str(tmp_path / "out")
+    job = make_job(tmp_path, out)
+    assert cli("run", str(job)).returncode == 0
+    before = digests(out)
+    write_input(tmp_path / "iris.csv", collapse=True)
+    assert cli("run", str(job)).returncode == 6
+    [entry] = entries(out)
+    shard = load_manifest(os.path.join(entry.path, DATASET))["splits"]["test"]["shards"][0]
+    gone = os.path.join(entry.path, DATASET, shard["path"])
+    os.remove(gone)
+    accepted = cli("run", str(job), "--accept")
+    assert accepted.returncode == 3, accepted.stderr
+    assert [line for line in accepted.stderr.splitlines() if line.startswith("error: ")] == [
+        f"error: refusing to release run {entry.run_id}: {gone} is missing (listed in its "
+        "manifest); drop it and rerun the span"]
+    assert digests(out) == before and [e.run_id for e in entries(out)] == [entry.run_id]
+
+
+def test_a_symlinked_quarantine_folder_is_refused(tmp_path: Path) -> None:
+    """`OUT.quarantine` itself a link (to a folder holding someone's files): never listed
+    through, dropped through or released through; one line, exit 3."""
+    elsewhere = tmp_path / "elsewhere" / "RUN1"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / MARKER).write_text(json.dumps({
+        "producer": "tfrecord-etl", "run_id": "RUN1", "run_key": "k", "output": "x",
+        "objects": ["checks.json"], "complete": True}))
+    (elsewhere / CHECKS).write_text("precious")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "out.quarantine")
+    for action in ("list", "drop", "release"):
+        done = cli("quarantine", action, str(tmp_path / "out"))
+        assert (done.returncode, done.stderr.strip()) == (
+            3, f"error: {tmp_path / 'out.quarantine'} is a symbolic link: quarantine never "
+               "follows one; look at what it points to and remove the link by hand")
+    assert (elsewhere / CHECKS).read_text() == "precious"

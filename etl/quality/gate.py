@@ -103,9 +103,11 @@ def block(job: JobConfig, staging: str, gate: Gate, run_id: str, run_key: str,
     files = {quarantine.CHECKS: json.dumps(checks_doc(gate, run_id, job.span), indent=1,
                                            default=_json_default).encode(),
              quarantine.PAGE: page(gate).encode()}
-    with signals.critical():  # an entry whole (its marker complete) or cut short and marked
+    with signals.deferred():  # an entry whole (its marker complete) or cut short and marked
         where = quarantine.put(staging, job.output, run_id, run_key, files, replaces, job.span,
                                job_sha256)
+    # a signal while it was put there: nothing was published (not critical()'s "after publishing")
+    signals.raise_pending(f"{signals.UNCHANGED} (the run is quarantined in {where})")
     return blocked_error(job, where, [r.to_json() for r in gate.blocked + gate.warned],
                          [r.line() for r in gate.blocked])
 
@@ -176,5 +178,8 @@ def accept_quarantined(job: JobConfig, run_key: str, stale_after: float,
     entry = quarantine.find(job.output, run_key=run_key)
     if entry is None:
         return None
-    log.warning("%s (--accept)", quarantine.release(entry, stale_after, break_lock))
+    with signals.deferred():  # the release and the entry's removal: one step
+        line = quarantine.release(entry, stale_after, break_lock)
+    log.warning("%s (--accept)", line)
+    signals.raise_pending(f"after the release completed ({line})")
     return quarantine.manifest_of_output(job.output)
