@@ -23,6 +23,7 @@ its first record. A forked worker opens its own handles too (checked by process 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import threading
@@ -32,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from etl.base.errors import EtlError
+from etl.base.errors import EXIT_BAD_INPUT, EtlError, StorageError
 from etl.contract.schema import Schema, load_schema
-from etl.formats.record_index import check_index, parse_index
+from etl.formats.record_index import IndexFileError, check_index, parse_index
 from etl.formats.tfrecord import masked_crc
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.read.decode import RecordDecoder, check_decodable
@@ -50,6 +51,13 @@ class RecordsError(EtlError, ValueError):
     """An output `open_records` cannot read at random, or a record that does not read; the
     message names the file."""
 
+    exit_code = EXIT_BAD_INPUT
+
+
+class Republished(RecordsError):
+    """The output was published again after `open_records` opened it: its positions may name
+    other records now. Open it again."""
+
 
 @dataclass(frozen=True)
 class _Shard:
@@ -57,6 +65,8 @@ class _Shard:
     num_records: int
     num_bytes: int | None
     index: str | None  # the index file (TFRecord shards)
+    index_bytes: int | None = None  # its size and sha256 as the manifest lists them
+    index_sha256: str | None = None
 
 
 def open_records(path: str | os.PathLike[str], split: str = "train",
@@ -77,6 +87,9 @@ class Records:
         self.path = path
         self.split = split
         self.root = dataset_dir(path)
+        # the version opened: the manifest's identity, checked again after the indexes are
+        # read and on the first read of each shard (one stat; etl.storage.fs.identity)
+        self._pin = fs.identity(fs.join(self.root, MANIFEST))
         manifest = _manifest(self.root)
         self.format = str(manifest.get("format") or "tfrecord")
         self.shards = _shards(self.root, manifest, split, self.format)
@@ -173,10 +186,65 @@ class Records:
             if self._indexes is None:
                 self._load_indexes()
             if s not in self._open:
-                path = self.shards[s].path
-                self._open[s] = (_array_record_reader(path) if self.format == ARRAY_RECORD
-                                 else fs.RangedFile(path))
+                self._open[s] = self._open_shard(self.shards[s])
             return self._open[s]
+
+    def _open_shard(self, shard: _Shard) -> Any:
+        """Shard `shard` opened and pinned: its size (and, ArrayRecord, its footer and record
+        count) as the manifest lists them, and the manifest still the one opened."""
+        if self.format == ARRAY_RECORD:
+            _local_only(shard.path)
+            size = _size(shard.path)
+            if size is None:
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: no such file (listed in {MANIFEST}); "
+                                   "run `verify` on the output")
+            try:
+                handle: Any = _array_record_reader(shard.path)
+            except RuntimeError as e:  # its footer (the record index) does not read
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: not a readable ArrayRecord file, its footer "
+                                   f"is damaged or missing ({_riegeli(e)}); run `verify` on "
+                                   "the output") from e
+            problem = self._array_record_problem(handle, shard)
+        else:
+            handle = fs.RangedFile(shard.path)
+            try:
+                size = handle.open()
+            except (OSError, StorageError) as e:
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: cannot read: {fs.first_line(e)}") from e
+            problem = None
+        if problem is None and shard.num_bytes is not None and size != shard.num_bytes:
+            problem = (f"{size} bytes on disk, {MANIFEST} says {shard.num_bytes}: changed or "
+                       "truncated after publishing")
+        try:
+            self._check_pin()
+            if problem is not None:
+                raise RecordsError(f"{shard.path}: {problem}; run `verify` on the output")
+        except BaseException:
+            try:
+                handle.close()
+            except RuntimeError:  # a reader whose file did not open (ArrayRecord)
+                pass
+            raise
+        return handle
+
+    @staticmethod
+    def _array_record_problem(handle: Any, shard: _Shard) -> str | None:
+        if not handle.ok():
+            return "not a readable ArrayRecord file (truncated or damaged: its footer cannot be read)"
+        if int(handle.num_records()) != shard.num_records:
+            return (f"{handle.num_records()} records, {MANIFEST} says {shard.num_records}: "
+                    "damaged or replaced after publishing")
+        return None
+
+    def _check_pin(self) -> None:
+        """Republished when the manifest is not the one opened (local: another file, or
+        rewritten; gs://: another generation, or the version deleted)."""
+        if fs.identity(fs.join(self.root, MANIFEST)) != self._pin:
+            raise Republished(f"{self.path}: the output was republished since it was opened "
+                              f"(its {MANIFEST} changed); open it again with open_records")
 
     def _read(self, idx: np.ndarray) -> tuple[list[bytes], list[tuple[int, int]]]:
         """The serialized records at global positions `idx`, in that order, and where each
@@ -190,13 +258,14 @@ class Records:
             shard = self.shards[s]
             handle = self._handle(s)
             if self.format == ARRAY_RECORD:
-                records = handle.read(wanted.tolist())
+                records = self._read_array_record(handle, shard, wanted.tolist())
             else:
                 assert self._indexes is not None
                 offsets, lengths = self._indexes[s]
                 try:
                     frames = handle.read(offsets[wanted], lengths[wanted])
-                except OSError as e:
+                except (OSError, StorageError) as e:
+                    self._check_pin()
                     raise RecordsError(f"{shard.path}: cannot read: {fs.first_line(e)}") from e
                 records = [_payload(frame, shard.path, int(r), int(offsets[r]))
                            for frame, r in zip(frames, wanted.tolist(), strict=True)]
@@ -207,26 +276,35 @@ class Records:
     def _load_indexes(self) -> None:
         """Every shard's index, read and checked against its shard (TFRecord outputs)."""
         if self.format == ARRAY_RECORD:
+            self._check_pin()
             self._indexes = []
             return
         loaded = []
         for shard in self.shards:
-            assert shard.index is not None
             try:
-                data = fs.read_bytes(shard.index)
-            except FileNotFoundError as e:
-                raise RecordsError(f"{shard.index}: index file missing (listed in {MANIFEST}); "
-                                   f"`verify` checks the whole output") from e
-            except OSError as e:
-                raise RecordsError(f"{shard.index}: cannot read: {fs.first_line(e)}") from e
-            offsets, lengths = parse_index(data, shard.index)
-            if len(offsets) != shard.num_records:
-                raise RecordsError(f"{shard.index}: {len(offsets)} entries, {MANIFEST} lists "
-                                   f"{shard.num_records} records for {fs.basename(shard.path)}")
-            if shard.num_bytes is not None:
-                check_index(offsets, lengths, shard.num_bytes, shard.index)
-            loaded.append((offsets, lengths))
+                loaded.append(_index(shard))
+            except (RecordsError, IndexFileError):
+                self._check_pin()  # a republish while opening is said as such
+                raise
+        self._check_pin()  # the indexes read are the manifest's (no republish meanwhile)
         self._indexes = loaded
+
+    def _read_array_record(self, handle: Any, shard: _Shard, wanted: list[int]) -> list[bytes]:
+        """Records `wanted` of an ArrayRecord shard; damage (a chunk or footer whose hash does
+        not match, a short read) is a RecordsError naming the shard and the first bad record."""
+        try:
+            return handle.read(wanted)
+        except RuntimeError:
+            pass
+        for r in wanted:  # the error path only: which record
+            try:
+                handle.read([r])
+            except RuntimeError as e:
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: record {r}: damaged ArrayRecord data "
+                                   f"({_riegeli(e)}); run `verify` on the output") from e
+        raise RecordsError(f"{shard.path}: records {wanted[:5]}...: damaged ArrayRecord data; "
+                           "run `verify` on the output")
 
 
 class Batch(Sequence):
@@ -249,6 +327,34 @@ class Batch(Sequence):
         return {name: value[i] for name, value in self.columns.items()}
 
 
+def _index(shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
+    """A TFRecord shard's index file, read and checked: every line parses, one per record
+    of the manifest's count, the entries tile the shard, and its size and sha256 are the
+    manifest's (so an index of the same shape from another output is refused too)."""
+    assert shard.index is not None
+    try:
+        data = fs.read_bytes(shard.index)
+    except FileNotFoundError as e:
+        raise RecordsError(f"{shard.index}: index file missing (listed in {MANIFEST}); "
+                           f"`verify` checks the whole output") from e
+    except (OSError, StorageError) as e:
+        raise RecordsError(f"{shard.index}: cannot read: {fs.first_line(e)}") from e
+    offsets, lengths = parse_index(data, shard.index)
+    if len(offsets) != shard.num_records:
+        raise RecordsError(f"{shard.index}: {len(offsets)} entries, {MANIFEST} lists "
+                           f"{shard.num_records} records for {fs.basename(shard.path)}")
+    if shard.num_bytes is not None:
+        check_index(offsets, lengths, shard.num_bytes, shard.index)
+    if shard.index_bytes is not None and len(data) != shard.index_bytes:
+        raise RecordsError(f"{shard.index}: {len(data)} bytes, {MANIFEST} says "
+                           f"{shard.index_bytes}: damaged or not this output's index file; "
+                           "`verify` checks the whole output")
+    if shard.index_sha256 is not None and hashlib.sha256(data).hexdigest() != shard.index_sha256:
+        raise RecordsError(f"{shard.index}: sha256 does not match {MANIFEST}: damaged or not "
+                           "this output's index file; `verify` checks the whole output")
+    return offsets, lengths
+
+
 def _payload(frame: bytes, path: str, record: int, offset: int) -> bytes:
     """A TFRecord frame's payload, its length and both CRCs checked."""
     length, header_crc = _HEADER.unpack_from(frame)
@@ -260,12 +366,33 @@ def _payload(frame: bytes, path: str, record: int, offset: int) -> bytes:
     return payload
 
 
-def _array_record_reader(path: str) -> Any:
-    from array_record.python.array_record_module import ArrayRecordReader  # noqa: PLC0415 - optional dependency
+def _size(path: str) -> int | None:
+    """A file's size, None when it is not there."""
+    try:
+        return fs.size(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, StorageError) as e:
+        raise RecordsError(f"{path}: cannot read: {fs.first_line(e)}") from e
 
+
+def _riegeli(e: BaseException) -> str:
+    """The first clause of a Riegeli error, without its hash values."""
+    import re  # noqa: PLC0415
+
+    text = str(e).split(";")[0].replace("Corrupted Riegeli/records file: ", "")
+    return re.sub(r" \(computed 0x[0-9a-f]+, stored 0x[0-9a-f]+\)", "", text)[:200]
+
+
+def _local_only(path: str) -> None:
     if fs.is_remote(path):
         raise RecordsError(f"{path}: ArrayRecordReader reads local files only; copy the output "
                            "to a local disk first (gsutil -m cp -r)")
+
+
+def _array_record_reader(path: str) -> Any:
+    from array_record.python.array_record_module import ArrayRecordReader  # noqa: PLC0415 - optional dependency
+
     return ArrayRecordReader(path, _ARRAY_RECORD_OPTIONS)
 
 
@@ -311,15 +438,28 @@ def _shards(root: str, manifest: dict[str, Any], split: str, fmt: str) -> list[_
                            "random access needs uncompressed shards with index files (offsets "
                            "into a compressed stream cannot be seeked to): convert with "
                            "`compression: none`")
-    out = []
-    for e in entries:
-        index = e.get("index")
-        if fmt == "tfrecord" and not (isinstance(index, dict) and index.get("path")):
-            raise RecordsError(f"{place(e['path'])}: no index file in {MANIFEST} (written with "
-                               "`index: false`, or before index files were written); rerun "
-                               "the job with `index: true` to read it at random")
-        size = e.get("num_bytes")
-        out.append(_Shard(place(e["path"]), int(e["num_records"]),
-                          size if isinstance(size, int) else None,
-                          place(index["path"]) if fmt == "tfrecord" else None))
-    return out
+    try:
+        return [_shard(e, fmt, place) for e in entries]
+    except RecordsError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise RecordsError(f"{where}: split {split!r}: a shard entry without a valid 'path' "
+                           f"and 'num_records' ({type(e).__name__}: {e}); not a manifest this "
+                           "pipeline wrote, or damaged") from e
+
+
+def _shard(e: dict[str, Any], fmt: str, place: Any) -> _Shard:
+    """One shard entry of the manifest."""
+    index = e.get("index")
+    if fmt == "tfrecord" and not (isinstance(index, dict) and index.get("path")):
+        raise RecordsError(f"{place(e['path'])}: no index file in {MANIFEST} (written with "
+                           "`index: false`, or before index files were written); rerun "
+                           "the job with `index: true` to read it at random")
+    size = e.get("num_bytes")
+    index = index if fmt == "tfrecord" else {}
+    index_bytes, index_sha = index.get("num_bytes"), index.get("sha256")
+    return _Shard(place(e["path"]), int(e["num_records"]),
+                  size if isinstance(size, int) else None,
+                  place(index["path"]) if fmt == "tfrecord" else None,
+                  index_bytes if isinstance(index_bytes, int) else None,
+                  index_sha if isinstance(index_sha, str) else None)
