@@ -128,6 +128,28 @@ def local_copy(path: str) -> Iterator[str]:
         yield local
 
 
+# The first 64 bytes of every Riegeli/records file, so of every ArrayRecord file: the block
+# header at 0 and the file signature chunk. Readers seek past them to the chunk they want and
+# never check them; etl.read.random_access compares them on opening a shard (one 64-byte read)
+# so damage there is found too.
+SIGNATURE = bytes.fromhex(
+    "83af70d10d884a3f00000000000000004000000000000000"
+    "91bac23c9287e1a90000000000000000e19f13c0e9b1c37273000000000000000000000000000000")
+
+
+def signature_problem(path: str) -> str | None:
+    """What is wrong with the start of the ArrayRecord file at `path`, None when nothing."""
+    with fs.open_read(path) as fh:
+        head = fh.read(len(SIGNATURE))
+    if head == SIGNATURE:
+        return None
+    if len(head) < len(SIGNATURE):
+        return f"{len(head)} bytes: too short for an ArrayRecord file"
+    at = next(i for i in range(len(SIGNATURE)) if head[i] != SIGNATURE[i])
+    return (f"not an ArrayRecord file: byte {at} of its 64-byte Riegeli signature differs "
+            "(damaged)")
+
+
 class Reader:
     """An open local ArrayRecord file; VerifyError names `name` when it is not one."""
 

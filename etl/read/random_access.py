@@ -35,6 +35,7 @@ import numpy as np
 
 from etl.base.errors import EXIT_BAD_INPUT, EtlError, StorageError
 from etl.contract.schema import Schema, load_schema
+from etl.formats.array_record import signature_problem
 from etl.formats.record_index import IndexFileError, check_index, parse_index
 from etl.formats.tfrecord import masked_crc
 from etl.output.layout import MANIFEST, SCHEMA_FILE
@@ -200,6 +201,13 @@ class Records:
                 raise RecordsError(f"{shard.path}: no such file (listed in {MANIFEST}); "
                                    "run `verify` on the output")
             try:
+                problem = signature_problem(shard.path)
+            except (OSError, StorageError) as e:
+                problem = f"cannot read: {fs.first_line(e)}"
+            if problem is not None:
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: {problem}; run `verify` on the output")
+            try:
                 handle: Any = _array_record_reader(shard.path)
             except RuntimeError as e:  # its footer (the record index) does not read
                 self._check_pin()
@@ -238,6 +246,16 @@ class Records:
             return (f"{handle.num_records()} records, {MANIFEST} says {shard.num_records}: "
                     "damaged or replaced after publishing")
         return None
+
+    def _check_size(self, shard: _Shard, record: int) -> None:
+        """RecordsError when the shard is not (or no longer) the size the manifest lists."""
+        size = _size(shard.path)
+        if shard.num_bytes is not None and size != shard.num_bytes:
+            self._check_pin()
+            raise RecordsError(f"{shard.path}: record {record}: the shard is "
+                               f"{'gone' if size is None else f'{size} bytes'}, {MANIFEST} "
+                               f"says {shard.num_bytes}: truncated or replaced while open; "
+                               "run `verify` on the output")
 
     def _check_pin(self) -> None:
         """Republished when the manifest is not the one opened (local: another file, or
@@ -293,9 +311,15 @@ class Records:
         """Records `wanted` of an ArrayRecord shard; damage (a chunk or footer whose hash does
         not match, a short read) is a RecordsError naming the shard and the first bad record."""
         try:
-            return handle.read(wanted)
+            records = handle.read(wanted)
         except RuntimeError:
             pass
+        else:
+            # a record past the end of a file truncated while open reads as b"" without an
+            # error (array-record 0.8.6): an empty record costs one stat of its shard
+            if b"" in records:
+                self._check_size(shard, wanted[records.index(b"")])
+            return records
         for r in wanted:  # the error path only: which record
             try:
                 handle.read([r])
