@@ -202,7 +202,9 @@ def test_truncated_while_open_is_an_error_not_sigbus(tmp_path, fmt):
     assert lines[-1] == "alive"
     if fmt == "tfrecord":
         assert lines[0].startswith(f"RecordsError: {shard}: cannot read: ")
-        assert "short read: 0 of " in lines[0] and "truncated?" in lines[0]
+        assert re.fullmatch(r"RecordsError: .*: cannot read: short read: 0 of \d+ bytes at offset "
+                            r"\d+ \(the file is shorter than when it was opened: truncated\?\)",
+                            lines[0]), lines[0]
     else:
         size = json.loads((out / "manifest.json").read_text())["splits"]["train"]["shards"][0][
             "num_bytes"]
@@ -233,6 +235,9 @@ def test_damaged_missing_or_short_index_files(tfrecord_out, tmp_path):
                                   f"{len(good)}: damaged or not this output's index file; "
                                   "`verify` checks the whole output")
     assert refused(good[:7] + b"x" + good[8:], IndexFileError).startswith(f"{index}: line 2: ")
+    huge = "\n".join(lines[:3] + ["99999999999999999999 66"] + lines[4:]) + "\n"  # > int64
+    assert refused(huge.encode(), IndexFileError) == (
+        f"{index}: line 4: expected 'OFFSET LENGTH', got b'99999999999999999999 66'")
     swapped = lines[:10] + [lines[11], lines[10]] + lines[12:]
     assert refused(("\n".join(swapped) + "\n").encode(), IndexFileError).startswith(
         f"{index}: line 11: offset ")

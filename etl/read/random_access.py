@@ -203,7 +203,7 @@ class Records:
             try:
                 problem = signature_problem(shard.path)
             except (OSError, StorageError) as e:
-                problem = f"cannot read: {fs.first_line(e)}"
+                problem = f"cannot read: {_why(e)}"
             if problem is not None:
                 self._check_pin()
                 raise RecordsError(f"{shard.path}: {problem}; run `verify` on the output")
@@ -221,8 +221,15 @@ class Records:
                 size = handle.open()
             except (OSError, StorageError) as e:
                 self._check_pin()
-                raise RecordsError(f"{shard.path}: cannot read: {fs.first_line(e)}") from e
+                raise RecordsError(f"{shard.path}: cannot read: {_why(e)}") from e
             problem = None
+            if shard.num_bytes is None and self._indexes:  # a manifest without sizes
+                assert shard.index is not None
+                try:
+                    check_index(*self._indexes[self.shards.index(shard)], size, shard.index)
+                except IndexFileError:
+                    handle.close()
+                    raise
         if problem is None and shard.num_bytes is not None and size != shard.num_bytes:
             problem = (f"{size} bytes on disk, {MANIFEST} says {shard.num_bytes}: changed or "
                        "truncated after publishing")
@@ -284,7 +291,7 @@ class Records:
                     frames = handle.read(offsets[wanted], lengths[wanted])
                 except (OSError, StorageError) as e:
                     self._check_pin()
-                    raise RecordsError(f"{shard.path}: cannot read: {fs.first_line(e)}") from e
+                    raise RecordsError(f"{shard.path}: cannot read: {_why(e)}") from e
                 records = [_payload(frame, shard.path, int(r), int(offsets[r]))
                            for frame, r in zip(frames, wanted.tolist(), strict=True)]
             for row, record in zip(rows.tolist(), records, strict=True):
@@ -362,7 +369,7 @@ def _index(shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
         raise RecordsError(f"{shard.index}: index file missing (listed in {MANIFEST}); "
                            f"`verify` checks the whole output") from e
     except (OSError, StorageError) as e:
-        raise RecordsError(f"{shard.index}: cannot read: {fs.first_line(e)}") from e
+        raise RecordsError(f"{shard.index}: cannot read: {_why(e)}") from e
     offsets, lengths = parse_index(data, shard.index)
     if len(offsets) != shard.num_records:
         raise RecordsError(f"{shard.index}: {len(offsets)} entries, {MANIFEST} lists "
@@ -397,7 +404,14 @@ def _size(path: str) -> int | None:
     except FileNotFoundError:
         return None
     except (OSError, StorageError) as e:
-        raise RecordsError(f"{path}: cannot read: {fs.first_line(e)}") from e
+        raise RecordsError(f"{path}: cannot read: {_why(e)}") from e
+
+
+def _why(e: BaseException) -> str:
+    """An OSError's reason without the path the message already starts with."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return fs.first_line(e)
 
 
 def _riegeli(e: BaseException) -> str:
@@ -430,7 +444,7 @@ def _manifest(root: str) -> dict[str, Any]:
         raise RecordsError(f"{path}: no such file: open_records reads outputs the pipeline "
                            f"wrote (shards, index files and {MANIFEST})") from e
     except OSError as e:
-        raise RecordsError(f"{path}: cannot read: {fs.first_line(e)}") from e
+        raise RecordsError(f"{path}: cannot read: {_why(e)}") from e
     try:
         manifest = json.loads(raw)
     except ValueError as e:
