@@ -251,3 +251,31 @@ def test_damaged_missing_or_short_index_files(tfrecord_out, tmp_path):
                              "checks the whole output")
     index.write_bytes(good)
     assert open_records(out)[199]["id"] == 1199
+
+
+def test_republished_since_opened_gs(tmp_path, gcs_emulator, gcs_bucket):
+    """gs:// keeps the previous version for readers still in it: a reader opened before one
+    republish reads the version it opened, whole; once that version is removed (two publishes
+    later), `Republished`, never the new version's records."""
+    out = f"{gcs_bucket}/rp/out"
+    job = write_job(tmp_path / "job", output=out)
+    run(job)
+    records = open_records(out)
+    assert records[0]["id"] == 1000
+    opened = records.root
+    write_job(tmp_path / "job", first_id=5000, output=out)
+    run(job)
+    assert open_records(out).root != opened and open_records(out)[0]["id"] == 5000
+    assert [int(v) for v in records[[0, 150, 199]]["id"]] == [1000, 1150, 1199]
+    for first in (6000, 7000):
+        write_job(tmp_path / "job", first_id=first, output=out)
+        run(job)
+    fresh = open_records(out)
+    assert [int(v) for v in fresh[[0, 199]]["id"]] == [7000, 7199]
+    from etl.storage import fs  # noqa: PLC0415
+    assert not fs.exists(f"{opened}/manifest.json")  # the version opened is gone
+    message = (f"{out}: the output was republished since it was opened (its manifest.json "
+               "changed); open it again with open_records")
+    with pytest.raises(Republished) as e:
+        records[[0, 150]]
+    assert str(e.value) == message
