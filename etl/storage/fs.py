@@ -640,33 +640,50 @@ class RangedFile:
         out: list[bytes] = [b""] * n
         if not n:
             return out
+        if n == 1:  # one record (`records[i]`): no grouping
+            start, length = int(starts[0]), int(sizes[0])
+            with guarded(self.path, "reading"):
+                data = os.pread(self._fd, length, start)  # type: ignore[arg-type]
+                if len(data) != length:
+                    data = self._pread_rest(data, start, length)
+            if len(data) != length:
+                raise OSError(errno.EIO, f"short read: {len(data)} of {length} bytes at offset "
+                                         f"{start} (the file is shorter than when it was "
+                                         "opened: truncated?)", self.path)
+            return [data]
         order = np.argsort(starts, kind="stable")
         lo = starts[order]
         hi = lo + sizes[order]
         reach = np.maximum.accumulate(hi)
         first = np.flatnonzero(np.concatenate([[True], lo[1:] - reach[:-1] >= self.LOCAL_COALESCE]))
-        last = np.append(first[1:], n)
-        fd, pread = self._fd, os.pread
+        fd, pread, where = self._fd, os.pread, order.tolist()
         assert fd is not None
-        short: tuple[int, int, int] | None = None
+        bases, ends = lo[first].tolist(), reach[np.append(first[1:], n) - 1].tolist()
+        wants = [e - b for b, e in zip(bases, ends, strict=True)]
         with guarded(self.path, "reading"):
-            for a, b, base, end in zip(first.tolist(), last.tolist(), lo[first].tolist(),
-                                       reach[last - 1].tolist(), strict=True):
-                data = pread(fd, end - base, base)
-                if len(data) != end - base:
-                    data = self._pread_rest(data, base, end - base)
-                    if len(data) != end - base:
-                        short = (len(data), end - base, base)
-                        break
-                if b - a == 1:
-                    out[int(order[a])] = data
-                else:
-                    for k in order[a:b].tolist():
-                        out[k] = data[int(starts[k]) - base: int(starts[k] + sizes[k]) - base]
-        if short is not None:
-            raise OSError(errno.EIO, f"short read: {short[0]} of {short[1]} bytes at offset "
-                                     f"{short[2]} (the file is shorter than when it was "
-                                     "opened: truncated?)", self.path)
+            runs = [pread(fd, w, b) for w, b in zip(wants, bases, strict=True)]
+            got = list(map(len, runs))
+            short = [i for i, (g, w) in enumerate(zip(got, wants, strict=True)) if g != w] \
+                if got != wants else []
+            for i in short:  # a short read: read on (still short: the file is shorter now)
+                runs[i] = self._pread_rest(runs[i], bases[i], wants[i])
+        for i in short:
+            if len(runs[i]) != wants[i]:
+                raise OSError(errno.EIO, f"short read: {len(runs[i])} of {wants[i]} bytes at "
+                                         f"offset {bases[i]} (the file is shorter than when it "
+                                         "was opened: truncated?)", self.path)
+        if len(runs) == n:  # no range shares a read (records far apart): each run is one
+            for k, data in zip(where, runs, strict=True):
+                out[k] = data
+            return out
+        for a, b, base, data in zip(first.tolist(), np.append(first[1:], n).tolist(), bases,
+                                    runs, strict=True):
+            if b - a == 1:
+                out[where[a]] = data
+            else:
+                for k in where[a:b]:
+                    start = int(starts[k]) - base
+                    out[k] = data[start: start + int(sizes[k])]
         return out
 
     def _pread_rest(self, data: bytes, start: int, length: int) -> bytes:
