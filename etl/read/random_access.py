@@ -90,7 +90,8 @@ class Records:
         self.root = dataset_dir(path)
         # the version opened: the manifest's identity, checked again after the indexes are
         # read and on the first read of each shard (one stat; etl.storage.fs.identity)
-        self._pin = fs.identity(fs.join(self.root, MANIFEST))
+        self._store: Any = None  # gs://: one client for these stats (not pickled)
+        self._pin = self._identity()
         manifest = _manifest(self.root)
         self.format = str(manifest.get("format") or "tfrecord")
         self.shards = _shards(self.root, manifest, split, self.format)
@@ -156,7 +157,7 @@ class Records:
     # ---- pickling: names, not handles -----------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_open={}, _indexes=None, _pid=None, _lock=None)
+        state.update(_open={}, _indexes=None, _pid=None, _lock=None, _store=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -183,6 +184,7 @@ class Records:
         with self._lock:
             if self._pid != os.getpid():  # unpickled or forked into a worker: its own handles
                 self._open = {}
+                self._store = None
                 self._pid = os.getpid()
             if self._indexes is None:
                 self._load_indexes()
@@ -264,10 +266,17 @@ class Records:
                                f"says {shard.num_bytes}: truncated or replaced while open; "
                                "run `verify` on the output")
 
+    def _identity(self) -> tuple[int, ...] | None:
+        if self._store is None and self.root.startswith("gs://"):
+            from etl.storage.object_store import Store  # noqa: PLC0415
+
+            self._store = Store()
+        return fs.identity(fs.join(self.root, MANIFEST), self._store)
+
     def _check_pin(self) -> None:
         """Republished when the manifest is not the one opened (local: another file, or
         rewritten; gs://: another generation, or the version deleted)."""
-        if fs.identity(fs.join(self.root, MANIFEST)) != self._pin:
+        if self._identity() != self._pin:
             raise Republished(f"{self.path}: the output was republished since it was opened "
                               f"(its {MANIFEST} changed); open it again with open_records")
 

@@ -525,12 +525,13 @@ def size(path: str) -> int:
 
 
 # ---- ranged reads (random access through an index) ------------------------------------------
-def identity(path: str) -> tuple[int, ...] | None:
+def identity(path: str, store: Any = None) -> tuple[int, ...] | None:
     """What changes when `path` is replaced or rewritten, from one stat (no read): local
-    (device, inode, size, mtime ns, ctime ns); gs:// (generation, size); other schemes (size,).
-    None when it does not exist. A reader pins a file with it (etl.read.random_access)."""
+    (device, inode, size, mtime ns, ctime ns); gs:// (generation, size; through `store`, an
+    object_store.Store, when given); other schemes (size,). None when it does not exist. A
+    reader pins a file with it (etl.read.random_access)."""
     if path.startswith("gs://"):
-        info = object_store.Store().stat(path)
+        info = (store or object_store.Store()).stat(path)
         return None if info is None else (info.generation, info.size)
     if is_remote(path):
         return (size(path),) if exists(path) else None
