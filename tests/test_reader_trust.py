@@ -279,3 +279,21 @@ def test_republished_since_opened_gs(tmp_path, gcs_emulator, gcs_bucket):
     with pytest.raises(Republished) as e:
         records[[0, 150]]
     assert str(e.value) == message
+
+
+def test_republished_through_grain_workers(tmp_path):
+    """Grain's worker processes unpickle the reader opened before the republish: each one
+    checks the version when it reads its indexes, and the error reaches the training loop."""
+    grain = pytest.importorskip("grain.python")
+    job = write_job(tmp_path / "job")
+    out = run(job)
+    records = open_records(out)
+    sampler = grain.IndexSampler(len(records), shard_options=grain.NoSharding(), shuffle=True,
+                                 num_epochs=1, seed=1)
+    loader = grain.DataLoader(data_source=records, sampler=sampler, worker_count=2)
+    assert sorted(int(r["id"]) for r in loader) == list(range(1000, 1000 + ROWS))
+    republish(job)
+    with pytest.raises(Republished) as e:  # Grain re-raises the worker's error
+        list(loader)
+    assert str(e.value) == (f"{out}: the output was republished since it was opened (its "
+                            "manifest.json changed); open it again with open_records")
