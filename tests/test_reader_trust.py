@@ -297,3 +297,35 @@ def test_republished_through_grain_workers(tmp_path):
         list(loader)
     assert str(e.value) == (f"{out}: the output was republished since it was opened (its "
                             "manifest.json changed); open it again with open_records")
+
+
+# ---- a damaged manifest ------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["cut", "splits a list", "shards a dict", "no path",
+                                    "count text", "count negative", "empty"])
+def test_damaged_manifest_is_refused_in_one_line(tfrecord_out, tmp_path, damage):
+    out = copy_of(tfrecord_out, tmp_path / "out")
+    path = out / "manifest.json"
+    text = path.read_text()
+    doc = json.loads(text)
+    shards = doc["splits"]["train"]["shards"]
+    if damage == "cut":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "empty":
+        path.write_text("")
+    else:
+        if damage == "splits a list":
+            doc["splits"]["train"] = ["x"]
+        elif damage == "shards a dict":
+            doc["splits"]["train"]["shards"] = {"a": 1}
+        elif damage == "no path":
+            del shards[1]["path"]
+        elif damage == "count text":
+            shards[0]["num_records"] = "many"
+        else:
+            shards[0]["num_records"] = -5
+        path.write_text(json.dumps(doc))
+    with pytest.raises(RecordsError) as e:
+        open_records(out)
+    message = str(e.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message, message
+    assert e.value.exit_code == 3

@@ -94,7 +94,15 @@ class Records:
         self._pin = self._identity()
         manifest = _manifest(self.root)
         self.format = str(manifest.get("format") or "tfrecord")
-        self.shards = _shards(self.root, manifest, split, self.format)
+        try:
+            self.shards = _shards(self.root, manifest, split, self.format)
+        except RecordsError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # its shapes, not ours
+            raise RecordsError(f"{fs.join(self.root, MANIFEST)}: damaged, or not a manifest "
+                               f"this pipeline wrote (split {split!r}: {type(e).__name__}: "
+                               f"{fs.first_line(e)[:200]}); `verify` checks the whole "
+                               "output") from e
         if schema is None:
             schema = fs.join(self.root, SCHEMA_FILE)
             if not fs.exists(schema):
@@ -485,14 +493,7 @@ def _shards(root: str, manifest: dict[str, Any], split: str, fmt: str) -> list[_
                            "random access needs uncompressed shards with index files (offsets "
                            "into a compressed stream cannot be seeked to): convert with "
                            "`compression: none`")
-    try:
-        return [_shard(e, fmt, place) for e in entries]
-    except RecordsError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise RecordsError(f"{where}: split {split!r}: a shard entry without a valid 'path' "
-                           f"and 'num_records' ({type(e).__name__}: {e}); not a manifest this "
-                           "pipeline wrote, or damaged") from e
+    return [_shard(e, fmt, place) for e in entries]
 
 
 def _shard(e: dict[str, Any], fmt: str, place: Any) -> _Shard:
@@ -503,6 +504,8 @@ def _shard(e: dict[str, Any], fmt: str, place: Any) -> _Shard:
                            "`index: false`, or before index files were written); rerun "
                            "the job with `index: true` to read it at random")
     size = e.get("num_bytes")
+    if int(e["num_records"]) < 0:
+        raise ValueError(f"num_records {e['num_records']}")
     index = index if fmt == "tfrecord" else {}
     index_bytes, index_sha = index.get("num_bytes"), index.get("sha256")
     return _Shard(place(e["path"]), int(e["num_records"]),
