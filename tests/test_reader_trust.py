@@ -329,3 +329,22 @@ def test_damaged_manifest_is_refused_in_one_line(tfrecord_out, tmp_path, damage)
     message = str(e.value)
     assert message.startswith(f"{path}: ") and "\n" not in message, message
     assert e.value.exit_code == 3
+
+
+def test_sequential_array_record_reader_checks_the_signature(array_record_out, tmp_path):
+    """etl.formats.array_record.Reader (what inspect, report and verify's record count read
+    with) refuses what open_records refuses; Riegeli's hash values are left out."""
+    from etl.base.errors import VerifyError  # noqa: PLC0415
+    from etl.formats.array_record import read_file  # noqa: PLC0415
+
+    shard = damaged(array_record_out, tmp_path / "sig", "header")
+    with pytest.raises(VerifyError) as e:
+        list(read_file(str(shard)))
+    assert str(e.value) == (f"{shard}: not an ArrayRecord file: byte 30 of its 64-byte Riegeli "
+                            "signature differs (damaged)")
+    shard = damaged(array_record_out, tmp_path / "chunk", "a chunk")
+    with pytest.raises(VerifyError) as e:
+        list(read_file(str(shard)))
+    assert re.fullmatch(re.escape(f"{shard}: damaged ArrayRecord data in records 0-99: chunk "
+                                  "data hash mismatch, chunk at ") + r"\d+ with length \d+",
+                        str(e.value)), str(e.value)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -150,14 +151,28 @@ def signature_problem(path: str) -> str | None:
             "(damaged)")
 
 
+def riegeli_reason(e: BaseException) -> str:
+    """The first clause of a Riegeli error, without its hash values."""
+    text = str(e).split(";")[0].replace("Corrupted Riegeli/records file: ", "")
+    return re.sub(r" \(computed 0x[0-9a-f]+, stored 0x[0-9a-f]+\)", "", text)[:200]
+
+
 class Reader:
-    """An open local ArrayRecord file; VerifyError names `name` when it is not one."""
+    """An open local ArrayRecord file; VerifyError names `name` when it is not one (its
+    signature, its footer, or a chunk whose hash does not match)."""
 
     def __init__(self, local_path: str, name: str | None = None):
         self.name = name or local_path
         if not fs.exists(local_path):
             raise VerifyError(f"{self.name}: no such file")
-        self._r = _module().ArrayRecordReader(local_path)
+        problem = signature_problem(local_path)
+        if problem is not None:
+            raise VerifyError(f"{self.name}: {problem}")
+        try:
+            self._r = _module().ArrayRecordReader(local_path)
+        except RuntimeError as e:
+            raise VerifyError(f"{self.name}: not a readable ArrayRecord file (truncated or "
+                              f"damaged: {riegeli_reason(e)})") from e
         if not self._r.ok():
             raise VerifyError(f"{self.name}: not a readable ArrayRecord file (truncated or "
                               "damaged: its footer index cannot be read)")
@@ -172,7 +187,7 @@ class Reader:
                 got = self._r.read(lo, min(n, lo + batch))
             except RuntimeError as e:
                 raise VerifyError(f"{self.name}: damaged ArrayRecord data in records "
-                                  f"{lo}-{min(n, lo + batch) - 1}: {str(e).split(';')[0]}") from e
+                                  f"{lo}-{min(n, lo + batch) - 1}: {riegeli_reason(e)}") from e
             yield from got
 
     def close(self) -> None:

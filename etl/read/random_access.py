@@ -35,7 +35,7 @@ import numpy as np
 
 from etl.base.errors import EXIT_BAD_INPUT, EtlError, StorageError
 from etl.contract.schema import Schema, load_schema
-from etl.formats.array_record import signature_problem
+from etl.formats.array_record import riegeli_reason, signature_problem
 from etl.formats.record_index import IndexFileError, check_index, parse_index
 from etl.formats.tfrecord import masked_crc
 from etl.output.layout import MANIFEST, SCHEMA_FILE
@@ -222,7 +222,7 @@ class Records:
             except RuntimeError as e:  # its footer (the record index) does not read
                 self._check_pin()
                 raise RecordsError(f"{shard.path}: not a readable ArrayRecord file, its footer "
-                                   f"is damaged or missing ({_riegeli(e)}); run `verify` on "
+                                   f"is damaged or missing ({riegeli_reason(e)}); run `verify` on "
                                    "the output") from e
             problem = self._array_record_problem(handle, shard)
         else:
@@ -350,7 +350,7 @@ class Records:
             except RuntimeError as e:
                 self._check_pin()
                 raise RecordsError(f"{shard.path}: record {r}: damaged ArrayRecord data "
-                                   f"({_riegeli(e)}); run `verify` on the output") from e
+                                   f"({riegeli_reason(e)}); run `verify` on the output") from e
         raise RecordsError(f"{shard.path}: records {wanted[:5]}...: damaged ArrayRecord data; "
                            "run `verify` on the output")
 
@@ -429,14 +429,6 @@ def _why(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror
     return fs.first_line(e)
-
-
-def _riegeli(e: BaseException) -> str:
-    """The first clause of a Riegeli error, without its hash values."""
-    import re  # noqa: PLC0415
-
-    text = str(e).split(";")[0].replace("Corrupted Riegeli/records file: ", "")
-    return re.sub(r" \(computed 0x[0-9a-f]+, stored 0x[0-9a-f]+\)", "", text)[:200]
 
 
 def _local_only(path: str) -> None:
