@@ -10,15 +10,26 @@ protocol and a PyTorch map-style `Dataset`.
 How: the manifest lists the split's shards and, beside each TFRecord shard, its index file
 (etl.formats.record_index: the byte offset and frame length of every record). The indexes
 are read and checked when the output is opened (every entry where the previous frame ended,
-the last ending at the shard's end, one line per record of the manifest's count), so a
-record costs one slice of a memory-mapped shard (local) or one ranged GET (gs://, nearby
-records of a batch share a request: etl.storage.fs.RangedFile), its framing CRCs, and its
-share of one C++ decode per batch. ArrayRecord outputs (`format: array_record`) are read
-with ArrayRecordReader, which has random access by record number built in.
+the last ending at the shard's end, one line per record of the manifest's count, the file's
+size and sha256 the manifest's), so a record costs one pread of the shard (local) or one
+ranged GET (gs://), nearby records of a batch sharing a read (etl.storage.fs.RangedFile),
+its framing CRCs, and its share of one C++ decode per batch. ArrayRecord outputs (`format:
+array_record`) are read with ArrayRecordReader, which has random access by record number
+built in.
 
-Pickling keeps what names the data (paths, the schema, the manifest's counts), never an
-open file: a worker process (Grain, PyTorch) reopens the shards and re-reads the indexes on
-its first record. A forked worker opens its own handles too (checked by process id).
+Never wrong data (issue 28; docs/reading.md "What open_records checks"): the manifest's
+identity (one stat) is pinned on open and checked after the indexes are read and on the
+first read of each shard in each process, so a republish raises `Republished` instead of
+new records under old positions; a shard stays open once read (a descriptor, a gs://
+generation), and is never memory-mapped, so a shard truncated while open is an error naming
+it, not SIGBUS. ArrayRecord shards: their Riegeli signature, footer, record count and size
+on open, chunk hashes on read, and an empty record (what ArrayRecordReader returns past the
+end of a file truncated while open) costs a stat of its shard.
+
+Pickling keeps what names the data (paths, the schema, the manifest's counts and its pinned
+identity), never an open file: a worker process (Grain, PyTorch) reopens the shards and
+re-reads the indexes on its first record. A forked worker opens its own handles too
+(checked by process id).
 """
 
 from __future__ import annotations
