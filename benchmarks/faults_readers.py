@@ -18,9 +18,10 @@ import subprocess
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from benchmarks.fault_cases import Runner
+if TYPE_CHECKING:  # fault_cases imports this module to register CASES: no import cycle
+    from benchmarks.fault_cases import Runner
 
 # every feature optional: a shard read as empty records decodes as these defaults (id -1)
 SCHEMA = """name: t
