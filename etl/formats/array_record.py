@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,14 +129,50 @@ def local_copy(path: str) -> Iterator[str]:
         yield local
 
 
+# The first 64 bytes of every Riegeli/records file, so of every ArrayRecord file: the block
+# header at 0 and the file signature chunk. Readers seek past them to the chunk they want and
+# never check them; etl.read.random_access compares them on opening a shard (one 64-byte read)
+# so damage there is found too.
+SIGNATURE = bytes.fromhex(
+    "83af70d10d884a3f00000000000000004000000000000000"
+    "91bac23c9287e1a90000000000000000e19f13c0e9b1c37273000000000000000000000000000000")
+
+
+def signature_problem(path: str) -> str | None:
+    """What is wrong with the start of the ArrayRecord file at `path`, None when nothing."""
+    with fs.open_read(path) as fh:
+        head = fh.read(len(SIGNATURE))
+    if head == SIGNATURE:
+        return None
+    if len(head) < len(SIGNATURE):
+        return f"{len(head)} bytes: too short for an ArrayRecord file"
+    at = next(i for i in range(len(SIGNATURE)) if head[i] != SIGNATURE[i])
+    return (f"not an ArrayRecord file: byte {at} of its 64-byte Riegeli signature differs "
+            "(damaged)")
+
+
+def riegeli_reason(e: BaseException) -> str:
+    """The first clause of a Riegeli error, without its hash values."""
+    text = str(e).split(";")[0].replace("Corrupted Riegeli/records file: ", "")
+    return re.sub(r" \(computed 0x[0-9a-f]+, stored 0x[0-9a-f]+\)", "", text)[:200]
+
+
 class Reader:
-    """An open local ArrayRecord file; VerifyError names `name` when it is not one."""
+    """An open local ArrayRecord file; VerifyError names `name` when it is not one (its
+    signature, its footer, or a chunk whose hash does not match)."""
 
     def __init__(self, local_path: str, name: str | None = None):
         self.name = name or local_path
         if not fs.exists(local_path):
             raise VerifyError(f"{self.name}: no such file")
-        self._r = _module().ArrayRecordReader(local_path)
+        problem = signature_problem(local_path)
+        if problem is not None:
+            raise VerifyError(f"{self.name}: {problem}")
+        try:
+            self._r = _module().ArrayRecordReader(local_path)
+        except RuntimeError as e:
+            raise VerifyError(f"{self.name}: not a readable ArrayRecord file (truncated or "
+                              f"damaged: {riegeli_reason(e)})") from e
         if not self._r.ok():
             raise VerifyError(f"{self.name}: not a readable ArrayRecord file (truncated or "
                               "damaged: its footer index cannot be read)")
@@ -150,7 +187,7 @@ class Reader:
                 got = self._r.read(lo, min(n, lo + batch))
             except RuntimeError as e:
                 raise VerifyError(f"{self.name}: damaged ArrayRecord data in records "
-                                  f"{lo}-{min(n, lo + batch) - 1}: {str(e).split(';')[0]}") from e
+                                  f"{lo}-{min(n, lo + batch) - 1}: {riegeli_reason(e)}") from e
             yield from got
 
     def close(self) -> None:

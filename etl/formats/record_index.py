@@ -48,13 +48,13 @@ def parse_index(data: bytes, name: str = "index") -> tuple[np.ndarray, np.ndarra
         lines.pop()
     try:
         table = np.array([line.split(b" ") for line in lines], dtype=np.int64).reshape(-1, 2)
-    except ValueError:
+    except (ValueError, OverflowError):  # the error path only: which line
         for number, line in enumerate(lines, 1):
             parts = line.split(b" ")
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            if len(parts) != 2 or not all(p.isdigit() and int(p) < 2**63 for p in parts):
                 raise IndexFileError(f"{name}: line {number}: expected 'OFFSET LENGTH', got "
-                                  f"{line[:60]!r}") from None
-        raise
+                                     f"{line[:60]!r}") from None
+        raise IndexFileError(f"{name}: not an index file (lines of 'OFFSET LENGTH')") from None
     return table[:, 0].copy(), table[:, 1].copy()
 
 

@@ -10,19 +10,31 @@ protocol and a PyTorch map-style `Dataset`.
 How: the manifest lists the split's shards and, beside each TFRecord shard, its index file
 (etl.formats.record_index: the byte offset and frame length of every record). The indexes
 are read and checked when the output is opened (every entry where the previous frame ended,
-the last ending at the shard's end, one line per record of the manifest's count), so a
-record costs one slice of a memory-mapped shard (local) or one ranged GET (gs://, nearby
-records of a batch share a request: etl.storage.fs.RangedFile), its framing CRCs, and its
-share of one C++ decode per batch. ArrayRecord outputs (`format: array_record`) are read
-with ArrayRecordReader, which has random access by record number built in.
+the last ending at the shard's end, one line per record of the manifest's count, the file's
+size and sha256 the manifest's), so a record costs one pread of the shard (local) or one
+ranged GET (gs://), nearby records of a batch sharing a read (etl.storage.fs.RangedFile),
+its framing CRCs, and its share of one C++ decode per batch. ArrayRecord outputs (`format:
+array_record`) are read with ArrayRecordReader, which has random access by record number
+built in.
 
-Pickling keeps what names the data (paths, the schema, the manifest's counts), never an
-open file: a worker process (Grain, PyTorch) reopens the shards and re-reads the indexes on
-its first record. A forked worker opens its own handles too (checked by process id).
+Never wrong data (issue 28; docs/reading.md "What open_records checks"): the manifest's
+identity (one stat) is pinned on open and checked after the indexes are read and on the
+first read of each shard in each process, so a republish raises `Republished` instead of
+new records under old positions; a shard stays open once read (a descriptor, a gs://
+generation), and is never memory-mapped, so a shard truncated while open is an error naming
+it, not SIGBUS. ArrayRecord shards: their Riegeli signature, footer, record count and size
+on open, chunk hashes on read, and an empty record (what ArrayRecordReader returns past the
+end of a file truncated while open) costs a stat of its shard.
+
+Pickling keeps what names the data (paths, the schema, the manifest's counts and its pinned
+identity), never an open file: a worker process (Grain, PyTorch) reopens the shards and
+re-reads the indexes on its first record. A forked worker opens its own handles too
+(checked by process id).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import threading
@@ -32,9 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from etl.base.errors import EtlError
+from etl.base.errors import EXIT_BAD_INPUT, EtlError, StorageError
 from etl.contract.schema import Schema, load_schema
-from etl.formats.record_index import check_index, parse_index
+from etl.formats.array_record import riegeli_reason, signature_problem
+from etl.formats.record_index import IndexFileError, check_index, parse_index
 from etl.formats.tfrecord import masked_crc
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.read.decode import RecordDecoder, check_decodable
@@ -50,6 +63,13 @@ class RecordsError(EtlError, ValueError):
     """An output `open_records` cannot read at random, or a record that does not read; the
     message names the file."""
 
+    exit_code = EXIT_BAD_INPUT
+
+
+class Republished(RecordsError):
+    """The output was published again after `open_records` opened it: its positions may name
+    other records now. Open it again."""
+
 
 @dataclass(frozen=True)
 class _Shard:
@@ -57,6 +77,8 @@ class _Shard:
     num_records: int
     num_bytes: int | None
     index: str | None  # the index file (TFRecord shards)
+    index_bytes: int | None = None  # its size and sha256 as the manifest lists them
+    index_sha256: str | None = None
 
 
 def open_records(path: str | os.PathLike[str], split: str = "train",
@@ -77,9 +99,21 @@ class Records:
         self.path = path
         self.split = split
         self.root = dataset_dir(path)
+        # the version opened: the manifest's identity, checked again after the indexes are
+        # read and on the first read of each shard (one stat; etl.storage.fs.identity)
+        self._store: Any = None  # gs://: one client for these stats (not pickled)
+        self._pin = self._identity()
         manifest = _manifest(self.root)
         self.format = str(manifest.get("format") or "tfrecord")
-        self.shards = _shards(self.root, manifest, split, self.format)
+        try:
+            self.shards = _shards(self.root, manifest, split, self.format)
+        except RecordsError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # its shapes, not ours
+            raise RecordsError(f"{fs.join(self.root, MANIFEST)}: damaged, or not a manifest "
+                               f"this pipeline wrote (split {split!r}: {type(e).__name__}: "
+                               f"{fs.first_line(e)[:200]}); `verify` checks the whole "
+                               "output") from e
         if schema is None:
             schema = fs.join(self.root, SCHEMA_FILE)
             if not fs.exists(schema):
@@ -142,7 +176,7 @@ class Records:
     # ---- pickling: names, not handles -----------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_open={}, _indexes=None, _pid=None, _lock=None)
+        state.update(_open={}, _indexes=None, _pid=None, _lock=None, _store=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -169,14 +203,101 @@ class Records:
         with self._lock:
             if self._pid != os.getpid():  # unpickled or forked into a worker: its own handles
                 self._open = {}
+                self._store = None
                 self._pid = os.getpid()
             if self._indexes is None:
                 self._load_indexes()
             if s not in self._open:
-                path = self.shards[s].path
-                self._open[s] = (_array_record_reader(path) if self.format == ARRAY_RECORD
-                                 else fs.RangedFile(path))
+                self._open[s] = self._open_shard(self.shards[s])
             return self._open[s]
+
+    def _open_shard(self, shard: _Shard) -> Any:
+        """Shard `shard` opened and pinned: its size (and, ArrayRecord, its footer and record
+        count) as the manifest lists them, and the manifest still the one opened."""
+        if self.format == ARRAY_RECORD:
+            _local_only(shard.path)
+            size = _size(shard.path)
+            if size is None:
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: no such file (listed in {MANIFEST}); "
+                                   "run `verify` on the output")
+            try:
+                problem = signature_problem(shard.path)
+            except (OSError, StorageError) as e:
+                problem = f"cannot read: {_why(e)}"
+            if problem is not None:
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: {problem}; run `verify` on the output")
+            try:
+                handle: Any = _array_record_reader(shard.path)
+            except RuntimeError as e:  # its footer (the record index) does not read
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: not a readable ArrayRecord file, its footer "
+                                   f"is damaged or missing ({riegeli_reason(e)}); run `verify` on "
+                                   "the output") from e
+            problem = self._array_record_problem(handle, shard)
+        else:
+            handle = fs.RangedFile(shard.path)
+            try:
+                size = handle.open()
+            except (OSError, StorageError) as e:
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: cannot read: {_why(e)}") from e
+            problem = None
+            if shard.num_bytes is None and self._indexes:  # a manifest without sizes
+                assert shard.index is not None
+                try:
+                    check_index(*self._indexes[self.shards.index(shard)], size, shard.index)
+                except IndexFileError:
+                    handle.close()
+                    raise
+        if problem is None and shard.num_bytes is not None and size != shard.num_bytes:
+            problem = (f"{size} bytes on disk, {MANIFEST} says {shard.num_bytes}: changed or "
+                       "truncated after publishing")
+        try:
+            self._check_pin()
+            if problem is not None:
+                raise RecordsError(f"{shard.path}: {problem}; run `verify` on the output")
+        except BaseException:
+            try:
+                handle.close()
+            except RuntimeError:  # a reader whose file did not open (ArrayRecord)
+                pass
+            raise
+        return handle
+
+    @staticmethod
+    def _array_record_problem(handle: Any, shard: _Shard) -> str | None:
+        if not handle.ok():
+            return "not a readable ArrayRecord file (truncated or damaged: its footer cannot be read)"
+        if int(handle.num_records()) != shard.num_records:
+            return (f"{handle.num_records()} records, {MANIFEST} says {shard.num_records}: "
+                    "damaged or replaced after publishing")
+        return None
+
+    def _check_size(self, shard: _Shard, record: int) -> None:
+        """RecordsError when the shard is not (or no longer) the size the manifest lists."""
+        size = _size(shard.path)
+        if shard.num_bytes is not None and size != shard.num_bytes:
+            self._check_pin()
+            raise RecordsError(f"{shard.path}: record {record}: the shard is "
+                               f"{'gone' if size is None else f'{size} bytes'}, {MANIFEST} "
+                               f"says {shard.num_bytes}: truncated or replaced while open; "
+                               "run `verify` on the output")
+
+    def _identity(self) -> tuple[int, ...] | None:
+        if self._store is None and self.root.startswith("gs://"):
+            from etl.storage.object_store import Store  # noqa: PLC0415
+
+            self._store = Store()
+        return fs.identity(fs.join(self.root, MANIFEST), self._store)
+
+    def _check_pin(self) -> None:
+        """Republished when the manifest is not the one opened (local: another file, or
+        rewritten; gs://: another generation, or the version deleted)."""
+        if self._identity() != self._pin:
+            raise Republished(f"{self.path}: the output was republished since it was opened "
+                              f"(its {MANIFEST} changed); open it again with open_records")
 
     def _read(self, idx: np.ndarray) -> tuple[list[bytes], list[tuple[int, int]]]:
         """The serialized records at global positions `idx`, in that order, and where each
@@ -190,14 +311,15 @@ class Records:
             shard = self.shards[s]
             handle = self._handle(s)
             if self.format == ARRAY_RECORD:
-                records = handle.read(wanted.tolist())
+                records = self._read_array_record(handle, shard, wanted.tolist())
             else:
                 assert self._indexes is not None
                 offsets, lengths = self._indexes[s]
                 try:
                     frames = handle.read(offsets[wanted], lengths[wanted])
-                except OSError as e:
-                    raise RecordsError(f"{shard.path}: cannot read: {fs.first_line(e)}") from e
+                except (OSError, StorageError) as e:
+                    self._check_pin()
+                    raise RecordsError(f"{shard.path}: cannot read: {_why(e)}") from e
                 records = [_payload(frame, shard.path, int(r), int(offsets[r]))
                            for frame, r in zip(frames, wanted.tolist(), strict=True)]
             for row, record in zip(rows.tolist(), records, strict=True):
@@ -207,26 +329,41 @@ class Records:
     def _load_indexes(self) -> None:
         """Every shard's index, read and checked against its shard (TFRecord outputs)."""
         if self.format == ARRAY_RECORD:
+            self._check_pin()
             self._indexes = []
             return
         loaded = []
         for shard in self.shards:
-            assert shard.index is not None
             try:
-                data = fs.read_bytes(shard.index)
-            except FileNotFoundError as e:
-                raise RecordsError(f"{shard.index}: index file missing (listed in {MANIFEST}); "
-                                   f"`verify` checks the whole output") from e
-            except OSError as e:
-                raise RecordsError(f"{shard.index}: cannot read: {fs.first_line(e)}") from e
-            offsets, lengths = parse_index(data, shard.index)
-            if len(offsets) != shard.num_records:
-                raise RecordsError(f"{shard.index}: {len(offsets)} entries, {MANIFEST} lists "
-                                   f"{shard.num_records} records for {fs.basename(shard.path)}")
-            if shard.num_bytes is not None:
-                check_index(offsets, lengths, shard.num_bytes, shard.index)
-            loaded.append((offsets, lengths))
+                loaded.append(_index(shard))
+            except (RecordsError, IndexFileError):
+                self._check_pin()  # a republish while opening is said as such
+                raise
+        self._check_pin()  # the indexes read are the manifest's (no republish meanwhile)
         self._indexes = loaded
+
+    def _read_array_record(self, handle: Any, shard: _Shard, wanted: list[int]) -> list[bytes]:
+        """Records `wanted` of an ArrayRecord shard; damage (a chunk or footer whose hash does
+        not match, a short read) is a RecordsError naming the shard and the first bad record."""
+        try:
+            records = handle.read(wanted)
+        except RuntimeError:
+            pass
+        else:
+            # a record past the end of a file truncated while open reads as b"" without an
+            # error (array-record 0.8.6): an empty record costs one stat of its shard
+            if b"" in records:
+                self._check_size(shard, wanted[records.index(b"")])
+            return records
+        for r in wanted:  # the error path only: which record
+            try:
+                handle.read([r])
+            except RuntimeError as e:
+                self._check_pin()
+                raise RecordsError(f"{shard.path}: record {r}: damaged ArrayRecord data "
+                                   f"({riegeli_reason(e)}); run `verify` on the output") from e
+        raise RecordsError(f"{shard.path}: records {wanted[:5]}...: damaged ArrayRecord data; "
+                           "run `verify` on the output")
 
 
 class Batch(Sequence):
@@ -249,6 +386,34 @@ class Batch(Sequence):
         return {name: value[i] for name, value in self.columns.items()}
 
 
+def _index(shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
+    """A TFRecord shard's index file, read and checked: every line parses, one per record
+    of the manifest's count, the entries tile the shard, and its size and sha256 are the
+    manifest's (so an index of the same shape from another output is refused too)."""
+    assert shard.index is not None
+    try:
+        data = fs.read_bytes(shard.index)
+    except FileNotFoundError as e:
+        raise RecordsError(f"{shard.index}: index file missing (listed in {MANIFEST}); "
+                           f"`verify` checks the whole output") from e
+    except (OSError, StorageError) as e:
+        raise RecordsError(f"{shard.index}: cannot read: {_why(e)}") from e
+    offsets, lengths = parse_index(data, shard.index)
+    if len(offsets) != shard.num_records:
+        raise RecordsError(f"{shard.index}: {len(offsets)} entries, {MANIFEST} lists "
+                           f"{shard.num_records} records for {fs.basename(shard.path)}")
+    if shard.num_bytes is not None:
+        check_index(offsets, lengths, shard.num_bytes, shard.index)
+    if shard.index_bytes is not None and len(data) != shard.index_bytes:
+        raise RecordsError(f"{shard.index}: {len(data)} bytes, {MANIFEST} says "
+                           f"{shard.index_bytes}: damaged or not this output's index file; "
+                           "`verify` checks the whole output")
+    if shard.index_sha256 is not None and hashlib.sha256(data).hexdigest() != shard.index_sha256:
+        raise RecordsError(f"{shard.index}: sha256 does not match {MANIFEST}: damaged or not "
+                           "this output's index file; `verify` checks the whole output")
+    return offsets, lengths
+
+
 def _payload(frame: bytes, path: str, record: int, offset: int) -> bytes:
     """A TFRecord frame's payload, its length and both CRCs checked."""
     length, header_crc = _HEADER.unpack_from(frame)
@@ -260,12 +425,32 @@ def _payload(frame: bytes, path: str, record: int, offset: int) -> bytes:
     return payload
 
 
-def _array_record_reader(path: str) -> Any:
-    from array_record.python.array_record_module import ArrayRecordReader  # noqa: PLC0415 - optional dependency
+def _size(path: str) -> int | None:
+    """A file's size, None when it is not there."""
+    try:
+        return fs.size(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, StorageError) as e:
+        raise RecordsError(f"{path}: cannot read: {_why(e)}") from e
 
+
+def _why(e: BaseException) -> str:
+    """An OSError's reason without the path the message already starts with."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return fs.first_line(e)
+
+
+def _local_only(path: str) -> None:
     if fs.is_remote(path):
         raise RecordsError(f"{path}: ArrayRecordReader reads local files only; copy the output "
                            "to a local disk first (gsutil -m cp -r)")
+
+
+def _array_record_reader(path: str) -> Any:
+    from array_record.python.array_record_module import ArrayRecordReader  # noqa: PLC0415 - optional dependency
+
     return ArrayRecordReader(path, _ARRAY_RECORD_OPTIONS)
 
 
@@ -279,7 +464,7 @@ def _manifest(root: str) -> dict[str, Any]:
         raise RecordsError(f"{path}: no such file: open_records reads outputs the pipeline "
                            f"wrote (shards, index files and {MANIFEST})") from e
     except OSError as e:
-        raise RecordsError(f"{path}: cannot read: {fs.first_line(e)}") from e
+        raise RecordsError(f"{path}: cannot read: {_why(e)}") from e
     try:
         manifest = json.loads(raw)
     except ValueError as e:
@@ -311,15 +496,23 @@ def _shards(root: str, manifest: dict[str, Any], split: str, fmt: str) -> list[_
                            "random access needs uncompressed shards with index files (offsets "
                            "into a compressed stream cannot be seeked to): convert with "
                            "`compression: none`")
-    out = []
-    for e in entries:
-        index = e.get("index")
-        if fmt == "tfrecord" and not (isinstance(index, dict) and index.get("path")):
-            raise RecordsError(f"{place(e['path'])}: no index file in {MANIFEST} (written with "
-                               "`index: false`, or before index files were written); rerun "
-                               "the job with `index: true` to read it at random")
-        size = e.get("num_bytes")
-        out.append(_Shard(place(e["path"]), int(e["num_records"]),
-                          size if isinstance(size, int) else None,
-                          place(index["path"]) if fmt == "tfrecord" else None))
-    return out
+    return [_shard(e, fmt, place) for e in entries]
+
+
+def _shard(e: dict[str, Any], fmt: str, place: Any) -> _Shard:
+    """One shard entry of the manifest."""
+    index = e.get("index")
+    if fmt == "tfrecord" and not (isinstance(index, dict) and index.get("path")):
+        raise RecordsError(f"{place(e['path'])}: no index file in {MANIFEST} (written with "
+                           "`index: false`, or before index files were written); rerun "
+                           "the job with `index: true` to read it at random")
+    size = e.get("num_bytes")
+    if int(e["num_records"]) < 0:
+        raise ValueError(f"num_records {e['num_records']}")
+    index = index if fmt == "tfrecord" else {}
+    index_bytes, index_sha = index.get("num_bytes"), index.get("sha256")
+    return _Shard(place(e["path"]), int(e["num_records"]),
+                  size if isinstance(size, int) else None,
+                  place(index["path"]) if fmt == "tfrecord" else None,
+                  index_bytes if isinstance(index_bytes, int) else None,
+                  index_sha if isinstance(index_sha, str) else None)

@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO, TextIO
 
+import numpy as np
+
 from etl.base.worker_errors import storage_error
 from etl.storage import object_store
 
@@ -523,69 +525,181 @@ def size(path: str) -> int:
 
 
 # ---- ranged reads (random access through an index) ------------------------------------------
+def identity(path: str, store: Any = None) -> tuple[int, ...] | None:
+    """What changes when `path` is replaced or rewritten, from one stat (no read): local
+    (device, inode, size, mtime ns, ctime ns); gs:// (generation, size; through `store`, an
+    object_store.Store, when given); other schemes (size,). None when it does not exist. A
+    reader pins a file with it (etl.read.random_access)."""
+    if path.startswith("gs://"):
+        info = (store or object_store.Store()).stat(path)
+        return None if info is None else (info.generation, info.size)
+    if is_remote(path):
+        return (size(path),) if exists(path) else None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise storage_error(e, path, "reading") from e
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class RangedFile:
     """Byte ranges of one file, for random access to records (etl.read.random_access).
 
-    Local files: a read-only memory map, so a range is a slice (no system call per record) and
-    DataLoader worker processes share the page cache. gs:// objects: one ranged GET per run of
-    nearby ranges (ranges less than COALESCE bytes apart share a request) through
-    etl.storage.object_store: Beam's gs:// handle fetches 16 MiB per seek, a sequential
-    reader's buffer, which would make each random record cost 16 MiB. Other schemes: Beam's
-    handle, seek + read. Opened on first read, in the process that reads (a DataLoader worker
+    Pinned: `open()` (or the first read) opens the file once and every later read is of that
+    very file: locally an open descriptor (a file renamed away or replaced by a republish is
+    still the one read), on gs:// the object's generation (a replaced object is not read;
+    reading a deleted generation raises FileNotFoundError). Local ranges are read with
+    os.pread, never a memory map: a file truncated while open gives a short read, an OSError
+    naming the file, where a mapped slice past the new end would kill the process (SIGBUS).
+    Ranges less than a gap apart share one read (local: LOCAL_COALESCE, a page; gs://:
+    COALESCE, one ranged GET per run: Beam's gs:// handle fetches 16 MiB per seek, a
+    sequential reader's buffer, which would make each random record cost 16 MiB). Other
+    schemes: Beam's handle, seek + read. Opened in the process that reads (a DataLoader worker
     opens its own): instances are not meant to be pickled. Safe to read from several threads
     (Grain's reader threads): opening, and a seek + read on a Beam handle, take a lock."""
 
     COALESCE = 64 * 1024
+    LOCAL_COALESCE = 4096
 
     def __init__(self, path: str):
         self.path = path
-        self._map: mmap.mmap | None = None
+        self._fd: int | None = None
+        self._generation: int | None = None
+        self._size: int | None = None
         self._handle: Any = None
         self._store: Any = None
         self._lock = threading.Lock()
 
+    def open(self) -> int:
+        """Open and pin the file (once); its size in bytes at that moment."""
+        if self._size is None:
+            with self._lock:
+                if self._size is None:
+                    self._size = self._open()
+        return self._size
+
+    def _open(self) -> int:
+        if not is_remote(self.path):
+            with guarded(self.path, "reading"):
+                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    n = os.fstat(fd).st_size
+                except BaseException:
+                    os.close(fd)
+                    raise
+            self._fd = fd
+            return n
+        if self.path.startswith("gs://"):
+            self._store = object_store.Store()
+            info = self._store.stat(self.path)
+            if info is None:
+                raise FileNotFoundError(errno.ENOENT, "no such object", self.path)
+            self._generation = info.generation
+            return info.size
+        return size(self.path)
+
     def read(self, offsets: Any, lengths: Any) -> list[bytes]:
-        """The bytes of each (offset, length) range, in the order given."""
+        """The bytes of each (offset, length) range, in the order given; OSError (EIO, naming
+        the file) when the file ends before a range does."""
+        self.open()
+        if self._fd is not None:
+            return self._read_local(offsets, lengths)
         starts = [int(o) for o in offsets]
         sizes = [int(n) for n in lengths]
-        if not is_remote(self.path):
-            mm = self._local()
-            return [mm[o:o + n] for o, n in zip(starts, sizes, strict=True)]
+        gap = self.COALESCE
         out: list[bytes] = [b""] * len(starts)
         order = sorted(range(len(starts)), key=starts.__getitem__)
         i = 0
-        while i < len(order):  # runs of nearby ranges, one request each
+        while i < len(order):  # runs of nearby ranges, one read each
             j = i + 1
             end = starts[order[i]] + sizes[order[i]]
-            while j < len(order) and starts[order[j]] - end < self.COALESCE:
+            while j < len(order) and starts[order[j]] - end < gap:
                 end = max(end, starts[order[j]] + sizes[order[j]])
                 j += 1
             base = starts[order[i]]
             data = self._remote(base, end - base)
             if len(data) != end - base:
                 raise OSError(errno.EIO, f"short read: {len(data)} of {end - base} bytes at "
-                                         f"offset {base}", self.path)
-            for k in order[i:j]:
-                out[k] = data[starts[k] - base: starts[k] - base + sizes[k]]
+                                         f"offset {base} (the file is shorter than when it "
+                                         "was opened: truncated?)", self.path)
+            if i + 1 == j and len(data) == sizes[order[i]]:
+                out[order[i]] = data
+            else:
+                for k in order[i:j]:
+                    out[k] = data[starts[k] - base: starts[k] - base + sizes[k]]
             i = j
         return out
 
-    def _local(self) -> mmap.mmap:
-        if self._map is None:
-            with self._lock:
-                if self._map is None:
-                    with guarded(self.path, "reading"), open(self.path, "rb") as fh:
-                        if os.fstat(fh.fileno()).st_size == 0:
-                            raise OSError(errno.EINVAL, "empty file: nothing to read", self.path)
-                        self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        return self._map
+    def _read_local(self, offsets: Any, lengths: Any) -> list[bytes]:
+        """One os.pread per run of ranges less than LOCAL_COALESCE apart (found with NumPy:
+        the per-range Python work is the pread and, in a shared run, a slice)."""
+        starts = np.asarray(offsets, np.int64).reshape(-1)
+        sizes = np.asarray(lengths, np.int64).reshape(-1)
+        n = len(starts)
+        out: list[bytes] = [b""] * n
+        if not n:
+            return out
+        if n == 1:  # one record (`records[i]`): no grouping
+            start, length = int(starts[0]), int(sizes[0])
+            with guarded(self.path, "reading"):
+                data = os.pread(self._fd, length, start)  # type: ignore[arg-type]
+                if len(data) != length:
+                    data = self._pread_rest(data, start, length)
+            if len(data) != length:
+                raise OSError(errno.EIO, f"short read: {len(data)} of {length} bytes at offset "
+                                         f"{start} (the file is shorter than when it was "
+                                         "opened: truncated?)", self.path)
+            return [data]
+        order = np.argsort(starts, kind="stable")
+        lo = starts[order]
+        hi = lo + sizes[order]
+        reach = np.maximum.accumulate(hi)
+        first = np.flatnonzero(np.concatenate([[True], lo[1:] - reach[:-1] >= self.LOCAL_COALESCE]))
+        fd, pread, where = self._fd, os.pread, order.tolist()
+        assert fd is not None
+        bases, ends = lo[first].tolist(), reach[np.append(first[1:], n) - 1].tolist()
+        wants = [e - b for b, e in zip(bases, ends, strict=True)]
+        with guarded(self.path, "reading"):
+            runs = [pread(fd, w, b) for w, b in zip(wants, bases, strict=True)]
+            got = list(map(len, runs))
+            short = [i for i, (g, w) in enumerate(zip(got, wants, strict=True)) if g != w] \
+                if got != wants else []
+            for i in short:  # a short read: read on (still short: the file is shorter now)
+                runs[i] = self._pread_rest(runs[i], bases[i], wants[i])
+        for i in short:
+            if len(runs[i]) != wants[i]:
+                raise OSError(errno.EIO, f"short read: {len(runs[i])} of {wants[i]} bytes at "
+                                         f"offset {bases[i]} (the file is shorter than when it "
+                                         "was opened: truncated?)", self.path)
+        if len(runs) == n:  # no range shares a read (records far apart): each run is one
+            for k, data in zip(where, runs, strict=True):
+                out[k] = data
+            return out
+        for a, b, base, data in zip(first.tolist(), np.append(first[1:], n).tolist(), bases,
+                                    runs, strict=True):
+            if b - a == 1:
+                out[where[a]] = data
+            else:
+                for k in where[a:b]:
+                    start = int(starts[k]) - base
+                    out[k] = data[start: start + int(sizes[k])]
+        return out
+
+    def _pread_rest(self, data: bytes, start: int, length: int) -> bytes:
+        """After a short pread: read on until `length` bytes or the end of the file."""
+        assert self._fd is not None
+        while 0 < len(data) < length:
+            more = os.pread(self._fd, length - len(data), start + len(data))
+            if not more:
+                break
+            data += more
+        return data
 
     def _remote(self, start: int, length: int) -> bytes:
         if self.path.startswith("gs://"):
-            with self._lock:
-                if self._store is None:
-                    self._store = object_store.Store()
-            return self._store.read_range(self.path, start, length)
+            return self._store.read_range(self.path, start, length, self._generation)
         with self._lock:
             if self._handle is None:
                 self._handle = open_read(self.path)
@@ -593,10 +707,11 @@ class RangedFile:
             return self._handle.read(length)
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self._handle is not None:
             self._handle.close()
             self._handle = None
         self._store = None
+        self._size = None

@@ -142,11 +142,15 @@ class Store:
             return bytes(data), info.generation
         raise StorageError(f"cannot read {url}: it keeps being replaced while read")
 
-    def read_range(self, url: str, start: int, length: int) -> bytes:
+    def read_range(self, url: str, start: int, length: int,
+                   generation: int | None = None) -> bytes:
         """Bytes start..start+length of an object, one ranged GET (random access to records
-        through an index); a missing object raises FileNotFoundError naming it."""
+        through an index), of exactly `generation` when given; a missing object (or
+        generation) raises FileNotFoundError naming it."""
+        bucket, name = split(url)
+        blob = self._client.bucket(bucket).blob(name, generation=generation)
         try:
-            data = self._call(url, "read", self._blob(url).download_as_bytes, start=start,
+            data = self._call(url, "read", blob.download_as_bytes, start=start,
                               end=start + length - 1)
         except Conflict as e:
             raise FileNotFoundError(errno.ENOENT, "no such object", url) from e
