@@ -479,7 +479,7 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
             store.release()
         _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
     if place.workdir is not None:
-        guard.prune_logs(place.workdir)  # this run's log is the newest: always kept
+        guard.prune_logs(place.workdir, current=run_id)  # this run's log is always kept
     if failure is not None:
         run_log.failure(failure)
         if signals.received() is not None and not isinstance(failure, KeyboardInterrupt):

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import time
 from collections.abc import Iterable
 
@@ -38,6 +39,7 @@ from etl.output.layout import (
     PRODUCER,
     RUN_PREFIX,
     SUCCESS,
+    log_run_id,
     run_dir,
     work_dir,
 )
@@ -303,19 +305,58 @@ def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str
     return removed
 
 
-def prune_logs(workdir: str, keep: int = KEEP_LOGS) -> None:
-    """Keep the files of the newest `keep` runs (`RUN_ID.log`, and `RUN_ID.rejected.jsonl`
-    of a run that rejected too much; run ids start with their UTC start time)."""
-    folder = os.path.join(workdir, LOGS)
+def prune_logs(workdir: str, keep: int = KEEP_LOGS, current: str | None = None) -> None:
+    """Keep the files of the newest `keep` runs in `workdir/logs/` (`RUN_ID.log`, and
+    `RUN_ID.rejected.jsonl`, `RUN_ID.lock-taken.json`; run ids start with their UTC start
+    time), and always those of the run `current`.
+
+    Only names a run makes (etl.output.layout.log_run_id) are counted or deleted: another
+    program's `app1.log` in the folder is left alone. Only in the directories the project
+    made: a work dir or logs folder that is a symbolic link (or not a directory) is not
+    pruned at all, with a warning; the folders are opened without following links and every
+    name is deleted relative to the opened folder, so a link swapped in meanwhile is never
+    followed, and only regular files are deleted."""
     try:
-        names = os.listdir(folder)
+        top = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return
-    runs = sorted({f.split(".", 1)[0] for f in names if f.endswith(".log")})
-    old = set(runs[:-keep] if keep else runs)
-    for name in names:
-        if name.split(".", 1)[0] in old:
+    except OSError:  # ENOTDIR for a symbolic link (O_NOFOLLOW with O_DIRECTORY), ELOOP
+        log.warning("not pruning old run logs in %s: %s is a symbolic link or not a "
+                    "directory; only a folder this project made is pruned",
+                    os.path.join(workdir, LOGS), workdir)
+        return
+    try:
+        try:
+            folder = os.open(LOGS, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        except FileNotFoundError:
+            return
+        except OSError:
+            log.warning("not pruning old run logs in %s: it is a symbolic link or not a "
+                        "directory; only a folder this project made is pruned",
+                        os.path.join(workdir, LOGS))
+            return
+        try:
+            _prune_in(folder, keep, current)
+        finally:
+            os.close(folder)
+    finally:
+        os.close(top)
+
+
+def _prune_in(folder: int, keep: int, current: str | None) -> None:
+    """prune_logs's deletions inside the opened logs folder `folder`."""
+    owned: dict[str, list[str]] = {}
+    for name in os.listdir(folder):
+        run_id = log_run_id(name)
+        if run_id is not None:
+            owned.setdefault(run_id, []).append(name)
+    runs = sorted(owned)
+    for run_id in runs[:-keep] if keep else runs:
+        if run_id == current:
+            continue
+        for name in owned[run_id]:
             try:
-                os.remove(os.path.join(folder, name))
+                if stat.S_ISREG(os.lstat(name, dir_fd=folder).st_mode):
+                    os.unlink(name, dir_fd=folder)
             except OSError:
                 pass
