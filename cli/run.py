@@ -70,7 +70,7 @@ from etl.schedule.fingerprint import with_fingerprints
 from etl.schedule.progress import ProgressConfig, Tally
 from etl.schedule.run_log import RunLog
 from etl.shuffle import files, is_local, strategy_for
-from etl.storage import fs
+from etl.storage import fs, scratch
 from etl.storage.object_store import Store
 from transforms import progress_feed as live
 from transforms.convert import ConvertSpec, ConvertToShards
@@ -392,6 +392,7 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
             lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
                                                output=job.output))
         guard.recover_leftovers(workdir, job.output, lock_stale_after)
+        guard.recover_scratch(lock_stale_after)  # a killed run's scratch in the temp dir
         now = idempotence.published_manifest(job.output)
         if not force:  # another job may have published since the plan looked
             check_same_job(job.output, now, plan.origin)
@@ -405,6 +406,7 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
     with same_run_named(job.output, plan.ident.run_key):
         remote = stack.enter_context(RemoteRun(job.output, info, temp_root, lock_stale_after,
                                                break_lock, inputs=_protected(job, plan.inputs)))
+    guard.recover_scratch(lock_stale_after)  # a killed run's scratch in the temp dir
     log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{plan.run_id}.log")
     return _Place(remote, remote, remote.tmp, log_file, None)
 
@@ -438,7 +440,7 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
         with signals.interruptible():  # the pipeline and the publish: a signal acts
             reporter = live.start(progress, tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
-                p = beam.Pipeline(options=options)
+                p = new_pipeline(options, tmp)
                 _ = p | "Convert" >> ConvertToShards(spec, held_handle, tally_handle,
                                                    writers_handle)
                 submitted = p.run()
@@ -492,6 +494,18 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
         raise user_error(failure, log_file, run_id) from failure
     run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
     return result
+
+
+def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
+    """A Beam pipeline whose local temp folder is this run's: Beam makes an empty
+    `$TMPDIR/beam-pipeline-temp*` per pipeline and removes it when `run` returns, so a run
+    killed with SIGKILL left one for good. Moved at once into the run's directory (a remote
+    run: a scratch folder the next run's sweep knows, etl.storage.scratch)."""
+    p = beam.Pipeline(options=options)
+    made = p.local_tempdir
+    p.local_tempdir = scratch.make("pipeline", None if fs.is_remote(tmp) else tmp)
+    os.rmdir(made)
+    return p
 
 
 def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: PipelineOptions,

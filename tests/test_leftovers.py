@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import IDS_SCHEMA, ROOT, RUN
 
@@ -93,3 +97,116 @@ def test_log_pruning_never_follows_a_symlinked_logs_folder(tmp_path: Path) -> No
     assert set(before) <= set(after)  # nothing deleted (the run's own log went in there)
     assert len(after) == len(before) + 1
     assert all((elsewhere / n).read_text() == "theirs\n" for n in before)
+
+
+# ------------------------------------------------------------------ kill -9, then the next run
+
+KILL_PHASES = ["run-dir", "read", "shuffle", "write", "write:shard", "finalize",
+               "publish:start", "publish:aside", "publish:renamed", "publish:success",
+               "clean-up"]
+
+
+def everything(*roots: Path) -> list[str]:
+    """Every file, folder and link below `roots` (not following links), as relative paths."""
+    found = []
+    for root in roots:
+        for folder, dirs, names in os.walk(root):
+            for name in dirs + names:
+                found.append(str(Path(folder, name).relative_to(root.parent)))
+    return sorted(found)
+
+
+def wait_paused(proc: subprocess.Popen[str], pause_dir: Path, phase: str) -> None:
+    reached = pause_dir / (phase.replace(":", "-") + ".reached")
+    deadline = time.monotonic() + 120
+    while not (reached.exists() and len(reached.read_text().split()) == 2):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"never paused at {phase} (exit {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "array_record"])
+def test_kill_9_at_each_phase_leaves_nothing_after_the_next_run(tmp_path: Path,
+                                                                 fmt: str) -> None:
+    """SIGKILL at every phase of a run (the pause hook stops it there), then a plain rerun:
+    nothing of the killed run is left anywhere, neither in the temp directory (where the
+    ArrayRecord scratch used to stay for good, `$TMPDIR/etl-array-record-*`) nor beside the
+    output, and the output is whole."""
+    pytest.importorskip("array_record") if fmt == "array_record" else None
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    job = write_job(tmp_path / "job", rows=3000, format=fmt, output=str(tmp_path / "data" / "out"))
+    first = run(job, env=env)
+    assert first.returncode == 0, first.stderr
+    clean_temp, clean_data = everything(temp), everything(tmp_path / "data")
+    assert clean_temp == []
+    for phase in KILL_PHASES:
+        pause_dir = tmp_path / f"pause-{phase.replace(':', '-')}"
+        pause_dir.mkdir()
+        proc = subprocess.Popen(
+            [sys.executable, RUN, "run", job, "--force", "--progress", "none"], cwd=ROOT,
+            env={**env, "ETL_PAUSE_AT": phase, "ETL_PAUSE_DIR": str(pause_dir)},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_paused(proc, pause_dir, phase)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGKILL
+        killed_left = everything(temp, tmp_path / "data")
+        assert any(".out.etl/run-" in p for p in killed_left), (phase, killed_left)
+
+        rerun = run(job, env=env)
+        assert rerun.returncode == 0, (phase, rerun.stderr)
+        assert everything(temp) == [], phase
+        data = [p for p in everything(tmp_path / "data")
+                if not p.startswith("data/.out.etl/logs/")]
+        assert data == [p for p in clean_data if not p.startswith("data/.out.etl/logs/")], phase
+        check = subprocess.run([sys.executable, RUN, "verify", str(tmp_path / "data" / "out")],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, (phase, check.stderr)
+
+
+def test_the_next_run_removes_a_dead_runs_scratch_in_the_temp_dir(tmp_path: Path) -> None:
+    """Scratch a remote run keeps in the temp directory is named by its process
+    (etl.storage.scratch): the next run removes a dead process's folder, and nothing else:
+    not a live process's, not an unnamed or foreign one, not a symlink with a matching name,
+    not another boot's young one."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": ROOT}
+    killed = subprocess.run(
+        [sys.executable, "-c", "import os, signal; from etl.storage import scratch; "
+         "d = scratch.make('array-record'); open(os.path.join(d, 'shard'), 'wb').write("
+         "b'x' * 100000); os.kill(os.getpid(), signal.SIGKILL)"], env=env, cwd=ROOT)
+    assert killed.returncode == -signal.SIGKILL
+    (dead,) = os.listdir(temp)
+    assert dead.startswith("etl-array-record-")
+    live = subprocess.Popen([sys.executable, "-c", "import sys, time; from etl.storage import "
+                             "scratch; print(scratch.make('shard'), flush=True); time.sleep(600)"],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        live_dir = Path(live.stdout.readline().strip())  # type: ignore[union-attr]
+        (live_dir / "chunks").write_text("in use\n")
+        sentinel = tmp_path / "elsewhere"
+        sentinel.mkdir()
+        (sentinel / "keep").write_text("keep\n")
+        (temp / "etl-array-record-00000000.1.1-linked").symlink_to(sentinel)
+        (temp / "etl-array-record-abc123").mkdir()  # an older version's: unproven
+        (temp / "etl-shard-ffffffff.1.1-otherboot").mkdir()  # another boot, young
+        (temp / "beam-pipeline-tempxyz").mkdir()
+        before = sorted(os.listdir(temp))
+
+        proc = run(write_job(tmp_path / "job"), env={**os.environ, "TMPDIR": str(temp)})
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(os.listdir(temp)) == [n for n in before if n != dead]
+        assert (live_dir / "chunks").read_text() == "in use\n"
+        assert (sentinel / "keep").read_text() == "keep\n"
+        pid = dead.split("-")[3].split(".")[1]
+        assert [line for line in proc.stderr.splitlines() if "scratch" in line] == [
+            f"WARNING removed the leftover scratch folder {temp / dead} (pid {pid} is no "
+            "longer running)"]
+    finally:
+        live.kill()
+        live.wait()

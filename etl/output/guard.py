@@ -46,7 +46,7 @@ from etl.output.layout import (
 from etl.output.lock import RunInfo, why_dead
 from etl.output.ownership import foreign_content, load_json, ours
 from etl.output.remote import check_output as check_remote_output
-from etl.storage import fs
+from etl.storage import fs, scratch
 from etl.storage.object_store import Store
 
 log = logging.getLogger(__name__)
@@ -302,6 +302,17 @@ def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str
             continue
         removed.append(path)
         log.warning("removed the leftover run directory %s (%s)", path, reason)
+    return removed
+
+
+def recover_scratch(stale_after: float) -> list[str]:
+    """Remove the scratch folders dead processes left in the temp directory (ArrayRecord
+    shards and engine-shuffle chunks of a run killed with SIGKILL: etl.storage.scratch says
+    which names, and how a dead owner is told). Returns what was removed."""
+    removed = []
+    for path, why in scratch.sweep(stale_after):
+        log.warning("removed the leftover scratch folder %s (%s)", path, why)
+        removed.append(path)
     return removed
 
 
