@@ -391,6 +391,7 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
         with same_run_named(job.output, plan.ident.run_key):
             lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
                                                output=job.output))
+        pause("lock")  # tests: a signal once the lock is held, before the run dir exists
         guard.recover_leftovers(workdir, job.output, lock_stale_after)
         guard.recover_scratch(lock_stale_after)  # a killed run's scratch in the temp dir
         now = idempotence.published_manifest(job.output)
@@ -406,6 +407,7 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
     with same_run_named(job.output, plan.ident.run_key):
         remote = stack.enter_context(RemoteRun(job.output, info, temp_root, lock_stale_after,
                                                break_lock, inputs=_protected(job, plan.inputs)))
+    pause("lock")
     guard.recover_scratch(lock_stale_after)  # a killed run's scratch in the temp dir
     log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{plan.run_id}.log")
     return _Place(remote, remote, remote.tmp, log_file, None)

@@ -210,3 +210,48 @@ def test_the_next_run_removes_a_dead_runs_scratch_in_the_temp_dir(tmp_path: Path
     finally:
         live.kill()
         live.wait()
+
+
+# ------------------------------------------------------------------ a signal during start-up
+
+START_UP = ["start", "imports", "lock", "run-dir"]
+UNCHANGED = "before publishing: nothing was published, the previous output is unchanged"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM],
+                         ids=lambda s: signal.Signals(s).name)
+def test_a_signal_during_start_up_gives_one_line_and_its_exit_code(tmp_path: Path,
+                                                                   signum: int) -> None:
+    """SIGINT/SIGTERM at each start-up point (before the handler is installed, while Beam
+    is imported, with the lock held, with the run directory made): exit 130/143, one line,
+    the output unchanged, no lock or run directory left; a history entry once the run took
+    its lock (and, the output's history being there, before too: the job was loaded)."""
+    job = write_job(tmp_path / "job")
+    out = tmp_path / "job" / "out"
+    first = run(job)
+    assert first.returncode == 0, first.stderr
+    manifest = (out / "manifest.json").read_bytes()
+    runs = tmp_path / "job" / "_runs.jsonl"
+    name = signal.Signals(signum).name
+    for phase in START_UP:
+        before = len(runs.read_text().splitlines())
+        pause_dir = tmp_path / f"pause-{phase}"
+        pause_dir.mkdir()
+        proc = subprocess.Popen(
+            [sys.executable, RUN, "run", job, "--force", "--progress", "none"], cwd=ROOT,
+            env={**os.environ, "ETL_PAUSE_AT": phase, "ETL_PAUSE_DIR": str(pause_dir)},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_paused(proc, pause_dir, phase)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signum, (phase, err)
+        assert err.splitlines() == [f"error: interrupted by {name} {UNCHANGED}"], (phase, err)
+        assert (out / "manifest.json").read_bytes() == manifest
+        assert sorted(os.listdir(tmp_path / "job" / ".out.etl")) == ["logs"], phase
+        entries = [json.loads(x) for x in runs.read_text().splitlines()]
+        if phase == "start":  # nothing loaded yet: the job, and so its output, unknown
+            assert len(entries) == before, phase
+            continue
+        assert len(entries) == before + 1, phase
+        assert (entries[-1]["status"], entries[-1]["exit_code"], entries[-1]["error"]) == (
+            "interrupted", 128 + signum, f"interrupted by {name} {UNCHANGED}"), phase
