@@ -392,7 +392,7 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
             lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
                                                output=job.output))
         pause("lock")  # tests: a signal once the lock is held, before the run dir exists
-        guard.recover_leftovers(workdir, job.output, lock_stale_after)
+        guard.recover_leftovers(workdir, job.output, lock_stale_after, current=plan.run_id)
         guard.recover_scratch(lock_stale_after)  # a killed run's scratch in the temp dir
         now = idempotence.published_manifest(job.output)
         if not force:  # another job may have published since the plan looked

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -255,3 +256,99 @@ def test_a_signal_during_start_up_gives_one_line_and_its_exit_code(tmp_path: Pat
         assert len(entries) == before + 1, phase
         assert (entries[-1]["status"], entries[-1]["exit_code"], entries[-1]["error"]) == (
             "interrupted", 128 + signum, f"interrupted by {name} {UNCHANGED}"), phase
+
+
+# ------------------------------------------------------- a worker pool writing after a signal
+
+
+def test_a_dead_runs_unmarked_run_dir_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    """What a worker pool's process left before (`run-RUN_ID/staging/` made again, without
+    a marker, after the launcher's clean-up): the next run, holding the lock, removes it.
+    A folder whose name is not a run id's, and a symlink with a run id's name, stay."""
+    job = write_job(tmp_path / "job")
+    work = tmp_path / "job" / ".out.etl"
+    stale = work / f"run-{RUN_IDS[0]}" / "staging"
+    stale.mkdir(parents=True)
+    (stale / "train-00000-of-00002.tfrecord").write_bytes(b"x" * 100_000)
+    (work / "run-mine").mkdir()  # not a run id: not provably a run's
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_text("keep\n")
+    (target / "_ETL_RUN.json").write_text(json.dumps(  # a dead run's marker, behind a link
+        {"run_id": RUN_IDS[1], "host": socket.gethostname(), "pid": 999_999_999,
+         "pid_start": None, "started": 0}))
+    (work / f"run-{RUN_IDS[1]}").symlink_to(target)
+
+    proc = run(job)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(work)) == sorted(["logs", "run-mine", f"run-{RUN_IDS[1]}"])
+    assert sorted(os.listdir(target)) == ["_ETL_RUN.json", "keep"]
+    assert f"WARNING removed the leftover run directory {work / f'run-{RUN_IDS[0]}'} (it holds no " \
+        "marker: written again by a worker of a stopped run after its clean-up; this run " \
+        "holds the output's lock)" in proc.stderr.splitlines()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_signal_during_a_worker_pool_shard_write_leaves_no_staging(tmp_path: Path) -> None:
+    """SIGINT to a PortableRunner launcher while the pool's worker is about to write a shard
+    (paused at `write`, released once the launcher has cleaned up): the worker used to make
+    `run-*/staging` again and write its shard there (tens of MB no run removed). Now it
+    fails instead; nothing is left beside the output or in the temp directory, and the next
+    run succeeds."""
+    temp, pause_dir = tmp_path / "tmp", tmp_path / "pause"
+    temp.mkdir()
+    pause_dir.mkdir()
+    port = _free_port()
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    base = {**os.environ, "PATH": path, "TMPDIR": str(temp)}
+    pool_log = tmp_path / "pool.log"
+    with open(pool_log, "w") as log_fh:
+        pool = subprocess.Popen(
+            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+             f"--service_port={port}"], cwd=ROOT, stdout=log_fh, stderr=subprocess.STDOUT,
+            env={**base, "ETL_PAUSE_AT": "write", "ETL_PAUSE_DIR": str(pause_dir)},
+            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert pool.poll() is None and time.monotonic() < deadline, pool_log.read_text()
+                time.sleep(0.2)
+        job = write_job(tmp_path / "job", rows=20_000)
+        work = tmp_path / "job" / ".out.etl"
+        portable = ["--runner=PortableRunner", "--job_endpoint=embed",
+                    "--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"]
+        launcher = subprocess.Popen(
+            [sys.executable, RUN, "run", job, "--progress", "none", *portable], cwd=ROOT,
+            env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_paused(launcher, pause_dir, "write")
+        launcher.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while any(n.startswith("run-") for n in os.listdir(work)):  # the launcher's clean-up
+            assert time.monotonic() < deadline, os.listdir(work)
+            time.sleep(0.1)
+        (pause_dir / "write.go").touch()  # the worker goes on, its launcher gone
+        _, err = launcher.communicate(timeout=120)
+        assert launcher.returncode == 130, err
+        assert err.splitlines()[-1] == f"error: interrupted by SIGINT {UNCHANGED}"
+        deadline = time.monotonic() + 60
+        while "is gone" not in pool_log.read_text() and "No such file" not in pool_log.read_text():
+            assert time.monotonic() < deadline, pool_log.read_text()[-3000:]
+            time.sleep(0.2)
+        time.sleep(2)  # anything else the worker would still write
+        assert sorted(os.listdir(work)) == ["logs"]
+        assert not [n for n in os.listdir(temp) if n.startswith("etl-")]
+    finally:
+        os.killpg(pool.pid, signal.SIGKILL)
+        pool.wait()
+    rerun = run(job)
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(os.listdir(work)) == ["logs"]

@@ -41,6 +41,7 @@ from etl.output.layout import (
     SUCCESS,
     log_run_id,
     run_dir,
+    run_dir_id,
     work_dir,
 )
 from etl.output.lock import RunInfo, why_dead
@@ -270,10 +271,19 @@ def remove_run_dir(path: str, settle_seconds: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str]:
+def recover_leftovers(workdir: str, output: str, stale_after: float,
+                      current: str | None = None) -> list[str]:
     """Remove run dirs of runs that are no longer alive (by their marker); if one of them
     died between the two renames of its publish, first put the old output back. Returns
-    what was removed. Entries without our marker are left alone."""
+    what was removed.
+
+    `current`: the run id of the caller, which holds the output's lock. Then a `run-RUN_ID`
+    folder without a marker (a worker pool's process that went on writing after its
+    launcher's clean-up had removed the marker and the folder made it again) is removed
+    too: its name is one a run makes, in the work dir runs make, and no other run can be
+    alive in it while the caller holds the lock (a run makes its folder only while it holds
+    the lock, and removes it before it lets go). Any other entry without our marker is left
+    alone."""
     removed = []
     try:
         names = sorted(os.listdir(workdir))
@@ -283,15 +293,21 @@ def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str
         path = os.path.join(workdir, name)
         if not name.startswith(RUN_PREFIX) or not os.path.isdir(path):
             continue
+        if os.path.islink(path):  # never followed where we delete: not a folder a run made
+            log.warning("leaving %s alone: it is a symbolic link", path)
+            continue
         info = RunInfo.from_json(load_json(os.path.join(path, MARKER)))
         if info is None:
-            log.warning("leaving %s alone: it holds no readable %s marker", path, MARKER)
-            continue
-        reason = why_dead(info, stale_after)
+            reason = _unmarked_removable(path, name, current)
+            if reason is None:
+                log.warning("leaving %s alone: it holds no readable %s marker", path, MARKER)
+                continue
+        else:
+            reason = why_dead(info, stale_after)
         if reason is None:
             continue
         previous = os.path.join(path, PREVIOUS)
-        if os.path.isdir(previous) and not os.path.exists(output):
+        if info is not None and os.path.isdir(previous) and not os.path.exists(output):
             os.replace(previous, output)
             log.warning("restored the previous output %s, left aside by %s", output,
                         info.describe())
@@ -314,6 +330,21 @@ def recover_scratch(stale_after: float) -> list[str]:
         log.warning("removed the leftover scratch folder %s (%s)", path, why)
         removed.append(path)
     return removed
+
+
+def _unmarked_removable(path: str, name: str, current: str | None) -> str | None:
+    """Why the marker-less `path` (`name` in the work dir) is a dead run's leftover, or None
+    (see recover_leftovers)."""
+    run_id = run_dir_id(name)
+    if current is None or run_id is None or run_id == current:
+        return None
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return None  # a symbolic link or a file: not a folder a run made
+    except OSError:
+        return None
+    return ("it holds no marker: written again by a worker of a stopped run after its clean-up; "
+            "this run holds the output's lock")
 
 
 def prune_logs(workdir: str, keep: int = KEEP_LOGS, current: str | None = None) -> None:

@@ -210,6 +210,7 @@ def attempt_file(final: str) -> Iterator[BinaryIO]:
         with fs.open_write(final, bypass_cache=True) as fh:
             yield fh
         return
+    _staging_here(final)
     part = f"{final}.{uuid.uuid4().hex[:12]}{ATTEMPT_SUFFIX}"
     try:
         with fs.open_write(part, bypass_cache=True) as fh:
@@ -219,6 +220,22 @@ def attempt_file(final: str) -> Iterator[BinaryIO]:
         with suppress(OSError):
             fs.delete([part])
         raise
+
+
+def _staging_here(final: str) -> None:
+    """Make the local staging folder of `final` if needed, never its parent (the run's
+    directory): a worker that goes on after its run was stopped and cleaned up (a worker
+    pool's process outlives its launcher's clean-up) fails here instead of making the run's
+    directory again, unmarked, with a shard of tens of MB in it that no run would remove."""
+    folder = os.path.dirname(final)
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return
+    except FileNotFoundError as e:
+        raise signals.Cancelled(f"not writing {os.path.basename(final)}: the run's directory "
+                                f"{os.path.dirname(folder)} is gone (the run was stopped and "
+                                "cleaned up)") from e
 
 
 def _pieces(sizes: np.ndarray) -> list[slice]:
