@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -438,6 +439,7 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     reporter: live.Reporter | None = None
     failure: BaseException | None = None
     submitted = None
+    p: beam.Pipeline | None = None
     try:
         with signals.interruptible():  # the pipeline and the publish: a signal acts
             reporter = live.start(progress, tally, bytes_total)
@@ -481,6 +483,8 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
                              "what they leave is removed by the next run")
         if store is not None:
             store.release()
+        if p is not None and fs.is_remote(tmp):  # its temp folder: Beam's run removes it, a
+            shutil.rmtree(p.local_tempdir, ignore_errors=True)  # failure before it does not
         _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
     if place.workdir is not None:
         guard.prune_logs(place.workdir, current=run_id)  # this run's log is always kept
@@ -504,9 +508,10 @@ def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
     killed with SIGKILL left one for good. Moved at once into the run's directory (a remote
     run: a scratch folder the next run's sweep knows, etl.storage.scratch)."""
     p = beam.Pipeline(options=options)
-    made = p.local_tempdir
-    p.local_tempdir = scratch.make("pipeline", None if fs.is_remote(tmp) else tmp)
-    os.rmdir(made)
+    made = getattr(p, "local_tempdir", None)  # Beam 2.77; another version may have none
+    if isinstance(made, str):
+        p.local_tempdir = scratch.make("pipeline", None if fs.is_remote(tmp) else tmp)
+        shutil.rmtree(made, ignore_errors=True)
     return p
 
 
