@@ -327,6 +327,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
                          skipped=idempotence.SKIPPED, run_key=plan.ident.run_key,
                          run_id=plan.run_id)
 
+    guard.recover_scratch(lock_stale_after)  # dead processes' scratch in the temp dir
     dead_runs = not fs.is_remote(job.output) and guard.has_run_dirs(job.output)
     if plan.skip and not dead_runs:
         return skipped()  # no lock, no pipeline
@@ -394,7 +395,6 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
                                                output=job.output))
         pause("lock")  # tests: a signal once the lock is held, before the run dir exists
         guard.recover_leftovers(workdir, job.output, lock_stale_after, current=plan.run_id)
-        guard.recover_scratch(lock_stale_after)  # a killed run's scratch in the temp dir
         now = idempotence.published_manifest(job.output)
         if not force:  # another job may have published since the plan looked
             check_same_job(job.output, now, plan.origin)
@@ -409,7 +409,6 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
         remote = stack.enter_context(RemoteRun(job.output, info, temp_root, lock_stale_after,
                                                break_lock, inputs=_protected(job, plan.inputs)))
     pause("lock")
-    guard.recover_scratch(lock_stale_after)  # a killed run's scratch in the temp dir
     log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{plan.run_id}.log")
     return _Place(remote, remote, remote.tmp, log_file, None)
 

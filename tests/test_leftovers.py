@@ -352,3 +352,36 @@ def test_a_signal_during_a_worker_pool_shard_write_leaves_no_staging(tmp_path: P
     rerun = run(job)
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(os.listdir(work)) == ["logs"]
+
+
+def test_kill_9_of_a_gcs_array_record_run_leaves_no_scratch(tmp_path: Path, gcs_emulator,
+                                                              gcs_bucket: str) -> None:
+    """A gs:// ArrayRecord run has no local run directory: its shard scratch (and Beam's
+    pipeline temp folder) are in the temp directory, named by the process. SIGKILL while a
+    shard is half written leaves them; the next run removes them, says so, and publishes."""
+    pytest.importorskip("array_record")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**gcs_emulator.env(), "TMPDIR": str(temp)}
+    job = write_job(tmp_path / "job", rows=3000, format="array_record",
+                    output=f"{gcs_bucket}/data/out")
+    pause_dir = tmp_path / "pause"
+    pause_dir.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, RUN, "run", job, "--progress", "none"], cwd=ROOT,
+        env={**env, "ETL_PAUSE_AT": "write:shard", "ETL_PAUSE_DIR": str(pause_dir)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_paused(proc, pause_dir, "write:shard")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    left = sorted(n.split("-")[1] for n in os.listdir(temp) if n.startswith("etl-"))
+    assert left == ["array", "pipeline"], os.listdir(temp)
+    scratch_bytes = sum(p.stat().st_size for p in temp.rglob("*") if p.is_file())
+    assert scratch_bytes > 0
+
+    rerun = run(job, env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert [n for n in os.listdir(temp) if n.startswith("etl-")] == []
+    warned = [x for x in rerun.stderr.splitlines() if "leftover scratch folder" in x]
+    assert len(warned) == 2 and all(f"(pid {proc.pid} is no longer running)" in x
+                                    for x in warned), rerun.stderr
