@@ -64,6 +64,7 @@ DEMO_JOB = os.path.join(HERE, "examples", "demo.yaml")
 
 from etl.base import signals  # noqa: E402 - after gc.disable(): see above
 from etl.base.errors import ConfigError, EtlError  # noqa: E402
+from etl.base.pause import pause  # noqa: E402
 from etl.base.quiet import native_stderr_quiet  # noqa: E402
 from etl.base.units import parse_duration  # noqa: E402
 from etl.base.worker_errors import check_open_files  # noqa: E402
@@ -422,12 +423,16 @@ def _main_handling_signals() -> int:
 
 
 def entry() -> int:
-    """`python run_pipeline.py ...`: main() with SIGINT/SIGTERM handled, and one line for a
-    Ctrl-C that lands while Python still imports our modules, before any handler."""
+    """`python run_pipeline.py ...`: main() with SIGINT/SIGTERM handled, and one line with
+    exit 130 / 143 for a signal that lands before the handler is in place (while Python
+    still imports our modules: run_pipeline.py raises it as a KeyboardInterrupt carrying the
+    signal's number)."""
     try:
+        pause("start")  # tests: a signal before main's handler is installed
         code = _main_handling_signals()
-    except KeyboardInterrupt:
-        print(f"error: interrupted by SIGINT {signals.UNCHANGED}", file=sys.stderr)
-        code = 130
+    except KeyboardInterrupt as e:
+        stopped = signals.as_interrupted(e, signals.UNCHANGED)
+        print(f"error: {stopped}", file=sys.stderr)
+        code = stopped.exit_code
     gc.freeze()  # nothing left to collect that the OS will not reclaim faster at exit
     return code

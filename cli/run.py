@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -70,7 +71,7 @@ from etl.schedule.fingerprint import with_fingerprints
 from etl.schedule.progress import ProgressConfig, Tally
 from etl.schedule.run_log import RunLog
 from etl.shuffle import files, is_local, strategy_for
-from etl.storage import fs
+from etl.storage import fs, scratch
 from etl.storage.object_store import Store
 from transforms import progress_feed as live
 from transforms.convert import ConvertSpec, ConvertToShards
@@ -326,6 +327,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
                          skipped=idempotence.SKIPPED, run_key=plan.ident.run_key,
                          run_id=plan.run_id)
 
+    guard.recover_scratch(lock_stale_after)  # dead processes' scratch in the temp dir
     dead_runs = not fs.is_remote(job.output) and guard.has_run_dirs(job.output)
     if plan.skip and not dead_runs:
         return skipped()  # no lock, no pipeline
@@ -391,7 +393,8 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
         with same_run_named(job.output, plan.ident.run_key):
             lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
                                                output=job.output))
-        guard.recover_leftovers(workdir, job.output, lock_stale_after)
+        pause("lock")  # tests: a signal once the lock is held, before the run dir exists
+        guard.recover_leftovers(workdir, job.output, lock_stale_after, current=plan.run_id)
         if job.checks is not None:  # a dead blocked run's quarantine entry, cut short
             quarantine.remove_incomplete(job.output)
         now = idempotence.published_manifest(job.output)
@@ -407,6 +410,7 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
     with same_run_named(job.output, plan.ident.run_key):
         remote = stack.enter_context(RemoteRun(job.output, info, temp_root, lock_stale_after,
                                                break_lock, inputs=_protected(job, plan.inputs)))
+    pause("lock")
     if job.checks is not None:  # locked: a dead blocked run's quarantine entry, cut short
         quarantine.remove_incomplete(job.output)
     log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{plan.run_id}.log")
@@ -438,11 +442,12 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     reporter: live.Reporter | None = None
     failure: BaseException | None = None
     submitted = None
+    p: beam.Pipeline | None = None
     try:
         with signals.interruptible():  # the pipeline and the publish: a signal acts
             reporter = live.start(progress, tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
-                p = beam.Pipeline(options=options)
+                p = new_pipeline(options, tmp)
                 _ = p | "Convert" >> ConvertToShards(spec, held_handle, tally_handle,
                                                    writers_handle)
                 submitted = p.run()
@@ -481,9 +486,11 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
                              "what they leave is removed by the next run")
         if store is not None:
             store.release()
+        if p is not None and fs.is_remote(tmp):  # its temp folder: Beam's run removes it, a
+            shutil.rmtree(p.local_tempdir, ignore_errors=True)  # failure before it does not
         _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
     if place.workdir is not None:
-        guard.prune_logs(place.workdir)  # this run's log is the newest: always kept
+        guard.prune_logs(place.workdir, current=run_id)  # this run's log is always kept
     if failure is not None:
         run_log.failure(failure)
         if signals.received() is not None and not isinstance(failure, KeyboardInterrupt):
@@ -496,6 +503,19 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
         raise user_error(failure, log_file, run_id) from failure
     run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
     return result
+
+
+def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
+    """A Beam pipeline whose local temp folder is this run's: Beam makes an empty
+    `$TMPDIR/beam-pipeline-temp*` per pipeline and removes it when `run` returns, so a run
+    killed with SIGKILL left one for good. Moved at once into the run's directory (a remote
+    run: a scratch folder the next run's sweep knows, etl.storage.scratch)."""
+    p = beam.Pipeline(options=options)
+    made = getattr(p, "local_tempdir", None)  # Beam 2.77; another version may have none
+    if isinstance(made, str):
+        p.local_tempdir = scratch.make("pipeline", None if fs.is_remote(tmp) else tmp)
+        shutil.rmtree(made, ignore_errors=True)
+    return p
 
 
 def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: PipelineOptions,

@@ -17,6 +17,7 @@ from cli.ranges import (
     skip_if_current,
 )
 from etl.base import signals
+from etl.base.pause import pause
 from etl.base.quiet import native_stderr_quiet
 from etl.base.units import format_size
 from etl.job.config import JobConfig, input_places, load_job
@@ -48,13 +49,14 @@ def run_and_report(job_path: str, output: str | None, beam_args: list[str], samp
         job = dataclasses.replace(job, stats=True)
     try:
         ran = _before_run(job, output, beam_args, force, allow_missing, only, verbose, report)
+        if ran is not None:
+            return ran
+        pause("imports")  # tests: a signal while Beam is imported (about 1.5 s)
+        from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
     except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published
         stopped = signals.as_interrupted(e, signals.UNCHANGED)
         record_interrupted(job, started, stopped)
         raise stopped from None
-    if ran is not None:
-        return ran
-    from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
 
     stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
     shown = resolve(progress, progress_stream, progress_every)

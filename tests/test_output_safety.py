@@ -501,7 +501,7 @@ def test_prune_logs_keeps_the_newest_runs_with_their_dead_letter_files(tmp_path)
 
     logs = tmp_path / "logs"
     logs.mkdir()
-    runs = [f"20261122T0000{i:02d}-abcd{i:04d}" for i in range(4)]
+    runs = [f"20261122T0000{i:02d}-abcd{i:02d}-ids-0123456789ab" for i in range(4)]
     for run in runs:
         (logs / f"{run}.log").write_text("log\n")
     (logs / f"{runs[0]}.rejected.jsonl").write_text("{}\n")

@@ -248,14 +248,19 @@ def test_an_error_names_the_run_log_only_when_it_is_there(tmp_path: Path) -> Non
     assert "FAILED:" in (logs / log).read_text()
 
     # ten runs whose ids sort later (a host whose clock is ahead shares the output): the
-    # failed run's own log is pruned before its error line is printed
-    for i in range(10):
-        (logs / f"20990101T0000{i:02d}-ahead{i:03d}.log").write_text("a later run\n")
+    # failed run's own log used to be pruned before its error line was printed; the current
+    # run's files are always kept now (etl.output.guard.prune_logs), so the line names it,
+    # and the first run's log is the one pruned
+    ahead = [f"20990101T0000{i:02d}-a{i:05x}-ids-0123456789ab.log" for i in range(10)]
+    for name in ahead:
+        (logs / name).write_text("a later run\n")
     second = cli("run", job)
     assert second.returncode == 3
-    assert second.stderr.splitlines() == [broken]
-    assert sorted(os.listdir(logs)) == sorted(f"20990101T0000{i:02d}-ahead{i:03d}.log"
-                                              for i in range(10))
+    [line] = second.stderr.splitlines()
+    [own] = set(os.listdir(logs)) - set(ahead)
+    assert line == f"{broken} (full log: {logs / own})"
+    assert own != log and "FAILED:" in (logs / own).read_text()
+    assert sorted(os.listdir(logs)) == sorted([*ahead, own])
 
 
 # ----------------------------------------------------------- 4. too few file descriptors

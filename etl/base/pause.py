@@ -10,8 +10,11 @@ At a listed phase the run writes `DIR/PHASE.reached` (its pid and thread id insi
 Interrupted the handler raised go on. Each phase pauses once per process (the first
 worker to get there). Unset (always, outside tests), a pause point costs one dict lookup.
 
-Phases: run-dir (the local run directory made, before the pipeline); read, shuffle, write,
-finalize (in the pipeline); publish:start, publish:aside, publish:renamed, publish:success
+Phases: start (the command line's entry, before its signal handler is installed), imports
+(`run`: the job loaded and checked, before Beam is imported), lock (the output's lock taken,
+before leftovers are recovered); run-dir (the local run directory made, before the pipeline); read,
+shuffle, write, write:shard (a shard's first batch written, its files open), finalize (in the
+pipeline); publish:start, publish:aside, publish:renamed, publish:success
 (local publish, etl.output.publish); publish:copied, publish:pointer (gs://); clean-up (the
 run's directory about to be removed, whatever the outcome); between-spans (a range, before
 each span after the first); report:read (`report`, between the manifest and the shards).

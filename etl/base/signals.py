@@ -188,11 +188,14 @@ def raise_pending(when: str = "") -> None:
 
 
 def as_interrupted(e: BaseException, when: str) -> Interrupted:
-    """`e` as the Interrupted of the signal this process got (a plain KeyboardInterrupt
-    before the handler was installed is SIGINT; any other error is what the signal left of
-    the run), saying `when` unless it says already."""
+    """`e` as the Interrupted of the signal this process got (a KeyboardInterrupt before
+    the handler was installed: the signal it carries, as run_pipeline.py's early handler
+    raises it, else SIGINT; any other error is what the signal left of the run), saying
+    `when` unless it says already."""
     if not isinstance(e, Interrupted):
-        e = Interrupted(received() or signal.SIGINT)
+        carried = e.args[0] if isinstance(e, KeyboardInterrupt) and e.args else None
+        early = carried if isinstance(carried, int) and carried in HANDLED else None
+        e = Interrupted(received() or early or signal.SIGINT)
     if not e.when:
         e.when = when
     return e

@@ -4,14 +4,16 @@ Grain's `ArrayRecordDataSource` reads with random access.
 
 Writing, locally and on gs://: the `array_record` package's writer is C++ that opens a local
 path itself (no Python stream, no file-system plug-in). So each shard is written to a scratch
-file on the worker's local disk (a temporary directory, like the engine shuffle's scratch),
-then copied through etl.storage.fs to its attempt file (local: renamed into place; gs://: one
-whole-object upload, which a failed upload never creates and a retry replaces whole), hashing
-it on the way. One path for both, so published bytes always go through fs (fsync, O_DIRECT,
-errors naming the path) and the manifest's sha256 is of the bytes that were copied. The
-alternative, writing straight into the staging directory, works only on local disks and
-would still need a second read for the sha256. The cost is one local copy of each shard
-(at most max_shard_bytes).
+file on the worker's local disk (etl.storage.scratch: inside the run's own directory when the
+staging is local, so a killed run's scratch goes with its run directory; else in the temp
+directory under a name that lets the next run remove a dead process's leftovers), then
+copied through etl.storage.fs to its attempt file (local: renamed into place; gs://: one
+whole-object upload, which a failed upload never creates and a retry replaces whole),
+hashing it on the way. One path for both, so published bytes always go through fs (fsync,
+O_DIRECT, errors naming the path) and the manifest's sha256 is of the bytes that were
+copied. The alternative, writing straight into the staging directory, works only on local
+disks and would still need a second read for the sha256. The cost is one local copy of each
+shard (at most max_shard_bytes).
 
 Writer options (WRITER_OPTIONS), measured with array-record 0.8.6 on 200k records of the
 11-column benchmark CSV (schemas/bench_csv.yaml, 182 bytes each, one shard, 2-core machine):
@@ -39,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -47,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from etl.base.errors import VerifyError
-from etl.storage import fs
+from etl.storage import fs, scratch
 
 WRITER_OPTIONS = "group_size:1,uncompressed"  # see the table above
 COPY_CHUNK = 8 << 20
@@ -85,9 +86,12 @@ class Writer:
 
 
 @contextmanager
-def scratch_file(name: str) -> Iterator[str]:
-    """A local path for one shard's ArrayRecord file, removed with its folder afterwards."""
-    with tempfile.TemporaryDirectory(prefix="etl-array-record-") as tmp:
+def scratch_file(name: str, run_dir: str | None = None) -> Iterator[str]:
+    """A local path for one shard's ArrayRecord file, removed with its folder afterwards.
+    `run_dir`: the run's local directory to hold it (never created here: a worker still
+    going after its run was cleaned up fails instead of making it again); None: the temp
+    directory (etl.storage.scratch names it for the next run's sweep)."""
+    with scratch.scratch_dir("array-record", run_dir) as tmp:
         yield os.path.join(tmp, name)
 
 
@@ -118,7 +122,7 @@ def local_copy(path: str) -> Iterator[str]:
     if not fs.is_remote(path):
         yield path
         return
-    with tempfile.TemporaryDirectory(prefix="etl-array-record-") as tmp:
+    with scratch.scratch_dir("array-record") as tmp:
         local = os.path.join(tmp, fs.basename(path))
         with fs.open_read(path) as src, fs.open_write(local, durable=False) as dst:
             while True:

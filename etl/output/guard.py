@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import time
 from collections.abc import Iterable
 
@@ -38,13 +39,15 @@ from etl.output.layout import (
     PRODUCER,
     RUN_PREFIX,
     SUCCESS,
+    log_run_id,
     run_dir,
+    run_dir_id,
     work_dir,
 )
 from etl.output.lock import RunInfo, why_dead
 from etl.output.ownership import foreign_content, load_json, ours
 from etl.output.remote import check_output as check_remote_output
-from etl.storage import fs
+from etl.storage import fs, scratch
 from etl.storage.object_store import Store
 
 log = logging.getLogger(__name__)
@@ -268,10 +271,19 @@ def remove_run_dir(path: str, settle_seconds: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str]:
+def recover_leftovers(workdir: str, output: str, stale_after: float,
+                      current: str | None = None) -> list[str]:
     """Remove run dirs of runs that are no longer alive (by their marker); if one of them
     died between the two renames of its publish, first put the old output back. Returns
-    what was removed. Entries without our marker are left alone."""
+    what was removed.
+
+    `current`: the run id of the caller, which holds the output's lock. Then a `run-RUN_ID`
+    folder without a marker (a worker pool's process that went on writing after its
+    launcher's clean-up had removed the marker and the folder made it again) is removed
+    too: its name is one a run makes, in the work dir runs make, and no other run can be
+    alive in it while the caller holds the lock (a run makes its folder only while it holds
+    the lock, and removes it before it lets go). Any other entry without our marker is left
+    alone."""
     removed = []
     try:
         names = sorted(os.listdir(workdir))
@@ -281,15 +293,21 @@ def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str
         path = os.path.join(workdir, name)
         if not name.startswith(RUN_PREFIX) or not os.path.isdir(path):
             continue
+        if os.path.islink(path):  # never followed where we delete: not a folder a run made
+            log.warning("leaving %s alone: it is a symbolic link", path)
+            continue
         info = RunInfo.from_json(load_json(os.path.join(path, MARKER)))
         if info is None:
-            log.warning("leaving %s alone: it holds no readable %s marker", path, MARKER)
-            continue
-        reason = why_dead(info, stale_after)
+            reason = _unmarked_removable(path, name, current)
+            if reason is None:
+                log.warning("leaving %s alone: it holds no readable %s marker", path, MARKER)
+                continue
+        else:
+            reason = why_dead(info, stale_after)
         if reason is None:
             continue
         previous = os.path.join(path, PREVIOUS)
-        if os.path.isdir(previous) and not os.path.exists(output):
+        if info is not None and os.path.isdir(previous) and not os.path.exists(output):
             os.replace(previous, output)
             log.warning("restored the previous output %s, left aside by %s", output,
                         info.describe())
@@ -303,19 +321,84 @@ def recover_leftovers(workdir: str, output: str, stale_after: float) -> list[str
     return removed
 
 
-def prune_logs(workdir: str, keep: int = KEEP_LOGS) -> None:
-    """Keep the files of the newest `keep` runs (`RUN_ID.log`, and `RUN_ID.rejected.jsonl`
-    of a run that rejected too much; run ids start with their UTC start time)."""
-    folder = os.path.join(workdir, LOGS)
+def recover_scratch(stale_after: float) -> list[str]:
+    """Remove the scratch folders dead processes left in the temp directory (ArrayRecord
+    shards and engine-shuffle chunks of a run killed with SIGKILL: etl.storage.scratch says
+    which names, and how a dead owner is told). Returns what was removed."""
+    removed = []
+    for path, why in scratch.sweep(stale_after):
+        log.warning("removed the leftover scratch folder %s (%s)", path, why)
+        removed.append(path)
+    return removed
+
+
+def _unmarked_removable(path: str, name: str, current: str | None) -> str | None:
+    """Why the marker-less `path` (`name` in the work dir) is a dead run's leftover, or None
+    (see recover_leftovers)."""
+    run_id = run_dir_id(name)
+    if current is None or run_id is None or run_id == current:
+        return None
     try:
-        names = os.listdir(folder)
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return None  # a symbolic link or a file: not a folder a run made
+    except OSError:
+        return None
+    return ("it holds no marker: written again by a worker of a stopped run after its clean-up; "
+            "this run holds the output's lock")
+
+
+def prune_logs(workdir: str, keep: int = KEEP_LOGS, current: str | None = None) -> None:
+    """Keep the files of the newest `keep` runs in `workdir/logs/` (`RUN_ID.log`, and
+    `RUN_ID.rejected.jsonl`, `RUN_ID.lock-taken.json`; run ids start with their UTC start
+    time), and always those of the run `current`.
+
+    Only names a run makes (etl.output.layout.log_run_id) are counted or deleted: another
+    program's `app1.log` in the folder is left alone. Only in the directories the project
+    made: a work dir or logs folder that is a symbolic link (or not a directory) is not
+    pruned at all, with a warning; the folders are opened without following links and every
+    name is deleted relative to the opened folder, so a link swapped in meanwhile is never
+    followed, and only regular files are deleted."""
+    try:
+        top = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return
-    runs = sorted({f.split(".", 1)[0] for f in names if f.endswith(".log")})
-    old = set(runs[:-keep] if keep else runs)
-    for name in names:
-        if name.split(".", 1)[0] in old:
+    except OSError:  # ENOTDIR for a symbolic link (O_NOFOLLOW with O_DIRECTORY), ELOOP
+        log.warning("not pruning old run logs in %s: %s is a symbolic link or not a "
+                    "directory; only a folder this project made is pruned",
+                    os.path.join(workdir, LOGS), workdir)
+        return
+    try:
+        try:
+            folder = os.open(LOGS, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        except FileNotFoundError:
+            return
+        except OSError:
+            log.warning("not pruning old run logs in %s: it is a symbolic link or not a "
+                        "directory; only a folder this project made is pruned",
+                        os.path.join(workdir, LOGS))
+            return
+        try:
+            _prune_in(folder, keep, current)
+        finally:
+            os.close(folder)
+    finally:
+        os.close(top)
+
+
+def _prune_in(folder: int, keep: int, current: str | None) -> None:
+    """prune_logs's deletions inside the opened logs folder `folder`."""
+    owned: dict[str, list[str]] = {}
+    for name in os.listdir(folder):
+        run_id = log_run_id(name)
+        if run_id is not None:
+            owned.setdefault(run_id, []).append(name)
+    runs = sorted(owned)
+    for run_id in runs[:-keep] if keep else runs:
+        if run_id == current:
+            continue
+        for name in owned[run_id]:
             try:
-                os.remove(os.path.join(folder, name))
+                if stat.S_ISREG(os.lstat(name, dir_fd=folder).st_mode):
+                    os.unlink(name, dir_fd=folder)
             except OSError:
                 pass

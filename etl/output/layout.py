@@ -8,6 +8,7 @@ publishing) and `logs/`.
 """
 
 import os
+import re
 
 MANIFEST = "manifest.json"
 SUCCESS = "_SUCCESS"  # written last: the output is complete
@@ -24,6 +25,27 @@ MARKER = "_ETL_RUN.json"
 RUN_PREFIX = "run-"
 PREVIOUS = "previous-output"
 LOGS = "logs"
+# a run id (etl.schedule.idempotence.new_run_id): UTC start, 6 random hex digits, run key
+RUN_ID = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}-[A-Za-z0-9_-]{1,200}")
+# the files a run leaves in logs/: its log, its dead-letter records when it rejected too
+# many, the note of who took its lock over (etl.output.lock.TAKEN)
+LOG_SUFFIXES = (".log", ".rejected.jsonl", ".lock-taken.json")
+
+
+def log_run_id(name: str) -> str | None:
+    """The run id of a file name a run writes in logs/ (`RUN_ID.log`, ...), None for any
+    other name: what log pruning may delete."""
+    for suffix in LOG_SUFFIXES:
+        if name.endswith(suffix) and RUN_ID.fullmatch(name[: -len(suffix)]):
+            return name[: -len(suffix)]
+    return None
+
+
+def run_dir_id(name: str) -> str | None:
+    """The run id of a `run-RUN_ID` directory name, None for any other name."""
+    if name.startswith(RUN_PREFIX) and RUN_ID.fullmatch(name[len(RUN_PREFIX):]):
+        return name[len(RUN_PREFIX):]
+    return None
 
 
 def work_dir(output: str) -> str:

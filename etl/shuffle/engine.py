@@ -13,7 +13,6 @@ operations are one write per shard.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,8 +21,8 @@ import numpy as np
 from etl.formats.shards import ShardFormat
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import FileSlice, RunSlice, SortedRun, write_section
-from etl.shuffle.shard_writer import ShardResult, write_shard
-from etl.storage import fs
+from etl.shuffle.shard_writer import ShardResult, run_dir_of, write_shard
+from etl.storage import fs, scratch
 
 NAME = "engine"
 
@@ -78,9 +77,12 @@ def partition(run: SortedRun, plans: list[ShardPlan]) -> list[tuple[tuple[str, i
 def write_engine_shard(plan: ShardPlan, chunks: Iterable[Chunk], staging_dir: str,
                        fmt: ShardFormat, scratch_dir: str | None = None) -> ShardResult:
     """One shard from every chunk grouped under its key, iterating `chunks` once: each is
-    appended to a local scratch file (under `scratch_dir`, default the system temp
-    directory), then the sections are merged. Peak memory: one chunk plus the merge's."""
-    with tempfile.TemporaryDirectory(prefix="etl-shard-", dir=scratch_dir) as tmp:
+    appended to a local scratch file (under `scratch_dir`, default the run's own directory
+    when the staging is local, else the system temp directory under a name the next run's
+    sweep knows: etl.storage.scratch), then the sections are merged. Peak memory: one chunk
+    plus the merge's."""
+    parent = scratch_dir if scratch_dir is not None else run_dir_of(fs.join(staging_dir, "x"))
+    with scratch.scratch_dir("shard", parent) as tmp:
         path = fs.join(tmp, "chunks")
         slices: list[RunSlice] = []
         with fs.open_write(path, durable=False) as fh:

@@ -8,6 +8,7 @@ of every run), so they write the same bytes."""
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.base import signals
+from etl.base.pause import pause
 from etl.formats import array_record
 from etl.formats.proto_wire import BINARY, binary, data_of
 from etl.formats.record_index import FRAME_OVERHEAD, index_lines, index_name
@@ -91,6 +93,7 @@ def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
             per_input.update(dict(zip(files.tolist(), counts.tolist(), strict=True)))
             for piece in _pieces(sizes):
                 sink.write(_gather(slices, src[piece], local[piece], sizes[piece]), sizes[piece])
+            pause("write:shard")  # tests: a shard's attempt (and scratch) file half written
         if found != plan.take:
             raise RuntimeError(f"shard {name}: planned {plan.take} records, found {found}")
         sink.finish()
@@ -155,7 +158,8 @@ class _ArrayRecordSink:
     @classmethod
     @contextmanager
     def open(cls, final: str, fmt: ShardFormat) -> Iterator[_ArrayRecordSink]:
-        with array_record.scratch_file(fs.basename(final)) as local, attempt_file(final) as out:
+        with array_record.scratch_file(fs.basename(final), run_dir_of(final)) as local, \
+                attempt_file(final) as out:
             sink = cls(array_record.Writer(local))
             sink._out = out
             try:
@@ -170,6 +174,14 @@ class _ArrayRecordSink:
         self._writer.close()
         assert self._out is not None
         self.num_bytes, self.sha256 = array_record.copy_out(self._writer.path, self._out)
+
+
+def run_dir_of(final: str) -> str | None:
+    """The local run directory a shard staged at `final` (RUN_DIR/staging/NAME) belongs to,
+    where its scratch goes; None for a remote staging place (scratch: the temp directory)."""
+    if fs.is_remote(final):
+        return None
+    return os.path.dirname(os.path.dirname(os.path.abspath(final)))
 
 
 @contextmanager
@@ -198,6 +210,7 @@ def attempt_file(final: str) -> Iterator[BinaryIO]:
         with fs.open_write(final, bypass_cache=True) as fh:
             yield fh
         return
+    _staging_here(final)
     part = f"{final}.{uuid.uuid4().hex[:12]}{ATTEMPT_SUFFIX}"
     try:
         with fs.open_write(part, bypass_cache=True) as fh:
@@ -207,6 +220,22 @@ def attempt_file(final: str) -> Iterator[BinaryIO]:
         with suppress(OSError):
             fs.delete([part])
         raise
+
+
+def _staging_here(final: str) -> None:
+    """Make the local staging folder of `final` if needed, never its parent (the run's
+    directory): a worker that goes on after its run was stopped and cleaned up (a worker
+    pool's process outlives its launcher's clean-up) fails here instead of making the run's
+    directory again, unmarked, with a shard of tens of MB in it that no run would remove."""
+    folder = os.path.dirname(final)
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return
+    except FileNotFoundError as e:
+        raise signals.Cancelled(f"not writing {os.path.basename(final)}: the run's directory "
+                                f"{os.path.dirname(folder)} is gone (the run was stopped and "
+                                "cleaned up)") from e
 
 
 def _pieces(sizes: np.ndarray) -> list[slice]:
