@@ -314,3 +314,28 @@ def test_a_2gb_sparse_stats_json_is_not_read(tmp_path: Path) -> None:
     assert str(e.value) == (f"{stats}: the manifest lists {2 << 30} bytes, above the "
                             f"{STATS_MAX_BYTES >> 20} MiB a stats.json may have: not read")
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 100_000
+
+
+def test_a_damaged_manifest_on_gcs_is_one_line(tmp_path: Path, gcs_emulator: GcsEmulator,
+                                              gcs_bucket: str) -> None:
+    """gs://: a manifest object that is not a manifest: `verify` exit 3 naming it, and the
+    next run neither trusts nor crashes on it."""
+    out = f"{gcs_bucket}/data/out"
+    env = gcs_emulator.env()
+    job = job_file(tmp_path / "job", out)
+    run = [sys.executable, RUN, "run", job, "--progress", "none"]
+    assert subprocess.run(run, cwd=ROOT, env=env, capture_output=True,
+                          timeout=120).returncode == 0
+    version = json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))["version"]
+    bucket, key = f"{out}/{version}/manifest.json"[5:].split("/", 1)
+    gcs_emulator.client().bucket(bucket).blob(key).upload_from_string(b"[]")
+    got = subprocess.run([sys.executable, RUN, "verify", out], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert (got.returncode, got.stderr) == (
+        3, f"error: {out}/{version}/manifest.json: damaged: a JSON list, not an object\n")
+    again = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    damage = f"{out}/{version}/manifest.json: damaged: a JSON list, not an object"
+    assert (again.returncode, again.stderr) == (
+        0, f"WARNING {damage}; not trusted: the output is rebuilt\n")
+    assert json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))["version"] != version
+    assert verify(dataset_dir(out))["records"] == 300

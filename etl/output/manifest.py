@@ -167,13 +167,21 @@ def load_manifest(path: str) -> dict[str, Any]:
     relies on (`_shape_problem`): garbage is a ManifestError naming the file, never a
     KeyError or a path outside the output further on."""
     where = fs.join(path, MANIFEST)
+    missing = ManifestError(f"{where}: missing: nothing in {path} can be checked without it "
+                            "(damaged, or not a dataset written by this project)")
     try:
         raw = fs.read_bytes(where)
     except FileNotFoundError:
-        raise ManifestError(f"{where}: missing: nothing in {path} can be checked without it "
-                            "(damaged, or not a dataset written by this project)") from None
-    except OSError as e:
+        raise missing from None
+    except OSError as e:  # an object store says "not found" its own way
+        if fs.is_remote(where) and not fs.exists(where):
+            raise missing from None
         raise ManifestError(f"{where}: cannot be read: {fs.first_line(e)}") from e
+    return parse_manifest(raw, where)
+
+
+def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
+    """The manifest in `raw` (read from `where`), or ManifestError naming `where`."""
     try:
         doc = json.loads(raw)
     except UnicodeDecodeError as e:

@@ -30,7 +30,14 @@ from etl.base.errors import ForeignEntries, VerifyError
 from etl.contract.schema import load_schema
 from etl.job.read_plan import plan_units
 from etl.output.layout import MANIFEST, SUCCESS
-from etl.output.manifest import BY_SIZE, NOT_SEALED, dataset_dir, load_manifest, verify
+from etl.output.manifest import (
+    BY_SIZE,
+    NOT_SEALED,
+    dataset_dir,
+    load_manifest,
+    parse_manifest,
+    verify,
+)
 from etl.schedule.fingerprint import NONE, with_fingerprints
 from etl.storage import fs
 from etl.storage.object_store import Store
@@ -153,8 +160,10 @@ def _published_gcs(output: str) -> dict[str, Any] | None:
         return None
     manifest = store.read(f"{base}/{version}/{MANIFEST}")
     try:
-        return None if manifest is None else json.loads(manifest[0])
-    except ValueError:
+        return None if manifest is None else parse_manifest(manifest[0],
+                                                            f"{base}/{version}/{MANIFEST}")
+    except ValueError as e:  # not trusted: a new version is published beside it
+        log.warning("%s; not trusted: the output is rebuilt", e)
         return None
 
 
