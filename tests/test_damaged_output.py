@@ -81,12 +81,12 @@ def test_a_changed_byte_is_noticed_by_the_next_run(tmp_path: Path) -> None:
         skip = cli("run", job)
         assert (skip.returncode, skip.stdout, skip.stderr) == (
             0, f"Skipped {out}: {CURRENT}\n", "")
-    # another file in the shard's place (same bytes, another inode): seen too
-    data = (out / SHARD).read_bytes()
+    # another file put in the shard's place (same bytes and time, another inode: written
+    # beside it, then renamed over it, as an editor saves): seen too
     st = (out / SHARD).stat()
-    (out / SHARD).unlink()
-    (out / SHARD).write_bytes(data)
-    os.utime(out / SHARD, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (tmp_path / "copy").write_bytes((out / SHARD).read_bytes())
+    os.utime(tmp_path / "copy", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp_path / "copy", out / SHARD)
     quick = cli("verify", str(out), "--quick")
     assert (quick.returncode, quick.stderr) == (3, (
         f"error: {out / SHARD}: changed since it was published: another file (inode "
