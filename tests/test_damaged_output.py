@@ -339,3 +339,25 @@ def test_a_damaged_manifest_on_gcs_is_one_line(tmp_path: Path, gcs_emulator: Gcs
         0, f"WARNING {damage}; not trusted: the output is rebuilt\n")
     assert json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))["version"] != version
     assert verify(dataset_dir(out))["records"] == 300
+
+
+def test_an_old_gcs_pointer_without_the_record_is_checked_by_sizes(
+        tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
+    """gs:// output published by an older version (its pointer has no `objects`): sizes are
+    compared as before and the skip says so."""
+    out = f"{gcs_bucket}/data/out"
+    env = gcs_emulator.env()
+    job = job_file(tmp_path / "job", out)
+    run = [sys.executable, RUN, "run", job, "--progress", "none"]
+    assert subprocess.run(run, cwd=ROOT, env=env, capture_output=True,
+                          timeout=120).returncode == 0
+    pointer = json.loads(gcs_emulator.download(f"{out}/{SUCCESS}"))
+    del pointer["objects"]
+    bucket, key = f"{out}/{SUCCESS}"[5:].split("/", 1)
+    gcs_emulator.client().bucket(bucket).blob(key).upload_from_string(json.dumps(pointer))
+    quick = subprocess.run([sys.executable, RUN, "verify", out, "--quick"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert quick.returncode == 0, quick.stderr
+    skip = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert (skip.returncode, skip.stdout, skip.stderr) == (
+        0, f"Skipped {out}: {CURRENT}\n", f"WARNING {out}: {NOT_SEALED}\n")
