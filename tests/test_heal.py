@@ -38,10 +38,15 @@ def shas(out: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.tfrecord")}
 
 
-def flip_byte(path: Path, offset: int = 40) -> None:
+def flip_byte(path: Path, offset: int = 40, keep_mtime: bool = False) -> None:
+    """Flip one bit in place (same inode); `keep_mtime`: then put the modification time back,
+    as `touch -d` or a tool that preserves times would (only a full read sees that)."""
+    before = path.stat()
     data = bytearray(path.read_bytes())
     data[offset] ^= 0x01
     path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def test_a_lost_shard_is_rebuilt_by_the_next_run(tmp_path: Path) -> None:
@@ -105,13 +110,15 @@ def test_a_truncated_shard_is_damage_a_users_file_is_not(tmp_path: Path) -> None
 
 
 def test_a_flipped_byte_needs_the_full_check(tmp_path: Path) -> None:
-    """Same size, other bytes: the quick check cannot see it (the skip stays cheap); `verify`,
-    `run --verify-full` and the job key `verify: full` do, and the run rebuilds it."""
+    """Same size, other bytes, and the modification time put back: the quick check cannot see
+    it (the skip stays cheap: one stat per file); `verify`, `run --verify-full` and the job
+    key `verify: full` do, and the run rebuilds it. (A flip that leaves its modification time
+    is seen by the quick check: tests/test_damaged_output.py.)"""
     out = tmp_path / "out"
     job = job_file(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
     good = shas(out)
-    flip_byte(out / SHARD)
+    flip_byte(out / SHARD, keep_mtime=True)
     assert cli("verify", str(out), "--quick").returncode == 0
     full = cli("verify", str(out))
     assert full.returncode == 3
@@ -129,7 +136,7 @@ def test_a_flipped_byte_needs_the_full_check(tmp_path: Path) -> None:
     job_full = job_file(tmp_path / "job", str(out), verify="full")
     skip = cli("run", job_full)
     assert skip.returncode == 0 and skip.stdout.startswith(f"Skipped {out}: "), skip.stdout
-    flip_byte(out / SHARD, 60)
+    flip_byte(out / SHARD, 60, keep_mtime=True)
     assert cli("run", job_full, "--progress", "none").returncode == 0
     assert shas(out) == good
     assert history.read(str(tmp_path))[-1]["rebuilt_reason"].startswith(

@@ -21,6 +21,14 @@ document plus its span), `inputs_sha256`, `span`, `run_key` and `run_id`; and `p
 which job it is (each source's format and paths, the schema's name: etl.output.origin), so a
 run of another job into the output is refused instead of replacing it silently.
 
+`sealed` (local outputs, written by `seal` when the run publishes, after every file is
+final): each listed file's size, modification time (ns) and inode, and the manifest's own
+modification time, which `seal` sets to the value it records. gs:// outputs keep the same
+record in the `_SUCCESS` pointer instead (`objects`: each object's generation and crc32c,
+etl.output.publish.publish_version), where the manifest is covered too. `verify --quick` and
+the skip rule compare them with one stat per file (one listing on gs://): any write since the
+publish is seen without reading a byte (docs/output.md, "What the skip rule checks").
+
 `missing_values` (etl.output.accounting.missing_section): per feature that had a missing
 value, `missing` (records read without one), `defaulted` (records written holding its
 `default` instead) and that `default`; nothing is filled without being counted here.
@@ -31,6 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,8 +56,25 @@ from etl.output.layout import (
 from etl.output.ownership import belongs, foreign_content, listed_files
 from etl.shuffle.shard_writer import ShardResult
 from etl.storage import fs
+from etl.storage.object_store import Store, is_gcs
 
 FORMAT_VERSION = 2
+SEALED = "sealed"
+# what the quick check could compare, as verify's result says (etl.schedule.idempotence warns)
+BY_STAT = "size, modification time and inode of every file"
+BY_GENERATION = "size, generation and crc32c of every object"
+BY_SIZE = "sizes only"
+NOT_SEALED = ("published without a record of its files' modification times or generations "
+              "(by an older version): the skip rule checked sizes only; `run --verify-full` "
+              "reads every byte, and the next rebuild records them")
+
+
+class ManifestError(VerifyError, ValueError):
+    """A manifest.json that is missing, unreadable or not a manifest of ours (exit 3, naming
+    the file). A ValueError too, so callers that treat an unreadable manifest as "not
+    published" keep doing so."""
+
+
 def build_manifest(
     shards: Iterable[ShardResult], splits: list[str], schema_sha256: str, seed: int | None,
     fmt: ShardFormat, inputs: list[dict[str, Any]], rejected: dict[str, Any],
@@ -137,7 +163,110 @@ def dataset_dir(out: str) -> str:
 
 
 def load_manifest(path: str) -> dict[str, Any]:
-    return json.loads(fs.read_bytes(fs.join(path, MANIFEST)))
+    """The manifest of the dataset directory `path`, checked to have the shape every reader
+    relies on (`_shape_problem`): garbage is a ManifestError naming the file, never a
+    KeyError or a path outside the output further on."""
+    where = fs.join(path, MANIFEST)
+    missing = ManifestError(f"{where}: missing: nothing in {path} can be checked without it "
+                            "(damaged, or not a dataset written by this project)")
+    try:
+        raw = fs.read_bytes(where)
+    except FileNotFoundError:
+        raise missing from None
+    except OSError as e:  # an object store says "not found" its own way
+        if fs.is_remote(where) and not fs.exists(where):
+            raise missing from None
+        raise ManifestError(f"{where}: cannot be read: {fs.first_line(e)}") from e
+    return parse_manifest(raw, where)
+
+
+def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
+    """The manifest in `raw` (read from `where`), or ManifestError naming `where`."""
+    try:
+        doc = json.loads(raw)
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{where}: damaged: not UTF-8 text (byte {e.start})") from e
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{where}: damaged: not valid JSON ({e.msg} at line {e.lineno}, "
+                            f"column {e.colno})") from e
+    problem = _shape_problem(doc)
+    if problem:
+        raise ManifestError(f"{where}: damaged: {problem}")
+    return doc
+
+
+def _shape_problem(doc: Any) -> str | None:
+    """What makes `doc` unusable as a manifest, or None: splits of shards and other files,
+    each with a plain relative name, an integer size and count, a sha256 string."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object"
+    splits, files = doc.get("splits"), doc.get("files", {})
+    if not isinstance(splits, dict):
+        return "no `splits` object"
+    if not isinstance(files, dict):
+        return "`files` is not an object"
+    for name, entry in files.items():
+        problem = _entry_problem(name, entry, False)
+        if problem:
+            return f"files[{name!r}]: {problem}"
+    for split, info in splits.items():
+        if not isinstance(info, dict) or not isinstance(info.get("shards"), list) or not (
+                _is_count(info.get("num_records"))):
+            return f"split {split!r}: not an object with `num_records` and a `shards` list"
+        for i, shard in enumerate(info["shards"]):
+            problem = (_entry_problem(shard.get("path"), shard, True)
+                       if isinstance(shard, dict) else "not an object")
+            index = shard.get("index") if isinstance(shard, dict) else None
+            if problem is None and index is not None:
+                problem = (_entry_problem(index.get("path"), index, False)
+                           if isinstance(index, dict) else "`index` is not an object")
+            if problem:
+                return f"split {split!r}, shard {i}: {problem}"
+    sealed = doc.get(SEALED)
+    if sealed is not None and not (isinstance(sealed, dict)
+                                   and isinstance(sealed.get("files"), dict)):
+        return f"`{SEALED}` is not an object with `files`"
+    return None
+
+
+def _entry_problem(name: Any, entry: Any, shard: bool) -> str | None:
+    if not isinstance(name, str) or not _plain_name(name):
+        return f"{name!r} is not a file name inside the output"
+    if not isinstance(entry, dict) or not _is_count(entry.get("num_bytes")) or not isinstance(
+            entry.get("sha256"), str) or (shard and not _is_count(entry.get("num_records"))):
+        return f"{name}: no integer size{', record count' if shard else ''} and sha256"
+    return None
+
+
+def _plain_name(name: str) -> bool:
+    """A relative path below the output: no absolute path, `..`, empty part or backslash."""
+    parts = name.split("/")
+    return bool(name) and "\\" not in name and "\0" not in name and all(
+        p not in ("", ".", "..") for p in parts)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def seal(staging: str) -> None:
+    """Record, in the manifest of a local dataset about to be published, each listed file's
+    size, modification time (ns) and inode, then set the manifest's own modification time to
+    a value recorded inside it. Called by etl.output.publish.publish once every file is final
+    (a rename of the directory changes none of this); `verify --quick` and the skip rule then
+    see any write since, one stat per file. A file system whose clock cannot keep the chosen
+    time records no manifest time (its files are still compared)."""
+    manifest = load_manifest(staging)
+    stats = fs.list_stats(staging)
+    listed = listed_files(manifest) - {MANIFEST, SUCCESS}
+    files = {name: list(stats[name]) for name in sorted(listed) if name in stats}
+    path = fs.join(staging, MANIFEST)
+    kept = fs.set_mtime_ns(path, time.time_ns())  # the clock's grain: a value stat returns as is
+    manifest[SEALED] = {"files": files, "manifest_mtime_ns": kept}
+    fs.write_bytes(path, json.dumps(manifest, indent=1).encode())
+    if fs.set_mtime_ns(path, kept) != kept:
+        manifest[SEALED]["manifest_mtime_ns"] = None
+        fs.write_bytes(path, json.dumps(manifest, indent=1).encode())
 
 
 def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[str, Any]:
@@ -153,28 +282,34 @@ def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[s
     no empty directory or other entry the manifest does not list). An object-store output is
     checked in the version its `_SUCCESS` names (dataset_dir).
     """
+    given = path
     path = dataset_dir(path)
     if not fs.exists(fs.join(path, SUCCESS)):
         raise VerifyError(f"{path}: no {SUCCESS} marker: the output is incomplete or absent")
     manifest = load_manifest(path)
     listed = listed_files(manifest)
     base = path.rstrip("/") + "/"
-    sizes = {p[len(base):]: size for p, size in fs.list_dir(path)}
+    seal = _Seal.of(given, path, manifest) if quick else None
+    sizes = seal.sizes if seal is not None else {
+        p[len(base):]: size for p, size in fs.list_dir(path)}
     total = 0
     for name, entry in manifest.get("files", {}).items():
-        if quick:
+        if seal is not None:
             _check_size(fs.join(path, name), sizes.get(name), entry, "file")
+            seal.check(name)
         else:
             _verify_file(path, name, entry)
     for split, info in manifest["splits"].items():
         for shard in info["shards"]:
             index = shard.get("index")
-            if quick:
+            if seal is not None:
                 _check_size(fs.join(path, shard["path"]), sizes.get(shard["path"]), shard,
                             "shard")
+                seal.check(shard["path"])
                 if index is not None:
                     _check_size(fs.join(path, index["path"]), sizes.get(index["path"]), index,
                                 "index file")
+                    seal.check(index["path"])
                 total += shard["num_records"]
             elif is_array_record(shard["path"]):
                 total += _verify_array_record(fs.join(path, shard["path"]), shard, check_records)
@@ -197,8 +332,92 @@ def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[s
         foreign = foreign_content(path)
         if foreign:
             raise ForeignEntries(f"{path}: {foreign}; the next run would refuse to replace it")
+    if seal is not None:
+        seal.check(MANIFEST)
     return {"path": path, "records": total, "splits": {k: v["num_records"] for k, v in
-                                                       manifest["splits"].items()}}
+                                                       manifest["splits"].items()},
+            "checked": "every byte" if seal is None else seal.checked}
+
+
+class _Seal:
+    """What the quick check compares beyond sizes: the publish record of a local output (the
+    manifest's `sealed`: size, mtime_ns, inode per file, and the manifest's own mtime) or of a
+    gs:// output (the pointer's `objects`: generation and crc32c per object, the manifest
+    included), against one walk with a stat per file or one object listing. Without a record
+    (published by an older version, or a path the pointer does not name) only sizes are
+    compared, and `checked` says so."""
+
+    def __init__(self, path: str, sizes: dict[str, int], now: dict[str, tuple[Any, ...]],
+                 then: dict[str, Any] | None, checked: str):
+        self.path, self.sizes, self.now, self.then = path, sizes, now, then
+        self.checked = checked if then is not None else BY_SIZE
+
+    @classmethod
+    def of(cls, given: str, path: str, manifest: dict[str, Any]) -> _Seal:
+        base = path.rstrip("/") + "/"
+        if not fs.is_remote(path):
+            stats = fs.list_stats(path)
+            sealed = manifest.get(SEALED)
+            then = dict(sealed["files"]) if sealed else None
+            now: dict[str, tuple[Any, ...]] = {k: v[1:] for k, v in stats.items()}
+            if then is not None and sealed.get("manifest_mtime_ns") is not None:
+                then[MANIFEST] = [None, sealed["manifest_mtime_ns"], None]
+                now[MANIFEST] = (fs.mtime_ns(fs.join(path, MANIFEST)), None)
+            return cls(path, {k: v[0] for k, v in stats.items()}, now, then, BY_STAT)
+        if not is_gcs(path):  # another object store: sizes from its listing
+            return cls(path, {p[len(base):]: n for p, n in fs.list_dir(path)}, {}, None, BY_SIZE)
+        infos = Store().list(base)
+        then = _published_objects(given, path)
+        return cls(path, {o.url[len(base):]: o.size for o in infos},
+                   {o.url[len(base):]: (o.generation, o.crc32c) for o in infos}, then,
+                   BY_GENERATION)
+
+    def check(self, name: str) -> None:
+        """VerifyError when `name` (its size already checked) changed since the publish."""
+        if self.then is None:
+            return
+        where = fs.join(self.path, name)
+        recorded = self.then.get(name)
+        if recorded is None:
+            if name == MANIFEST:
+                return  # a file system that could not keep the manifest's time
+            raise VerifyError(f"{where}: not in the record made when the output was published "
+                              "(the manifest was changed since)")
+        now = self.now.get(name)
+        if now is None:
+            raise VerifyError(f"{where}: missing file listed in the manifest")
+        if self.checked == BY_GENERATION:
+            if tuple(recorded) != tuple(now):
+                raise VerifyError(f"{where}: changed since it was published: generation "
+                                  f"{now[0]} (crc32c {now[1]}) in the bucket, {recorded[0]} "
+                                  f"(crc32c {recorded[1]}) when published")
+            return
+        _, mtime, ino = recorded
+        if now[0] != mtime:
+            raise VerifyError(f"{where}: changed since it was published: modified "
+                              f"{_when(now[0])}, published {_when(mtime)}")
+        if ino is not None and now[1] != ino:
+            raise VerifyError(f"{where}: changed since it was published: another file (inode "
+                              f"{now[1]}, published as inode {ino})")
+
+
+def _when(ns: int | None) -> str:
+    if ns is None:
+        return "never"
+    stamp = dt.datetime.fromtimestamp(ns // 1_000_000_000, dt.timezone.utc)
+    return f"{stamp:%Y-%m-%dT%H:%M:%S}.{ns % 1_000_000_000:09d}Z"
+
+
+def _published_objects(given: str, path: str) -> dict[str, Any] | None:
+    """The `objects` record of the pointer that names the version `path` (None: not given)."""
+    if given.rstrip("/") == path.rstrip("/"):
+        return None  # a version dir given directly: no pointer vouches for it
+    try:
+        pointer = json.loads(fs.read_bytes(fs.join(given, SUCCESS)))
+    except (OSError, ValueError):
+        return None
+    objects = pointer.get("objects") if isinstance(pointer, dict) else None
+    return objects if isinstance(objects, dict) else None
 
 
 def _check_size(path: str, size: int | None, entry: dict[str, Any], what: str) -> None:

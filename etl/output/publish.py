@@ -21,6 +21,7 @@ from etl.base.errors import LockedError, StorageError
 from etl.base.pause import pause
 from etl.output.layout import MANIFEST, PRODUCER, SUCCESS
 from etl.output.lock import check_held
+from etl.output.manifest import seal
 from etl.storage import fs
 from etl.storage.object_store import Conflict
 
@@ -42,6 +43,8 @@ def publish(staging: str, output: str, run_id: str, aside: str | None = None) ->
         raise StorageError(f"{output}: object-store outputs are published as versions "
                            "(etl.output.remote), not by renames")
     aside = aside or os.path.join(os.path.dirname(os.path.abspath(staging)), f"old-{run_id}")
+    # every file is final: record their sizes, times and inodes (the skip rule compares them)
+    seal(staging)
     with signals.critical():
         pause("publish:start")
         signals.raise_pending(signals.UNCHANGED)
@@ -131,9 +134,13 @@ def publish_version(store: Any, staging: str, files: list[str], output: str, ver
                            "published") from e
     pause("publish:copied")
     signals.raise_pending(signals.UNCHANGED)
+    # the version's objects as published, one listing: the skip rule compares each object's
+    # generation and crc32c with this record (etl.output.manifest.verify, quick)
+    objects = {o.url[len(dst):]: [o.generation, o.crc32c] for o in store.list(dst)}
     pointer = {"producer": PRODUCER, "version": version, "run_id": version,
                "manifest": f"{version}/{MANIFEST}", "previous": previous,
-               "published": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+               "published": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "objects": objects}
     url = output.rstrip("/") + "/" + SUCCESS
     try:
         store.write(url, json.dumps(pointer, indent=1).encode(), seen_generation)

@@ -24,7 +24,7 @@ from etl.base.quiet import native_stderr_quiet
 from etl.job.config import JobConfig
 from etl.output import quarantine
 from etl.quality.evaluate import NO_PREVIOUS, Result, evaluate, fmt
-from etl.quality.stats import previous_output, published_stats, staged_stats
+from etl.quality.stats import baseline, staged_stats
 from etl.tools.report.drift import compare
 from etl.tools.report.html import render
 
@@ -38,6 +38,7 @@ class Gate:
     previous: str | None  # the output drift compared with; None: nothing published before
     report: dict[str, Any] = field(default_factory=dict)
     samples: dict[tuple[str, str], list[np.ndarray]] = field(default_factory=dict)
+    baseline_note: str = ""  # a damaged previous output passed over (etl.quality.stats.baseline)
 
     @property
     def blocked(self) -> list[Result]:
@@ -51,7 +52,9 @@ class Gate:
         """One line per failed check (blocks first), and one saying drift had nothing to
         compare with when that is so."""
         out = [r.line() for r in self.blocked + self.warned]
-        if self.previous is None and any(r.note == NO_PREVIOUS for r in self.results):
+        if self.baseline_note:
+            out.append(self.baseline_note)
+        elif self.previous is None and any(r.note == NO_PREVIOUS for r in self.results):
             out.append(f"drift and records.max_change checks passed: {NO_PREVIOUS}")
         return out
 
@@ -60,12 +63,12 @@ def run_checks(job: JobConfig, staging: str, manifest: dict[str, Any]) -> Gate:
     """Evaluate `job.checks` on the dataset staged in `staging` (its manifest `manifest`)."""
     assert job.checks is not None
     report, samples = staged_stats(staging, job.output)
-    previous = previous_output(job)
-    before = published_stats(previous) if previous is not None else None
+    base = baseline(job)  # a damaged previous output is no baseline (etl.quality.stats)
+    previous, before = base.output, base.stats
     if before is not None:
         report["drift"] = compare(report, before, previous or "")
     results = evaluate(job.checks, report, manifest, before, previous)
-    return Gate(results, previous, report, samples)
+    return Gate(results, previous, report, samples, base.note)
 
 
 def checks_doc(gate: Gate, run_id: str, span: str | None) -> dict[str, Any]:

@@ -11,15 +11,18 @@ Either way the numbers a check measures are the report's numbers (the same docum
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from etl.base.errors import EtlError, ForeignEntries
 from etl.contract.schema import load_schema
 from etl.job.config import JobConfig, job_from_dict
 from etl.job.spans import Span, parse_date, placeholders
 from etl.output.layout import SCHEMA_FILE, SUCCESS
-from etl.output.manifest import load_manifest
+from etl.output.manifest import load_manifest, verify
 from etl.storage import fs
 from etl.tools.report import build, current_report, gather, split_sizes
 from etl.tools.report.dataset_stats import load_stats
@@ -49,19 +52,65 @@ def previous_output(job: JobConfig) -> str | None:
     """What drift compares with: for a dated job (a placeholder in its output) the newest
     published span before this one (looking back LOOK_BACK_DAYS days: a blocked day is
     skipped over), else the output this run replaces; None when nothing is published. Spans
-    of a run given `--output` are looked for under that template too."""
+    of a run given `--output` are looked for under that template too. (`baseline` is what
+    the checks use: the same, but only an intact output.)"""
+    return next(_published_candidates(job), None)
+
+
+def _published_candidates(job: JobConfig) -> Iterator[str]:
+    """The published outputs drift may compare with, newest first."""
     template = job.output_override or job.raw.get("output")
     dated = job.span is not None and isinstance(template, str) and bool(placeholders(template))
     if not dated:
-        return job.output if _published(job.output) else None
+        if _published(job.output):
+            yield job.output
+        return
     assert job.span is not None
     day = parse_date(job.span).date
     for back in range(1, LOOK_BACK_DAYS + 1):
         before = Span(day - dt.timedelta(days=back))
         out = job_from_dict(job.raw, job.path, job.base_dir, job.output_override, before).output
         if _published(out):
-            return out
-    return None
+            yield out
+
+
+@dataclass
+class Baseline:
+    """What drift compares with: `output` and its statistics (None, None: nothing), and
+    `note`, one line when a damaged output was passed over ("" otherwise)."""
+
+    output: str | None
+    stats: dict[str, Any] | None
+    note: str = ""
+
+
+def baseline(job: JobConfig) -> Baseline:
+    """The previous published output that is intact, with its statistics. Each candidate
+    (previous_output's, newest first) is checked as the skip rule checks an output
+    (etl.output.manifest.verify, quick: its files as published, one stat each) and its
+    statistics must load (a bounded, listed stats.json, or its shards): a damaged one is no
+    baseline. A dated job then compares with the newest intact span before it; a job without
+    dates (its previous output is the one this run replaces) compares with nothing. Either
+    way `note` says which output was passed over and why, in one line."""
+    damaged = ""
+    for out in _published_candidates(job):
+        try:
+            verify(out, quick=True)
+        except ForeignEntries:
+            pass  # a file beside the data: the data itself is whole
+        except (EtlError, OSError, ValueError, KeyError, TypeError) as e:
+            damaged = damaged or f"{out} is damaged ({fs.first_line(e)})"
+            continue
+        try:
+            stats = published_stats(out)
+        except (EtlError, OSError, ValueError, KeyError, TypeError) as e:
+            damaged = damaged or f"{out} is damaged ({fs.first_line(e)})"
+            continue
+        note = f"drift compared with {out}: the previous span's output {damaged}" if damaged else ""
+        return Baseline(out, stats, note)
+    note = (f"drift and records.max_change not checked: the previous output {damaged}, no "
+            "baseline" if damaged else "")
+    return Baseline(None, None, note)
 
 
 def published_stats(output: str) -> dict[str, Any]:

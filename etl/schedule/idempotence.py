@@ -30,7 +30,14 @@ from etl.base.errors import ForeignEntries, VerifyError
 from etl.contract.schema import load_schema
 from etl.job.read_plan import plan_units
 from etl.output.layout import MANIFEST, SUCCESS
-from etl.output.manifest import dataset_dir, load_manifest, verify
+from etl.output.manifest import (
+    BY_SIZE,
+    NOT_SEALED,
+    dataset_dir,
+    load_manifest,
+    parse_manifest,
+    verify,
+)
 from etl.schedule.fingerprint import NONE, with_fingerprints
 from etl.storage import fs
 from etl.storage.object_store import Store
@@ -153,8 +160,10 @@ def _published_gcs(output: str) -> dict[str, Any] | None:
         return None
     manifest = store.read(f"{base}/{version}/{MANIFEST}")
     try:
-        return None if manifest is None else json.loads(manifest[0])
-    except ValueError:
+        return None if manifest is None else parse_manifest(manifest[0],
+                                                            f"{base}/{version}/{MANIFEST}")
+    except ValueError as e:  # not trusted: a new version is published beside it
+        log.warning("%s; not trusted: the output is rebuilt", e)
         return None
 
 
@@ -212,19 +221,24 @@ def inputs_reason(recorded: list[dict[str, Any]], now: list[dict[str, Any]],
 
 def damage(output: str, full: bool = False) -> str | None:
     """What is wrong with a published output that is otherwise current, or None: the check a
-    rerun makes before it skips, `verify --quick` (every listed file there with its size,
-    nothing unlisted), or with `full` the whole `verify` (every byte against its sha256).
-    A damaged output is rebuilt, not trusted: a flipped byte or a lost shard heals on the
-    next scheduled run."""
+    rerun makes before it skips, `verify --quick` (every listed file there with its size and,
+    as recorded when it was published, its modification time and inode, or on gs:// its
+    generation and crc32c; nothing unlisted: etl.output.manifest.verify), or with `full` the
+    whole `verify` (every byte against its sha256). A damaged output is rebuilt, not trusted:
+    any write since the publish, a flipped byte or a lost shard heals on the next scheduled
+    run. An output published by an older version (no such record) is checked by sizes, and a
+    warning says so."""
     try:
-        verify(output, quick=not full)
+        checked = verify(output, quick=not full).get("checked")
     except ForeignEntries as e:  # the data is whole: still current, but say what is in there
         log.warning("%s (a rebuild of this output would refuse to replace it)", e)
         return None
     except VerifyError as e:
         return str(e)
-    except (OSError, ValueError, KeyError, TypeError) as e:  # an unreadable manifest
-        return f"{output}: {type(e).__name__}: {e}"
+    except (OSError, ValueError, KeyError, TypeError) as e:  # never a reason to trust it
+        return f"{output}: cannot be checked: {type(e).__name__}: {fs.first_line(e)}"
+    if checked == BY_SIZE:
+        log.warning("%s: %s", output, NOT_SEALED)
     return None
 
 

@@ -487,6 +487,40 @@ def list_dir(prefix: str) -> list[tuple[str, int]]:
     return sorted(out)
 
 
+def list_stats(prefix: str) -> dict[str, tuple[int, int, int]]:
+    """Local: every file below a directory (recursive, links not followed) by its path relative
+    to `prefix`, as (size, modification time in ns, inode) from lstat: what a published
+    output's seal records and the skip rule compares (etl.output.manifest.seal), one stat per
+    entry and no byte read."""
+    out: dict[str, tuple[int, int, int]] = {}
+    base = prefix.rstrip(os.sep) + os.sep
+    for root, _, files in os.walk(prefix):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue  # gone since the walk listed it: missing, as the caller will say
+            out[path[len(base):]] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    return out
+
+
+def set_mtime_ns(path: str, mtime_ns: int) -> int:
+    """Local: set a file's modification time; returns the one the file system kept (coarser
+    clocks round it), so a caller can record a value a later stat gives back exactly."""
+    with guarded(path, "setting the modification time of"):
+        os.utime(path, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
+        return os.lstat(path).st_mtime_ns
+
+
+def mtime_ns(path: str) -> int | None:
+    """Local: a file's modification time in ns (lstat), None when it is not there."""
+    try:
+        return os.lstat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
 def delete_tree(path: str) -> None:
     if is_remote(path):
         files = [p for p, _ in list_dir(path)]

@@ -50,6 +50,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from etl.base.errors import VerifyError
 from etl.contract.images import is_image
 from etl.contract.schema import Schema
 from etl.output.layout import STATS_FILE
@@ -199,6 +200,12 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON: {type(o).__name__}")
 
 
+# the largest stats.json `load_stats` reads (docs/output.md, "What the skip rule checks"): a
+# numeric feature takes about 4 KB per split (histogram, quantiles), so this is room for some
+# 250,000 feature-splits; anything larger is garbage, not statistics
+STATS_MAX_BYTES = 1 << 30
+
+
 def load_stats(out: str, manifest: dict[str, Any] | None = None) -> DatasetStats | None:
     """The stats.json of output `out` (or of a dataset dir) when it describes that data:
     listed in its manifest with these bytes (sha256), for this schema and these record
@@ -210,6 +217,13 @@ def load_stats(out: str, manifest: dict[str, Any] | None = None) -> DatasetStats
     entry = manifest.get("files", {}).get(STATS_FILE)
     path = fs.join(ddir, STATS_FILE)
     if entry is None or not fs.exists(path):
+        return None
+    # bounded before a byte is read: a file of another size is not the one listed, and no
+    # listed stats.json is read above STATS_MAX_BYTES (a 2 GB sparse file took 2.4 GB of RSS)
+    if entry["num_bytes"] > STATS_MAX_BYTES:
+        raise VerifyError(f"{path}: the manifest lists {entry['num_bytes']} bytes, above the "
+                          f"{STATS_MAX_BYTES >> 20} MiB a stats.json may have: not read")
+    if fs.size(path) != entry["num_bytes"]:
         return None
     data = fs.read_bytes(path)
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
