@@ -187,11 +187,15 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
     """The estimate for `job` whose inputs `plan` lists (nothing else is read but samples)."""
     rates_doc = _load("estimate_rates.json")
     rates = rates_doc["rates"]
+    first: dict[str, ReadUnit] = {}  # each source's first unit, in one pass over the plan
+    source_bytes: dict[str, int] = {}
+    for unit in plan.units:
+        first.setdefault(unit.source, unit)
+        source_bytes[unit.source] = source_bytes.get(unit.source, 0) + unit.num_bytes
     samples = {}
     for name, cfg in job.sources.items():
-        units = [u for u in plan.units if u.source == name]
-        if units:
-            samples[name] = sample_source(name, cfg, units[0], schema, job.base_dir,
+        if name in first:
+            samples[name] = sample_source(name, cfg, first[name], schema, job.base_dir,
                                           job.max_record_bytes)
     records = framed = cpu = 0.0
     for unit in plan.units:
@@ -205,8 +209,8 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
     if fractions:
         per_split = {k: records * v for k, v in fractions.items()}
     else:
-        per_split = {name: sum(u.num_bytes * samples[name].records_per_byte
-                               for u in plan.units if u.source == name) for name in samples}
+        per_split = {name: source_bytes[name] * samples[name].records_per_byte
+                     for name in samples}
     shards = {}
     for split, n in per_split.items():
         share = framed * n / max(records, 1)
@@ -264,9 +268,9 @@ def object_operations(records: float, shards: dict[str, int], read_tasks: int, v
     n_shards = sum(shards.values())
     ops = {"input reads": read_tasks, "shard writes": n_shards, "metadata writes": 4}
     if via != "engine":  # files: a spill per block and split, each read by every shard
-        blocks = sum(max(1, math.ceil(records * u.num_bytes
-                                      / max(1, sum(v.num_bytes for v in plan.units))
-                                      / DEFAULT_BLOCK_ROWS)) for u in plan.units)
+        total = max(1, sum(u.num_bytes for u in plan.units))  # once: 100k files stay linear
+        blocks = sum(max(1, math.ceil(records * u.num_bytes / total / DEFAULT_BLOCK_ROWS))
+                     for u in plan.units)
         spills = blocks * max(1, len(shards))
         ops["spill writes"] = spills
         ops["spill reads"] = 2 * spills * max(shards.values(), default=1)
