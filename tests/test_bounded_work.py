@@ -5,6 +5,8 @@ is a gigabyte (a sparse file: no disk used), and inputs that are no regular file
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -99,3 +101,71 @@ def test_schema_of_100k_features_loads_in_linear_time(tmp_path: Path) -> None:
     with pytest.raises(SchemaError) as e:
         load_schema(str(same))
     assert str(e.value) == f"{same}:1004: duplicate key 'f5' (first at line 9)"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+
+
+def _cli(cwd: Path, *args: str, timeout: float = 300) -> tuple[int, list[str], int]:
+    """`run_pipeline.py ARGS` in a subprocess: exit code, stderr's lines (Beam's WARNING lines
+    left out) and the process's peak RSS in MiB (wait4's rusage, descendants included)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run_pipeline.py"), *args], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    deadline = time.monotonic() + timeout
+    err = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # read to the end, so the child never blocks on a full pipe
+        err.append(line.rstrip("\n"))
+        if time.monotonic() > deadline:
+            proc.kill()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    lines = [x for x in err if x.strip() and not x.startswith("WARNING")]
+    return proc.returncode, lines, usage.ru_maxrss // 1024
+
+
+def _sparse_job(tmp_path: Path, name: str, head: bytes, size: int, **source: object) -> Path:
+    """A job over one CSV file of `size` bytes: `head`, then NULs up to the size (a sparse
+    file: `truncate`, no disk used)."""
+    data = tmp_path / name
+    data.write_bytes(head)
+    os.truncate(data, size)
+    (tmp_path / "schema.yaml").write_text(ID_SCHEMA)
+    return Path(write_yaml(str(tmp_path / f"{name}.yaml"), {
+        "schema": "schema.yaml", "output": f"out-{name}", "shards": 2,
+        "sources": {"train": {"format": "csv", "paths": [name], **source}}}))
+
+
+def test_a_1gb_first_line_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    """A CSV that is one 1 GB line without a newline (NULs) took 1.8-16 GB and ended in
+    `unexpected ArrowInvalid`. Now the header is read up to max_record_bytes (64 MiB) and
+    refused in one line naming the file, by `--estimate` and by `run` alike (exit 3); with
+    `header: false` and `columns:` the estimate refuses the same way and the run rejects the
+    line as one oversized_record. Peak RSS stays far below the line's size."""
+    job = _sparse_job(tmp_path, "nul.csv", b"", GIB)
+    where = f"sources.train: {tmp_path / 'nul.csv'}: line 1, the header,"
+    for args in (["--estimate"], []):
+        code, err, rss = _cli(tmp_path, "run", str(job), "--runner=FnApiRunner", *args)
+        assert code == 3, err
+        assert len(err) == 1 and err[0].startswith(f"error: {where} has no line break in its "
+                                                   "first 67,108,864 bytes (max_record_bytes),"
+                                                   " so its columns cannot be read: is this a "
+                                                   "CSV file?"), err
+        assert rss < 700, rss  # the CLI alone is ~350 MiB; the line is 1024 MiB
+
+    job = _sparse_job(tmp_path, "cols.csv", b"", GIB, header=False, columns=["id"])
+    code, err, rss = _cli(tmp_path, "run", str(job), "--runner=FnApiRunner", "--estimate")
+    assert code == 3 and err == [
+        f"error: source train: {tmp_path / 'cols.csv'}: line 1 has no line break in its first "
+        "67,108,864 bytes (max_record_bytes): the run would reject it as oversized_record; is "
+        "this a text file?"], err
+    assert rss < 700, rss
+    code, err, rss = _cli(tmp_path, "run", str(job), "--runner=FnApiRunner")
+    assert code == 3 and len(err) == 1, err
+    assert err[0].startswith("error: 1 of 1 records rejected (100.00% > max_bad_fraction 0.00%)"
+                             ": oversized_record 1; nothing published. First: "
+                             f"{tmp_path / 'cols.csv'}:1: line of 1073741824 bytes is over "
+                             "max_record_bytes (67108864); skipped unread"), err
+    assert rss < 700, rss

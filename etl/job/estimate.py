@@ -19,12 +19,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from etl.base.errors import EXIT_BAD_INPUT, BadRecord
+from etl.base.errors import EXIT_BAD_INPUT, BadInputError, BadRecord
 from etl.contract.codec import Encoder
 from etl.contract.schema import Schema
 from etl.formats.proto_wire import binary_column, lengths
 from etl.job.config import JobConfig
-from etl.job.read_plan import ReadPlan, ReadUnit
+from etl.job.read_plan import WHOLE_FILE, ReadPlan, ReadUnit
 from etl.shuffle.planning import num_shards_for
 from etl.sources import make_reader
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Split
@@ -87,7 +87,9 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     fmt = str(cfg.get("format"))
     text = fmt in TEXT_FORMATS and not unit.path.endswith(COMPRESSED)
     if text and unit.num_bytes > SAMPLE_BYTES:
-        split = Split(unit.path, index=0, count=2, start=0, stop=SAMPLE_BYTES, size=unit.num_bytes)
+        reader.splits(unit.path, WHOLE_FILE)  # the reader's own launch checks (a CSV header)
+        stop = max(SAMPLE_BYTES, _first_line_end(unit.path, name, max_record_bytes))
+        split = Split(unit.path, index=0, count=2, start=0, stop=stop, size=unit.num_bytes)
     else:
         split = Split(unit.path, size=unit.num_bytes)
     counts = [0, 0, 0]  # read, encoded, framed bytes: up to input byte `at`
@@ -131,6 +133,26 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     if text and not whole:
         sample.spread = _line_spread(unit.path, unit.num_bytes, at)
     return sample
+
+
+def _first_line_end(path: str, source: str, max_record_bytes: int) -> int:
+    """Where the first line of a plain text file ends (after its newline), read a MiB at a
+    time and nothing kept: the sample then holds at least one whole line. A file whose first
+    `max_record_bytes` hold no line break (one huge line, a NUL-filled or sparse file) is
+    refused: its first record is over the limit, and no rate can be read from it."""
+    with fs.open_read(path) as fh:
+        at = 0
+        while at <= max_record_bytes:
+            window = fh.read(min(SAMPLE_BYTES, max_record_bytes + 1 - at))
+            if not window:
+                return at
+            nl = window.find(b"\n")
+            if nl >= 0:
+                return at + nl + 1
+            at += len(window)
+    raise BadInputError(f"source {source}: {path}: line 1 has no line break in its first "
+                        f"{max_record_bytes:,} bytes (max_record_bytes): the run would reject "
+                        "it as oversized_record; is this a text file?")
 
 
 def _line_spread(path: str, size: int, head: int) -> float:
