@@ -35,6 +35,9 @@ SAMPLE_BLOCK_ROWS = 8192  # small blocks, so the sample stops near SAMPLE_BYTES
 COMPRESSED = (".gz", ".zz", ".zlib", ".bz2")
 WINDOW = 256 << 10  # bytes of a text file read at a few places to see its rows' length drift
 TEXT_FORMATS = frozenset({"csv", "tsv", "jsonl", "text"})
+# a generator's records are its function's to make: calling it would run the user's code,
+# which an estimate ("nothing is launched") must not do (--dry-run does not either)
+UNSAMPLED = frozenset({"python"})
 FRAMING = 16  # bytes of TFRecord framing per record
 CHUNK_OVERHEAD = 24  # key, id and offset per record in an engine chunk (etl.shuffle.engine)
 UTILISATION = 0.7  # share of a worker's cores busy on average (assumption)
@@ -61,6 +64,7 @@ class Sample:
     whole_file: bool
     spread: float = 1.0  # lines per byte of the whole file / of the sampled head (text)
     bad: list[BadRecord] = field(default_factory=list)  # the sample's rejected records
+    unsampled: bool = False  # user code (`format: python`): never run by an estimate
 
     @property
     def rejected(self) -> int:
@@ -216,7 +220,10 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
         source_bytes[unit.source] = source_bytes.get(unit.source, 0) + unit.num_bytes
     samples = {}
     for name, cfg in job.sources.items():
-        if name in first:
+        if name in first and cfg.get("format") in UNSAMPLED:
+            samples[name] = Sample(name, first[name].path, str(cfg.get("format")), 0, 0, 0, 0,
+                                   False, unsampled=True)
+        elif name in first:
             samples[name] = sample_source(name, cfg, first[name], schema, job.base_dir,
                                           job.max_record_bytes)
     records = framed = cpu = 0.0
@@ -333,6 +340,10 @@ def lines(est: Estimate) -> list[str]:
         how = "the whole file" if s.whole_file else f"its first {s.input_bytes / 1e6:.1f} MB"
         bad = s.read - s.encoded
         name = "source" if s.source == "*" else f"source {s.source}"
+        if s.unsampled:
+            out.append(f"  not sampled       {name} ({s.fmt}): its function is your code, which "
+                       "an estimate never runs; its records are not counted below")
+            continue
         drift = (f"; rows {1 / s.spread:.2f}x as long further on (newlines at 4 places)"
                  if abs(s.spread - 1) > 0.02 else "")
         out.append(f"  sampled           {name} ({s.fmt}): {how} of {os.path.basename(s.path)}"

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.base.errors import ConfigError
+from etl.base.errors import ConfigError, quote
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, options
 from etl.storage import fs
 
@@ -37,6 +37,12 @@ def expand_each(patterns: Sequence[str], base_dir: str, where: str) -> list[str]
         if not matched:
             said = "" if full == pattern else f" ({full})"
             raise ConfigError(f"{where}: no input files match {pattern!r}{said}")
+        for path in matched:
+            kind = fs.not_a_file(path)
+            if kind is not None:  # a FIFO would hang the read, a device never end
+                raise ConfigError(f"{where}: {quote(path)} (from {pattern!r}) is {kind}, not a "
+                                  "file: inputs must be regular files; move it away or narrow "
+                                  "the pattern")
         found.update(matched)
     return sorted(found)
 
