@@ -34,6 +34,7 @@ from etl.base.errors import ConfigError, EtlError
 MAX_BYTES = 16 * 2**20  # a 10,000-feature schema, a description each, is about 1.5 MB
 MAX_EXPANDED = 1_000_000  # values the aliases may add, beyond the file's own
 _MERGE = "tag:yaml.org,2002:merge"
+_UNKNOWN_TAG = re.compile(r"could not determine a constructor for the tag '(.*)'$")
 _LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")  # YAML 1.1's line breaks, as PyYAML's
 
 # libyaml's parser when PyYAML was built with it (faster, and it caps nesting at 1000 levels
@@ -156,6 +157,11 @@ def _problem(e: yaml.MarkedYAMLError, lines: list[str]) -> str:
             return "found a tab character where indentation is expected (YAML indents with spaces)"
         return "found a tab character where YAML does not allow one"
     problem = (e.problem or e.context or "not valid YAML").strip().replace("\n", " ")
+    unknown = _UNKNOWN_TAG.match(problem)
+    if unknown:  # !!python/object..., !include, ...: SafeLoader builds plain values only
+        tag = unknown.group(1).replace("tag:yaml.org,2002:", "!!")
+        return (f"the tag {tag!r} is refused: only plain YAML values are read (no Python "
+                "objects, no !include of other files, no custom tags)")
     if problem == "found character that cannot start any token" and here:
         problem = f"found character {here[0]!r} that cannot start any token"  # libyaml omits it
     if problem == "found undefined alias" and here.startswith("*"):
@@ -194,3 +200,17 @@ def load_yaml(text: str, path: str, what: str, error: type[EtlError] = ConfigErr
         raise error(f"{path}: not valid YAML: {where}{_first_line(e)}") from e
     except RecursionError as e:
         raise error(f"{path}: not valid YAML: nested too deeply") from e
+
+
+def top_key_line(text: str, key: str) -> int | None:
+    """1-based line of `key` at the top of the mapping document `text` (already accepted by
+    `load_yaml`), for a message about its value; None when it is not there as written."""
+    try:
+        with _no_gc():
+            root = yaml.compose(text, Loader=_BASE)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(root, MappingNode):
+        return None
+    return next((k.start_mark.line + 1 for k, _ in root.value
+                 if isinstance(k, ScalarNode) and k.value == key), None)

@@ -5,6 +5,7 @@ match), files paired by column (IDX, npy), their options (`block_rows`, integers
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -25,6 +26,9 @@ def join(base_dir: str, path: str) -> str:
         raise ConfigError(str(e)) from e
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def expand_each(patterns: Sequence[str], base_dir: str, where: str) -> list[str]:
     """Every pattern must match something: a typo in a job file is a launch error, not 0 rows."""
     found: set[str] = set()
@@ -38,6 +42,10 @@ def expand_each(patterns: Sequence[str], base_dir: str, where: str) -> list[str]
             said = "" if full == pattern else f" ({full})"
             raise ConfigError(f"{where}: no input files match {pattern!r}{said}")
         for path in matched:
+            if _CONTROL.search(path):  # a line break would split every message naming it
+                raise ConfigError(f"{where}: {quote(path)} (from {pattern!r}) has a control "
+                                  "character (a line break, tab, ...) in its name, which would "
+                                  "break the one-line messages and logs naming it: rename it")
             kind = fs.not_a_file(path)
             if kind is not None:  # a FIFO would hang the read, a device never end
                 raise ConfigError(f"{where}: {quote(path)} (from {pattern!r}) is {kind}, not a "
