@@ -807,14 +807,16 @@ class _QuoteScan:
         if q is not None:  # lines after the last quote line are plain: they keep the states
             start = self._line_start(fh, previous, q)
             fh.seek(start)
-            line = fh.readline()
+            line, whole = bounded_line(fh, _SCAN_LIMIT)  # never a gigabyte line in memory
+            if not whole:
+                return None
             entry = {_FS} if start == previous else {_FS, _IQ}
             states = self._next(line, entry)
         at = k
         fh.seek(k)
         while states != {_FS}:
-            line = fh.readline()
-            if not line or at - k > _SCAN_LIMIT:
+            line, whole = bounded_line(fh, _SCAN_LIMIT)
+            if not line or not whole or at - k > _SCAN_LIMIT:
                 return None
             at += len(line)
             if self.quote_bytes in line:
