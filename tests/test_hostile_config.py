@@ -195,3 +195,34 @@ def test_input_names_with_shell_characters_convert_and_line_breaks_are_refused(
         f"error: {job}: sources.train: '{tmp_path}/data/new\\nline.csv' (from 'data/*.csv') has "
         "a control character (a line break, tab, ...) in its name, which would break the "
         "one-line messages and logs naming it: rename it"], err
+
+
+def test_job_schema_and_vocabulary_files_that_never_end_are_refused(tmp_path: Path) -> None:
+    """`schema: /dev/zero`, `vocabulary_file: /dev/zero` or `run /dev/zero` were read until
+    the memory ran out; each is read to its limit (16 MiB of a job or schema file, 256 MiB of
+    a vocabulary) and refused in one line naming it. A directory as a job file: one line."""
+    from etl.base.errors import ConfigError, SchemaError  # noqa: PLC0415
+    from etl.contract.schema import load_schema  # noqa: PLC0415
+    from etl.job.config import load_job  # noqa: PLC0415
+
+    def refused(error: type[Exception], fn, *args) -> str:
+        try:
+            fn(*args)
+        except error as e:
+            return str(e)
+        raise AssertionError(f"{fn.__name__}{args} was accepted")
+
+    assert refused(ConfigError, load_job, "/dev/zero") == (
+        "cannot read job file '/dev/zero': it is longer than 67,108,864 characters, more than "
+        "a job file may be")
+    assert refused(SchemaError, load_schema, "/dev/zero") == (
+        "cannot read schema file '/dev/zero': it is longer than 67,108,864 characters, more "
+        "than a schema file may be")
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("name: t\nkind: example\nfeatures:\n"
+                      "  label: {dtype: bytes, vocabulary_file: /dev/zero}\n")
+    assert refused(SchemaError, load_schema, str(schema)) == (
+        f"{schema}: feature 'label': cannot read vocabulary_file '/dev/zero': it is longer than "
+        "268,435,456 characters, more than a vocabulary_file may be")
+    assert refused(ConfigError, load_job, str(tmp_path)) == (
+        f"cannot read job file '{tmp_path}': [Errno 21] Is a directory: '{tmp_path}'")

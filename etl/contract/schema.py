@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from etl.base.errors import SchemaError
-from etl.base.yaml_load import load_yaml
+from etl.base.yaml_load import MAX_BYTES, load_yaml
 from etl.contract.dates import TimeSpec, parse_one, time_spec
 from etl.formats.kinds import STORAGE_KINDS
 from etl.storage import fs
@@ -59,6 +59,7 @@ _FEATURE_KEYS = {"dtype", "shape", "encoding", "default", "required", "source", 
 _IMAGE_ENCODINGS = ("png", "jpeg")
 _NAN_TEXT = ("nan", "NaN", "NAN")
 _SECTIONS = ("features", "context", "sequence")
+VOCABULARY_MAX_CHARS = 256 * 2**20  # 10M labels of 25 characters; /dev/zero is refused
 
 
 def _tf() -> Any:
@@ -365,7 +366,7 @@ class Schema:
 def load_schema(path: str | os.PathLike[str]) -> Schema:
     """Read and validate a schema YAML file (local path or any remote path etl.storage.fs reads)."""
     path = os.fspath(path)
-    text = fs.read_text_as(path, "schema file", SchemaError)
+    text = fs.read_text_as(path, "schema file", SchemaError, limit=4 * MAX_BYTES)  # bounded: /dev/zero
     doc = load_yaml(text, path, "schema file", SchemaError)
     try:
         return schema_from_dict(doc, path=path)
@@ -677,7 +678,8 @@ def _vocabulary(spec: Mapping[str, Any], fail: Any, base_dir: str) -> tuple[str,
     if vocab_file is not None:
         try:
             full = fs.resolve(base_dir, str(vocab_file))
-            vocab = [line for line in fs.read_text(full).split("\n") if line.strip()]
+            text = fs.read_text_as(full, "vocabulary_file", SchemaError, VOCABULARY_MAX_CHARS)
+            vocab = [line for line in text.split("\n") if line.strip()]
         except ValueError as e:  # a relative path leaving the bucket
             raise fail(str(e)) from e
         except OSError as e:

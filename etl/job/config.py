@@ -43,7 +43,7 @@ from typing import Any
 
 from etl.base.errors import ConfigError
 from etl.base.units import DEFAULT_MAX_RECORD_BYTES, parse_size
-from etl.base.yaml_load import load_yaml, top_key_line
+from etl.base.yaml_load import MAX_BYTES, load_yaml, top_key_line
 from etl.formats.shards import ARRAY_RECORD, FORMATS, TFRECORD, default_index
 from etl.formats.tfrecord import COMPRESSIONS
 from etl.job.checks import Checks, Lines, check_features, key_lines, parse_checks
@@ -194,7 +194,7 @@ def load_job(path: str, output: str | None = None, span: Span | None = None,
     Placeholders are filled with `span` (default: yesterday in UTC); a span given to a job
     without placeholders is a ConfigError (it would convert the same data for every date).
     `verify_full` (`run --verify-full`) overrides the job's `verify:` with full."""
-    text = fs.read_text_as(path, "job file", ConfigError)
+    text = fs.read_text_as(path, "job file", ConfigError, limit=4 * MAX_BYTES)  # bounded: /dev/zero
     try:
         doc = load_yaml(text, path, "job file")
     except ConfigError as e:

@@ -185,11 +185,20 @@ def read_text(path: str) -> str:
         return fh.read()
 
 
-def read_text_as(path: str, what: str, error: type[Exception]) -> str:
+def read_text_as(path: str, what: str, error: type[Exception], limit: int | None = None) -> str:
     """A small text file the user named (job, schema, vocabulary): a missing or unreadable
-    one raises `error` with one line naming it, e.g. "cannot read schema file 'x': no such file"."""
+    one raises `error` with one line naming it, e.g. "cannot read schema file 'x': no such file".
+    With `limit`, at most that many characters are read: a longer file (or `/dev/zero`, which
+    never ends) is refused before it fills the memory."""
     try:
-        return read_text(path)
+        if limit is None:
+            return read_text(path)
+        with open_text(path) as fh:
+            text = fh.read(limit + 1)
+        if len(text) > limit:
+            raise error(f"cannot read {what} {path!r}: it is longer than {limit:,} characters, "
+                        f"more than a {what} may be")
+        return text
     except FileNotFoundError as e:
         raise error(f"cannot read {what} {path!r}: no such file") from e
     except (OSError, UnicodeDecodeError) as e:
