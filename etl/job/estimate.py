@@ -28,6 +28,7 @@ from etl.job.read_plan import WHOLE_FILE, ReadPlan, ReadUnit
 from etl.shuffle.planning import num_shards_for
 from etl.sources import make_reader
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Split
+from etl.sources.json_array import is_json_array
 from etl.storage import fs
 
 SAMPLE_BYTES = 1 << 20  # read blocks of each source until this many input bytes are behind
@@ -92,7 +93,9 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     text = fmt in TEXT_FORMATS and not unit.path.endswith(COMPRESSED)
     if text and unit.num_bytes > SAMPLE_BYTES:
         reader.splits(unit.path, WHOLE_FILE)  # the reader's own launch checks (a CSV header)
-        stop = max(SAMPLE_BYTES, _first_line_end(unit.path, name, max_record_bytes))
+        array = fmt == "jsonl" and is_json_array(unit.path, max_record_bytes)  # not lines
+        first = 0 if array else _first_line_end(unit.path, name, max_record_bytes)
+        stop = max(SAMPLE_BYTES, first)
         split = Split(unit.path, index=0, count=2, start=0, stop=stop, size=unit.num_bytes)
     else:
         split = Split(unit.path, size=unit.num_bytes)
