@@ -169,3 +169,19 @@ def test_a_1gb_first_line_is_refused_in_bounded_memory(tmp_path: Path) -> None:
                              f"{tmp_path / 'cols.csv'}:1: line of 1073741824 bytes is over "
                              "max_record_bytes (67108864); skipped unread"), err
     assert rss < 700, rss
+
+
+def test_estimate_of_a_one_line_json_array_is_not_refused(tmp_path: Path) -> None:
+    """The first-line-break rule of the estimate's sample is for text read as lines: a
+    minified JSON array (one 2 MB line) is read as an array and estimated."""
+    import json  # noqa: PLC0415
+
+    (tmp_path / "arr.jsonl").write_text(json.dumps([{"id": i} for i in range(150_000)]))
+    (tmp_path / "schema.yaml").write_text(ID_SCHEMA)
+    job = load_job(write_yaml(str(tmp_path / "job.yaml"), {
+        "schema": "schema.yaml", "output": "out", "max_record_bytes": "1MiB",
+        "sources": {"train": {"format": "jsonl", "paths": ["arr.jsonl"]}}}))
+    est = estimate(job, plan_units(job.sources, job.base_dir, job.path),
+                   load_schema(str(tmp_path / "schema.yaml")), runner="test", via="files",
+                   split_bytes=0, local=True)
+    assert est.samples[0].encoded > 0 and est.samples[0].rejected == 0
