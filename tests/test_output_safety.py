@@ -83,20 +83,22 @@ def error_lines(stderr: str) -> list[str]:
 
 def _case_dot(tmp: str) -> tuple[list[str], str]:
     job = make_job(os.path.join(tmp, "proj"), ".")
-    return ["run", job], r"refusing output .*/proj: it holds the input .*/proj/"
+    return ["run", job], (r"job\.yaml:\d+: refusing output '\.' \(.*/proj\): it is the job "
+                          r"file's folder \(.*/proj\)")
 
 
 def _case_input_dir(tmp: str) -> tuple[list[str], str]:
     os.makedirs(os.path.join(tmp, "data"))
     write_csv(os.path.join(tmp, "data", "ids.csv"), 50)
     job = make_job(os.path.join(tmp, "proj"), "../data", csv="../data/ids.csv")
-    return ["run", job], r"refusing output .*/data: it holds the input .*/data/ids\.csv"
+    return ["run", job], (r"job\.yaml:\d+: refusing output '\.\./data' \(.*/data\): it holds the "
+                          r"input sources\.train\.paths '\.\./data/ids\.csv'")
 
 
 def _case_parent_of_input(tmp: str) -> tuple[list[str], str]:
     job = make_job(os.path.join(tmp, "proj", "job"), "out")
     return ["run", job, "--output", os.path.join(tmp, "proj")], \
-        r"refusing output .*/proj: it holds the input .*/proj/job/"
+        r"--output: refusing output '.*/proj': it holds the job file's folder \(.*/proj/job\)"
 
 
 def _case_file(tmp: str) -> tuple[list[str], str]:
@@ -118,8 +120,7 @@ def _case_foreign(tmp: str) -> tuple[list[str], str]:
 
 def _case_cwd(tmp: str) -> tuple[list[str], str]:
     job = make_job(os.path.join(tmp, "proj"), "out")
-    return ["run", job, "--output", ROOT], (r"refusing output .*: it is the current directory "
-                                            r"or one of its parents")
+    return ["run", job, "--output", ROOT], r"--output: refusing output '.*': it is the checkout"
 
 
 @pytest.mark.parametrize("case", [_case_dot, _case_input_dir, _case_parent_of_input, _case_file,
@@ -133,7 +134,8 @@ def test_refused_output_changes_nothing(tmp_path, case) -> None:
     proc = cli(*args)
     assert proc.returncode == 2, proc.stderr
     lines = error_lines(proc.stderr)
-    assert len(lines) == 1 and lines[0].startswith("error: refusing output"), proc.stderr
+    # refused when the job is loaded (job.yaml:LINE: or --output:) or by the run's guard
+    assert len(lines) == 1 and re.match(r"error: (\S+: )?refusing output", lines[0]), proc.stderr
     assert re.search(message, lines[0]), lines[0]
     assert "Traceback" not in proc.stderr
     assert listing(str(tmp_path)) == before  # not a byte changed, no work dir created

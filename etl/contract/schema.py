@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from etl.base.errors import SchemaError
-from etl.base.yaml_load import load_yaml
+from etl.base.yaml_load import MAX_BYTES, load_yaml
 from etl.contract.dates import TimeSpec, parse_one, time_spec
 from etl.formats.kinds import STORAGE_KINDS
 from etl.storage import fs
@@ -58,6 +58,8 @@ _FEATURE_KEYS = {"dtype", "shape", "encoding", "default", "required", "source", 
                  "resize", "pad", "unit", "timezone", "format"}
 _IMAGE_ENCODINGS = ("png", "jpeg")
 _NAN_TEXT = ("nan", "NaN", "NAN")
+_SECTIONS = ("features", "context", "sequence")
+VOCABULARY_MAX_CHARS = 256 * 2**20  # 10M labels of 25 characters; /dev/zero is refused
 
 
 def _tf() -> Any:
@@ -364,9 +366,51 @@ class Schema:
 def load_schema(path: str | os.PathLike[str]) -> Schema:
     """Read and validate a schema YAML file (local path or any remote path etl.storage.fs reads)."""
     path = os.fspath(path)
-    text = fs.read_text_as(path, "schema file", SchemaError)
+    text = fs.read_text_as(path, "schema file", SchemaError, limit=4 * MAX_BYTES)  # bounded: /dev/zero
     doc = load_yaml(text, path, "schema file", SchemaError)
-    return schema_from_dict(doc, path=path)
+    try:
+        return schema_from_dict(doc, path=path)
+    except _DeclaredTwice as e:
+        lines = _declared_at(text, e.names[0])
+        if len(lines) < 2:
+            raise
+        raise SchemaError(f"{path}:{lines[1]}: feature name(s) {e.names} declared twice "
+                          f"({e.names[0]!r} first at line {lines[0]}); give each feature its "
+                          "own name") from None
+
+
+class _DeclaredTwice(SchemaError):
+    """Two features of one schema share a name (`names`, sorted): `load_schema` adds lines."""
+
+    def __init__(self, message: str, names: list[str]) -> None:
+        super().__init__(message)
+        self.names = names
+
+
+def _declared_at(text: str, name: str) -> list[int]:
+    """1-based lines of the keys declaring feature `name` (under features/context/sequence),
+    in file order; keys compared as the name they make (`1` and `"1"` are both '1'). Only
+    on the error path: the text already parsed, so this composes it again (no objects built
+    beyond the keys)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        root = loader.get_single_node()
+        if not isinstance(root, yaml.MappingNode):
+            return []
+        found = []
+        for key, section in root.value:
+            if not (isinstance(key, yaml.ScalarNode) and key.value in _SECTIONS
+                    and isinstance(section, yaml.MappingNode)):
+                continue
+            for feature, _ in section.value:
+                if (isinstance(feature, yaml.ScalarNode)
+                        and str(loader.construct_object(feature)) == name):
+                    found.append(feature.start_mark.line + 1)
+        return sorted(found)
+    except (yaml.YAMLError, ValueError, TypeError):
+        return []
+    finally:
+        loader.dispose()
 
 
 def schema_from_dict(doc: Any, path: str | None = None) -> Schema:
@@ -394,9 +438,10 @@ def schema_from_dict(doc: Any, path: str | None = None) -> Schema:
                    if doc.get("context") else ())
         sequence = _features(doc.get("sequence"), "sequence", True, where, base_dir)
     names = [f.name for f in context + sequence]
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    seen: set[str] = set()  # a set, not names.count per name: 100k features stay linear
+    dupes = sorted({n for n in names if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
     if dupes:
-        raise SchemaError(f"{where}: feature name(s) {dupes} declared twice")
+        raise _DeclaredTwice(f"{where}: feature name(s) {dupes} declared twice", dupes)
     if not names:
         raise SchemaError(f"{where}: no features declared")
     return Schema(name=name, kind=kind, context=context, sequence=sequence, path=path)
@@ -633,7 +678,8 @@ def _vocabulary(spec: Mapping[str, Any], fail: Any, base_dir: str) -> tuple[str,
     if vocab_file is not None:
         try:
             full = fs.resolve(base_dir, str(vocab_file))
-            vocab = [line for line in fs.read_text(full).split("\n") if line.strip()]
+            text = fs.read_text_as(full, "vocabulary_file", SchemaError, VOCABULARY_MAX_CHARS)
+            vocab = [line for line in text.split("\n") if line.strip()]
         except ValueError as e:  # a relative path leaving the bucket
             raise fail(str(e)) from e
         except OSError as e:

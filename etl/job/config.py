@@ -43,7 +43,7 @@ from typing import Any
 
 from etl.base.errors import ConfigError
 from etl.base.units import DEFAULT_MAX_RECORD_BYTES, parse_size
-from etl.base.yaml_load import load_yaml
+from etl.base.yaml_load import MAX_BYTES, load_yaml, top_key_line
 from etl.formats.shards import ARRAY_RECORD, FORMATS, TFRECORD, default_index
 from etl.formats.tfrecord import COMPRESSIONS
 from etl.job.checks import Checks, Lines, check_features, key_lines, parse_checks
@@ -114,9 +114,69 @@ def _number(doc: Mapping[str, Any], key: str, default: float, where: str) -> flo
 
 def _string(doc: Mapping[str, Any], key: str, where: str) -> str:
     value = doc[key]
+    if value is None:  # `output: ~` or `output:` (YAML's null), not the home directory
+        raise _KeyRefused(key, f"{where}: {key} is empty (YAML reads a bare ~ or nothing as "
+                               "null, not as a home directory): write the full path")
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: {key} must be a path (text), got {value!r}")
+        raise _KeyRefused(key, f"{where}: {key} must be a path (text), got {value!r}")
     return value
+
+
+class _KeyRefused(ConfigError):
+    """A top-level key's value refused: `load_job` puts its line after the file's name."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+# The checkout (or the installed package's folder): an output there would replace the code.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _output_refusal(given: str, output: str, job: JobConfig) -> str | None:
+    """Why `output` (the resolved path, `given` as written) cannot be an output directory
+    (the rest of "refusing output GIVEN"), or None. Said at load time, before anything is
+    listed or launched (also for --estimate and --dry-run); the run's guard
+    (etl.output.guard) checks again what is on disk then.
+    An output is replaced as a whole, so it must not be or hold the filesystem root, a home
+    directory, the checkout, the job's or schema's folder, or an input's folder."""
+    if _CONTROL.search(given):
+        return (": it holds a control character (a line break, tab, ...): such a name "
+                "breaks logs, listings and scripts; choose a plain name")
+    if given.startswith("~"):
+        return (": it starts with '~', which is not expanded to a home directory here "
+                "(it would make a folder named '~'): write the full path")
+    if fs.is_remote(output):
+        return None
+    real = os.path.realpath(output)
+    places = [("the filesystem root", os.path.abspath(os.sep)),
+              ("your home directory", os.path.expanduser("~")),
+              ("the checkout of this program", _CHECKOUT),
+              ("the job file's folder", fs.dirname(fs.abspath(job.path)))]
+    if not fs.is_remote(job.schema_path):
+        places.append(("the schema file's folder", os.path.dirname(job.schema_path)))
+    for name, cfg in job.sources.items():
+        for pattern in strings_in(cfg.get("paths")):
+            try:
+                full = fs.resolve(job.base_dir, pattern)
+            except ValueError:
+                continue
+            if not fs.is_remote(full):
+                fixed = re.split(r"[*?\[]", full, maxsplit=1)[0]  # up to the first glob character
+                where = "source" if name == "*" else f"sources.{name}"
+                places.append((f"the input {where}.paths {pattern!r}", full) if fixed == full
+                              else (f"the folder of the input {where}.paths {pattern!r}",
+                                    os.path.dirname(fixed)))
+    for what, place in places:
+        if place and fs.within(place, real):
+            same = real == os.path.realpath(place)
+            shown = "" if real == os.path.abspath(given) else f" ({real})"
+            return (f"{shown}: it is {what}" if same else f"{shown}: it holds {what}") + (
+                f" ({place}); the output directory is replaced as a whole, so give it a new "
+                "directory of its own (e.g. out/NAME)")
+    return None
 
 
 def _resolve(base_dir: str, p: str) -> str:
@@ -134,7 +194,7 @@ def load_job(path: str, output: str | None = None, span: Span | None = None,
     Placeholders are filled with `span` (default: yesterday in UTC); a span given to a job
     without placeholders is a ConfigError (it would convert the same data for every date).
     `verify_full` (`run --verify-full`) overrides the job's `verify:` with full."""
-    text = fs.read_text_as(path, "job file", ConfigError)
+    text = fs.read_text_as(path, "job file", ConfigError, limit=4 * MAX_BYTES)  # bounded: /dev/zero
     try:
         doc = load_yaml(text, path, "job file")
     except ConfigError as e:
@@ -143,8 +203,14 @@ def load_job(path: str, output: str | None = None, span: Span | None = None,
         raise ConfigError(f"{e}; a path with a placeholder inside [...] or {{...}} must be "
                           "quoted, e.g. paths: [\"raw/{date}/*.csv\"]") from e
     lines = key_lines(text) if isinstance(doc, Mapping) and "checks" in doc else None
-    job = job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)), output=output,
-                        span=span, lines=lines)
+    try:
+        job = job_from_dict(doc, path=path, base_dir=fs.dirname(fs.abspath(path)),
+                            output=output, span=span, lines=lines)
+    except _KeyRefused as e:
+        line = top_key_line(text, e.key)
+        if line is None or not str(e).startswith(f"{path}: "):
+            raise
+        raise ConfigError(f"{path}:{line}: {str(e)[len(path) + 2:]}") from None
     if job.checks is not None and any(c.feature for c in job.checks.checks):
         from etl.contract.schema import load_schema  # noqa: PLC0415 - only for checks naming features
 
@@ -251,7 +317,7 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     temp = doc.get("temp_location")
     if temp is not None and (not isinstance(temp, str) or not temp):
         raise ConfigError(f"{path}: temp_location must be a path (text), got {temp!r}")
-    return JobConfig(
+    job = JobConfig(
         path=path, base_dir=base_dir, schema_path=_resolve(base_dir, schema),
         sources=sources, fractions=fractions, output=_resolve(os.getcwd(), out) if output
         else _resolve(base_dir, out), seed=seed, shards=shards, shard_size=shard_size,
@@ -271,6 +337,12 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
         checks=checks, stats=stats,
         output_override=output,
     )
+    refused = _output_refusal(out, job.output, job)
+    if refused is not None:
+        if output is not None:
+            raise ConfigError(f"--output: refusing output {out!r}{refused}")
+        raise _KeyRefused("output", f"{path}: refusing output {out!r}{refused}")
+    return job
 
 
 def _shard_format(doc: Mapping[str, Any], compression: str, path: str) -> tuple[str, bool]:

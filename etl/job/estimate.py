@@ -19,15 +19,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from etl.base.errors import EXIT_BAD_INPUT, BadRecord
+from etl.base.errors import EXIT_BAD_INPUT, BadInputError, BadRecord
 from etl.contract.codec import Encoder
 from etl.contract.schema import Schema
 from etl.formats.proto_wire import binary_column, lengths
 from etl.job.config import JobConfig
-from etl.job.read_plan import ReadPlan, ReadUnit
+from etl.job.read_plan import WHOLE_FILE, ReadPlan, ReadUnit
 from etl.shuffle.planning import num_shards_for
 from etl.sources import make_reader
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Split
+from etl.sources.json_array import is_json_array
 from etl.storage import fs
 
 SAMPLE_BYTES = 1 << 20  # read blocks of each source until this many input bytes are behind
@@ -35,6 +36,9 @@ SAMPLE_BLOCK_ROWS = 8192  # small blocks, so the sample stops near SAMPLE_BYTES
 COMPRESSED = (".gz", ".zz", ".zlib", ".bz2")
 WINDOW = 256 << 10  # bytes of a text file read at a few places to see its rows' length drift
 TEXT_FORMATS = frozenset({"csv", "tsv", "jsonl", "text"})
+# a generator's records are its function's to make: calling it would run the user's code,
+# which an estimate ("nothing is launched") must not do (--dry-run does not either)
+UNSAMPLED = frozenset({"python"})
 FRAMING = 16  # bytes of TFRecord framing per record
 CHUNK_OVERHEAD = 24  # key, id and offset per record in an engine chunk (etl.shuffle.engine)
 UTILISATION = 0.7  # share of a worker's cores busy on average (assumption)
@@ -61,6 +65,7 @@ class Sample:
     whole_file: bool
     spread: float = 1.0  # lines per byte of the whole file / of the sampled head (text)
     bad: list[BadRecord] = field(default_factory=list)  # the sample's rejected records
+    unsampled: bool = False  # user code (`format: python`): never run by an estimate
 
     @property
     def rejected(self) -> int:
@@ -87,7 +92,11 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     fmt = str(cfg.get("format"))
     text = fmt in TEXT_FORMATS and not unit.path.endswith(COMPRESSED)
     if text and unit.num_bytes > SAMPLE_BYTES:
-        split = Split(unit.path, index=0, count=2, start=0, stop=SAMPLE_BYTES, size=unit.num_bytes)
+        reader.splits(unit.path, WHOLE_FILE)  # the reader's own launch checks (a CSV header)
+        array = fmt == "jsonl" and is_json_array(unit.path, max_record_bytes)  # not lines
+        first = 0 if array else _first_line_end(unit.path, name, max_record_bytes)
+        stop = max(SAMPLE_BYTES, first)
+        split = Split(unit.path, index=0, count=2, start=0, stop=stop, size=unit.num_bytes)
     else:
         split = Split(unit.path, size=unit.num_bytes)
     counts = [0, 0, 0]  # read, encoded, framed bytes: up to input byte `at`
@@ -131,6 +140,26 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     if text and not whole:
         sample.spread = _line_spread(unit.path, unit.num_bytes, at)
     return sample
+
+
+def _first_line_end(path: str, source: str, max_record_bytes: int) -> int:
+    """Where the first line of a plain text file ends (after its newline), read a MiB at a
+    time and nothing kept: the sample then holds at least one whole line. A file whose first
+    `max_record_bytes` hold no line break (one huge line, a NUL-filled or sparse file) is
+    refused: its first record is over the limit, and no rate can be read from it."""
+    with fs.open_read(path) as fh:
+        at = 0
+        while at <= max_record_bytes:
+            window = fh.read(min(SAMPLE_BYTES, max_record_bytes + 1 - at))
+            if not window:
+                return at
+            nl = window.find(b"\n")
+            if nl >= 0:
+                return at + nl + 1
+            at += len(window)
+    raise BadInputError(f"source {source}: {path}: line 1 has no line break in its first "
+                        f"{max_record_bytes:,} bytes (max_record_bytes): the run would reject "
+                        "it as oversized_record; is this a text file?")
 
 
 def _line_spread(path: str, size: int, head: int) -> float:
@@ -187,11 +216,18 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
     """The estimate for `job` whose inputs `plan` lists (nothing else is read but samples)."""
     rates_doc = _load("estimate_rates.json")
     rates = rates_doc["rates"]
+    first: dict[str, ReadUnit] = {}  # each source's first unit, in one pass over the plan
+    source_bytes: dict[str, int] = {}
+    for unit in plan.units:
+        first.setdefault(unit.source, unit)
+        source_bytes[unit.source] = source_bytes.get(unit.source, 0) + unit.num_bytes
     samples = {}
     for name, cfg in job.sources.items():
-        units = [u for u in plan.units if u.source == name]
-        if units:
-            samples[name] = sample_source(name, cfg, units[0], schema, job.base_dir,
+        if name in first and cfg.get("format") in UNSAMPLED:
+            samples[name] = Sample(name, first[name].path, str(cfg.get("format")), 0, 0, 0, 0,
+                                   False, unsampled=True)
+        elif name in first:
+            samples[name] = sample_source(name, cfg, first[name], schema, job.base_dir,
                                           job.max_record_bytes)
     records = framed = cpu = 0.0
     for unit in plan.units:
@@ -205,8 +241,8 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
     if fractions:
         per_split = {k: records * v for k, v in fractions.items()}
     else:
-        per_split = {name: sum(u.num_bytes * samples[name].records_per_byte
-                               for u in plan.units if u.source == name) for name in samples}
+        per_split = {name: source_bytes[name] * samples[name].records_per_byte
+                     for name in samples}
     shards = {}
     for split, n in per_split.items():
         share = framed * n / max(records, 1)
@@ -264,9 +300,9 @@ def object_operations(records: float, shards: dict[str, int], read_tasks: int, v
     n_shards = sum(shards.values())
     ops = {"input reads": read_tasks, "shard writes": n_shards, "metadata writes": 4}
     if via != "engine":  # files: a spill per block and split, each read by every shard
-        blocks = sum(max(1, math.ceil(records * u.num_bytes
-                                      / max(1, sum(v.num_bytes for v in plan.units))
-                                      / DEFAULT_BLOCK_ROWS)) for u in plan.units)
+        total = max(1, sum(u.num_bytes for u in plan.units))  # once: 100k files stay linear
+        blocks = sum(max(1, math.ceil(records * u.num_bytes / total / DEFAULT_BLOCK_ROWS))
+                     for u in plan.units)
         spills = blocks * max(1, len(shards))
         ops["spill writes"] = spills
         ops["spill reads"] = 2 * spills * max(shards.values(), default=1)
@@ -307,6 +343,10 @@ def lines(est: Estimate) -> list[str]:
         how = "the whole file" if s.whole_file else f"its first {s.input_bytes / 1e6:.1f} MB"
         bad = s.read - s.encoded
         name = "source" if s.source == "*" else f"source {s.source}"
+        if s.unsampled:
+            out.append(f"  not sampled       {name} ({s.fmt}): its function is your code, which "
+                       "an estimate never runs; its records are not counted below")
+            continue
         drift = (f"; rows {1 / s.spread:.2f}x as long further on (newlines at 4 places)"
                  if abs(s.spread - 1) > 0.02 else "")
         out.append(f"  sampled           {name} ({s.fmt}): {how} of {os.path.basename(s.path)}"

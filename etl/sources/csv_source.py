@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from etl.base.errors import BadRecord, ConfigError
+from etl.base.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import (
     Block,
     Split,
@@ -69,7 +69,14 @@ from etl.sources.files import (
     null_values_option,
     utf8_bad_rows,
 )
-from etl.sources.lines import LineRange, line_splits, next_line_start, split_lines
+from etl.sources.lines import (
+    LineRange,
+    bounded_line,
+    line_splits,
+    next_line_start,
+    skip_line,
+    split_lines,
+)
 from etl.storage import fs
 
 
@@ -153,23 +160,36 @@ class CsvReader(FileSource):
             return list(self.columns)
         if path in self._known:
             return self._known[path]
+        limit = self.max_record_bytes
+        what = "header" if self.header else "first line"
         with fs.open_read(path) as raw, (gzip.GzipFile(fileobj=raw) if path.endswith(".gz")
                                       else contextlib.nullcontext(raw)) as fh:
             for _ in range(self.skip_rows):
-                fh.readline()
-            header = fh.readline().rstrip(b"\r\n")
-            more = bool(fh.read(1))
+                skip_line(fh)  # streamed past: a skipped line may be of any length
+            header, whole = bounded_line(fh, limit)
+            more = whole and bool(fh.read(1))
+        if not whole:
+            hint = ("is this a CSV file?" if self.header
+                    else "name the columns with 'columns:' so it need not be read")
+            raise BadInputError(f"{self.where}: {path}: line {self.skip_rows + 1}, the {what}, "
+                                f"has no line break in its first {limit:,} bytes "
+                                f"(max_record_bytes), so its columns cannot be read: {hint}")
+        header = header.rstrip(b"\r\n")
         if not header.strip() and more:
-            what = "header" if self.header else "first line"
             raise ConfigError(f"{self.where}: {path}: line {self.skip_rows + 1}, the {what}, is "
                               f"blank: set skip_rows: {self.skip_rows + 1} to skip it")
         if self.codec:
             header = transcode(header, self.codec)
-        reader = pa_csv.open_csv(
-            pa.BufferReader(header + b"\n"),
-            read_options=pa_csv.ReadOptions(use_threads=False),
-            parse_options=self._parse_options(None),
-        )
+        try:  # one block holds the whole line, however long (pyarrow's default is 1 MiB)
+            reader = pa_csv.open_csv(
+                pa.BufferReader(header + b"\n"),
+                read_options=pa_csv.ReadOptions(use_threads=False,
+                                                block_size=max(1 << 20, len(header) + 2)),
+                parse_options=self._parse_options(None),
+            )
+        except pa.ArrowInvalid as e:
+            raise BadInputError(f"{self.where}: {path}: line {self.skip_rows + 1}, the {what}, "
+                                f"cannot be read as CSV: {str(e).strip().splitlines()[0]}") from e
         names = list(reader.schema.names)
         if self.header and more:  # (an empty file has no records: the run says so)
             _check_names(names, f"{self.where}: {path}", self.delimiter)
@@ -182,7 +202,7 @@ class CsvReader(FileSource):
         """Byte offset of the first data line (after `skip_rows` and the header line)."""
         with fs.open_read(path) as fh:
             for _ in range(self._header_lines):
-                if not fh.readline():
+                if not skip_line(fh):
                     break
             return fh.tell()
 
@@ -787,14 +807,16 @@ class _QuoteScan:
         if q is not None:  # lines after the last quote line are plain: they keep the states
             start = self._line_start(fh, previous, q)
             fh.seek(start)
-            line = fh.readline()
+            line, whole = bounded_line(fh, _SCAN_LIMIT)  # never a gigabyte line in memory
+            if not whole:
+                return None
             entry = {_FS} if start == previous else {_FS, _IQ}
             states = self._next(line, entry)
         at = k
         fh.seek(k)
         while states != {_FS}:
-            line = fh.readline()
-            if not line or at - k > _SCAN_LIMIT:
+            line, whole = bounded_line(fh, _SCAN_LIMIT)
+            if not line or not whole or at - k > _SCAN_LIMIT:
                 return None
             at += len(line)
             if self.quote_bytes in line:

@@ -5,6 +5,7 @@ match), files paired by column (IDX, npy), their options (`block_rows`, integers
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -12,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.base.errors import ConfigError
+from etl.base.errors import ConfigError, quote
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, options
 from etl.storage import fs
 
@@ -23,6 +24,9 @@ def join(base_dir: str, path: str) -> str:
         return fs.resolve(base_dir, path)
     except ValueError as e:
         raise ConfigError(str(e)) from e
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def expand_each(patterns: Sequence[str], base_dir: str, where: str) -> list[str]:
@@ -37,6 +41,16 @@ def expand_each(patterns: Sequence[str], base_dir: str, where: str) -> list[str]
         if not matched:
             said = "" if full == pattern else f" ({full})"
             raise ConfigError(f"{where}: no input files match {pattern!r}{said}")
+        for path in matched:
+            if _CONTROL.search(path):  # a line break would split every message naming it
+                raise ConfigError(f"{where}: {quote(path)} (from {pattern!r}) has a control "
+                                  "character (a line break, tab, ...) in its name, which would "
+                                  "break the one-line messages and logs naming it: rename it")
+            kind = fs.not_a_file(path)
+            if kind is not None:  # a FIFO would hang the read, a device never end
+                raise ConfigError(f"{where}: {quote(path)} (from {pattern!r}) is {kind}, not a "
+                                  "file: inputs must be regular files; move it away or narrow "
+                                  "the pattern")
         found.update(matched)
     return sorted(found)
 

@@ -104,6 +104,27 @@ def next_line_start(fh: Any, target: int, previous: int) -> int | None:
         at += len(window)
 
 
+def bounded_line(fh: Any, limit: int) -> tuple[bytes, bool]:
+    """The next line of `fh` (line end included) and True, or its first `limit + 1` bytes and
+    False when no line break comes within `limit` bytes: never more than that is held, so a
+    gigabyte without a newline (a NUL-filled or sparse file) costs `limit` bytes of memory."""
+    line = fh.readline(limit + 1)
+    return line, len(line) <= limit or line.endswith(b"\n")
+
+
+def skip_line(fh: Any) -> bool:
+    """Read past the next line (line end included) a MiB at a time, holding none of it;
+    False at the end of the file (nothing left to skip)."""
+    took = False
+    while True:
+        part = fh.readline(1 << 20)
+        if not part:
+            return took
+        took = True
+        if part.endswith(b"\n"):
+            return True
+
+
 def _count_newlines(fh: Any, cuts: list[int]) -> list[int]:
     """Newlines before each of the sorted offsets `cuts`, in one streaming pass."""
     out: list[int] = []

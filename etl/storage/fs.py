@@ -21,6 +21,7 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -186,11 +187,20 @@ def read_text(path: str) -> str:
         return fh.read()
 
 
-def read_text_as(path: str, what: str, error: type[Exception]) -> str:
+def read_text_as(path: str, what: str, error: type[Exception], limit: int | None = None) -> str:
     """A small text file the user named (job, schema, vocabulary): a missing or unreadable
-    one raises `error` with one line naming it, e.g. "cannot read schema file 'x': no such file"."""
+    one raises `error` with one line naming it, e.g. "cannot read schema file 'x': no such file".
+    With `limit`, at most that many characters are read: a longer file (or `/dev/zero`, which
+    never ends) is refused before it fills the memory."""
     try:
-        return read_text(path)
+        if limit is None:
+            return read_text(path)
+        with open_text(path) as fh:
+            text = fh.read(limit + 1)
+        if len(text) > limit:
+            raise error(f"cannot read {what} {path!r}: it is longer than {limit:,} characters, "
+                        f"more than a {what} may be")
+        return text
     except FileNotFoundError as e:
         raise error(f"cannot read {what} {path!r}: no such file") from e
     except (OSError, UnicodeDecodeError) as e:
@@ -550,6 +560,26 @@ def rename(src: str, dst: str) -> None:
     else:
         with guarded(dst, f"renaming {src} to"):
             os.replace(src, dst)
+
+
+def not_a_file(path: str) -> str | None:
+    """What a local path is when it is no regular file ("a directory", "a FIFO (named pipe)",
+    ...), else None (also for a remote object, and for a path gone since it was listed: the
+    read says so). Symlinks are followed: what matters is what a read would open. An input
+    must be a file: a FIFO or a device never ends (or blocks forever), a directory cannot be
+    read as one."""
+    if is_remote(path):
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "no regular file")
 
 
 def size(path: str) -> int:
