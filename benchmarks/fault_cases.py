@@ -1,8 +1,10 @@
-"""Issue 9's bad-input and fault cases, run through the real CLI, one table row each.
+"""The bad-input and fault cases (issue 9's here, issue 28's in the `faults_*` modules listed
+in GROUPS), run through the real CLI, one table row each.
 
     python -m benchmarks.fault_cases                      # this checkout
     python -m benchmarks.fault_cases --code /path/to/old  # another checkout (before/after)
     python -m benchmarks.fault_cases --cases csv_quote,jsonl_scalar --big
+    python -m benchmarks.fault_cases --group faults_quarantine
 
 Each case builds its inputs in a fresh temp dir, runs `run_pipeline.py run JOB` in a
 subprocess and reports what a user would see: the exit code, how many lines reached stderr
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -280,6 +283,22 @@ CASES: dict[str, Callable[[Runner, Path], dict[str, Any]]] = {
                             kill_then_rerun)
 }
 BIG = {"csv_huge_field"}
+# Issue 28 ("trust nothing on disk"), one module per area, each with its own CASES.
+GROUPS = ("faults_quarantine", "faults_readers", "faults_skiprule", "faults_leftovers",
+          "faults_checks", "faults_bounds")
+
+
+def all_cases(groups: tuple[str, ...] = ("",) + GROUPS) -> dict[str, Callable[..., dict[str, Any]]]:
+    """Every case by name ("" is this module's own); imported late: the group modules use
+    this module's helpers."""
+    found: dict[str, Callable[..., dict[str, Any]]] = {}
+    for group in groups:
+        cases = CASES if not group else importlib.import_module(f"benchmarks.{group}").CASES
+        for name, case in cases.items():
+            if name in found:
+                raise ValueError(f"fault case {name!r} defined twice ({group or 'fault_cases'})")
+            found[name] = case
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,17 +307,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--code", type=Path, default=HERE, help="checkout whose run_pipeline.py runs")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--cases", default="", help="comma-separated subset (default: all)")
+    p.add_argument("--group", choices=("",) + GROUPS, default=None,
+                   help="only one module's cases (\"\": issue 9's)")
     p.add_argument("--big", action="store_true", help="include the 300 MB field case")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
-    names = args.cases.split(",") if args.cases else [n for n in CASES if args.big or n not in BIG]
+    cases = all_cases() if args.group is None else all_cases((args.group,))
+    names = args.cases.split(",") if args.cases else [n for n in cases if args.big or n not in BIG]
     runner = Runner(args.code.resolve(), args.python)
     results = {}
     print("| case | exit | stderr lines (traceback) | outcome |")
     print("|---|---|---|---|")
     for name in names:
         with tempfile.TemporaryDirectory(prefix=f"fault-{name}-", ignore_cleanup_errors=True) as tmp:
-            res = CASES[name](runner, Path(tmp))
+            res = cases[name](runner, Path(tmp))
         results[name] = res
         facts = "; ".join(f"{k}: {v}" for k, v in res.items()
                           if k not in ("exit", "stderr_lines", "traceback"))

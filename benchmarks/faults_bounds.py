@@ -5,24 +5,21 @@ subprocess (so the old checkout can be measured too: there it may hang, crash or
 which is its "before"), and returns the facts that differ before/after: exit code, first
 stderr line, wall seconds, peak RSS, whether a sentinel was made or a directory created.
 
-    python -m benchmarks.fault_cases --cases ...   (once registered there), or
-    python -m benchmarks.faults_bounds [--code /path/to/old] [--cases a,b]
+    python -m benchmarks.fault_cases --group faults_bounds [--code /path/to/old]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fault_cases import HERE, Runner, _outcome
+from benchmarks.fault_cases import Runner, _outcome
 
 ID_SCHEMA = "name: t\nkind: example\nfeatures:\n  id: {dtype: int64, shape: []}\n"
 
@@ -202,22 +199,3 @@ CASES: dict[str, Callable[[Runner, Path], dict[str, Any]]] = {
                             yaml_python_object_tag, output_root_estimate, output_tilde_run,
                             output_checkout_estimate, output_newline_run, input_name_newline)
 }
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--code", type=Path, default=HERE, help="checkout whose run_pipeline.py runs")
-    p.add_argument("--python", default=sys.executable)
-    p.add_argument("--cases", default="", help="comma-separated subset (default: all)")
-    args = p.parse_args(argv)
-    runner = Runner(args.code.resolve(), args.python)
-    for name in args.cases.split(",") if args.cases else list(CASES):
-        with tempfile.TemporaryDirectory(prefix=f"fault-{name}-", ignore_cleanup_errors=True) as tmp:
-            res = CASES[name](runner, Path(tmp))
-        print(f"| {name} | " + "; ".join(f"{k}: {v}" for k, v in res.items()) + " |", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,7 @@
 """Issue 28's quality-check fault cases, through the real CLI (registered in
 benchmarks/fault_cases.py by the lead; runnable alone for a before/after table):
 
-    python -m benchmarks.faults_checks                      # this checkout
-    python -m benchmarks.faults_checks --code /path/to/old  # another checkout
+    python -m benchmarks.fault_cases --group faults_checks [--code /path/to/old]
 
 Each case builds its inputs in a fresh temp dir and returns what a user sees: the exit code,
 the first stderr line, and whether the span was published. Before the fix, nonsense checks
@@ -12,17 +11,13 @@ min/max/mean and drift, and strings with more than 1,024 distinct values crashed
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fault_cases import HERE, Runner, _outcome
+from benchmarks.fault_cases import Runner, _outcome
 
 FLOATS = ("name: floats\nkind: example\nfeatures:\n  id: {dtype: int64, shape: []}\n"
           "  x: {dtype: float32, shape: [], allow_nan: true}\n"
@@ -124,21 +119,3 @@ CASES: dict[str, Callable[[Runner, Path], dict[str, Any]]] = {
                             checks_inf_passes_max, checks_nan_feed, checks_drift_many_strings,
                             report_against_many_strings)
 }
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--code", type=Path, default=HERE, help="checkout whose run_pipeline.py runs")
-    p.add_argument("--python", default=sys.executable)
-    p.add_argument("--cases", default="", help="comma-separated subset (default: all)")
-    args = p.parse_args(argv)
-    runner = Runner(args.code.resolve(), args.python)
-    for name in args.cases.split(",") if args.cases else list(CASES):
-        with tempfile.TemporaryDirectory(prefix=f"fault-{name}-") as tmp:
-            print(name, json.dumps(CASES[name](runner, Path(tmp))), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 through the real CLI like benchmarks/fault_cases.py, one table row each; they work against an
 older checkout too (`--code`), which gives the "before" column.
 
-    python -m benchmarks.faults_leftovers [--code /path/to/checkout] [--cases a,b]
+    python -m benchmarks.fault_cases --group faults_leftovers [--code /path/to/checkout]
 
 Each case returns the facts that differ before/after the fix: exit codes, the first stderr
 line, what is left in the temp directory and beside the output after the next run, whether
@@ -11,20 +11,16 @@ another program's files survived.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fault_cases import CSV_SCHEMA, HERE, Runner, _csv, _job, _outcome
+from benchmarks.fault_cases import CSV_SCHEMA, Runner, _csv, _job, _outcome
 
 TIMEOUT = 300
 
@@ -226,23 +222,3 @@ CASES: dict[str, Callable[[Runner, Path], dict[str, Any]]] = {
     f.__name__: f for f in (arrayrecord_kill9_scratch, tfrecord_kill9_tmpdir, sigterm_at_startup,
                             log_prune_foreign, log_prune_symlink, portable_sigint_staging)
 }
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--code", type=Path, default=HERE, help="the checkout to run")
-    p.add_argument("--python", default=sys.executable)
-    p.add_argument("--cases", default=",".join(CASES))
-    args = p.parse_args(argv)
-    runner = Runner(args.code.resolve(), args.python)
-    for name in args.cases.split(","):
-        with tempfile.TemporaryDirectory(prefix=f"faults-{name}-") as tmp:
-            started = time.time()
-            facts = CASES[name](runner, Path(tmp))
-            print(json.dumps({"case": name, "seconds": round(time.time() - started, 1),
-                              **facts}), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -223,15 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bench", action="store_true", help="time the skip check")
     p.add_argument("--shards", type=int, default=1000)
     p.add_argument("--record-bytes", type=int, default=1024, help="64 records per shard")
-    p.add_argument("--cases", default="", help="comma-separated cases to run through the CLI")
-    p.add_argument("--code", type=Path, default=Path(__file__).resolve().parent.parent)
     args = p.parse_args(argv)
     if args.bench:
         print(json.dumps(bench(args.shards, size=args.record_bytes)))
-    runner = Runner(args.code.resolve(), sys.executable)
-    for name in [n for n in args.cases.split(",") if n]:
-        with tempfile.TemporaryDirectory(prefix=f"fault-{name}-") as tmp:
-            print(name, json.dumps(CASES[name](runner, Path(tmp))))
     return 0
 
 
