@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = res
         facts = "; ".join(f"{k}: {v}" for k, v in res.items()
                           if k not in ("exit", "stderr_lines", "traceback"))
-        print(f"| {name} | {res['exit']} | {res.get('stderr_lines', '')}"
+        print(f"| {name} | {res.get('exit', '')} | {res.get('stderr_lines', '')}"
               f"{' (traceback)' if res.get('traceback') else ''} | {facts} |", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
