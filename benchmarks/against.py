@@ -1,8 +1,8 @@
 """This tree against another checkout on the benchmark's own jobs (a change on the data path is
-measured against the commit before it): the generated CSV (and optionally the IDX images)
-converted by both, alternating, wall and CPU seconds and peak RSS, medians of `--repeat`.
+measured against the commit before it): the generated CSV (and optionally the IDX images and
+the .npy arrays) converted by both, alternating, wall and CPU seconds and peak RSS, medians of `--repeat`.
 
-    python -m benchmarks.against --checkout DIR [--rows N] [--images N] [--repeat 3]
+    python -m benchmarks.against --checkout DIR [--rows N] [--images N] [--arrays N] [--repeat 3]
 
 DIR is a checkout of the other commit (`git worktree add /tmp/old COMMIT`); both run with this
 venv's Python, in fresh processes, with the job of benchmarks.same_shards (8 shards, seed 42,
@@ -34,13 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkout", required=True, help="the other commit's checkout")
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--images", type=int, default=0)
+    p.add_argument("--arrays", type=int, default=0, help="rows of the npy job (x: 16 float32, y)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", default="bench_out")
     args = p.parse_args(argv)
     other = os.path.abspath(args.checkout)
     os.makedirs(args.workdir, exist_ok=True)
-    for name, job in jobs(args.workdir, args.rows, args.images).items():
-        if name == "images" and not args.images or name == "csv" and not args.rows:
+    counts = {"csv": args.rows, "images": args.images, "arrays": args.arrays}
+    for name, job in jobs(args.workdir, args.rows, args.images, args.arrays).items():
+        if not counts[name]:
             continue
         cmds = {}
         for label, tree in (("ours", REPO), ("other", other)):
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         result = pair(name, cmds["ours"][0], cmds["other"][0], args.repeat,
                       env=cmds["ours"][1], baseline_env=cmds["other"][1])
         med = result["median"]
-        print(f"{name} ({args.rows if name == 'csv' else args.images} records): "
+        print(f"{name} ({counts[name]} records): "
               f"ours {med['ours']['seconds']:.2f} s wall, {med['ours']['cpu_seconds']:.2f} s CPU, "
               f"{med['ours']['peak_rss_mb']:.0f} MB; other {med['baseline']['seconds']:.2f} s, "
               f"{med['baseline']['cpu_seconds']:.2f} s CPU, {med['baseline']['peak_rss_mb']:.0f} MB; "

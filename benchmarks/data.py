@@ -187,6 +187,27 @@ def ensure_csv(workdir: str, rows: int, log=print) -> str:
     return os.path.join(directory, "data.csv")
 
 
+def ensure_arrays(workdir: str, n: int, log=print) -> tuple[str, str]:
+    """(x.npy, y.npy) with `n` rows: x float32 [n, 16] (uniform, seeded), y int64 0..n-1."""
+    directory = os.path.join(os.path.abspath(workdir), "data", f"arrays-{n}")
+    meta = {"kind": "arrays", "rows": n, "seed": SEED, "version": GENERATOR_VERSION}
+    t0 = time.perf_counter()
+
+    def write(d: str) -> None:
+        rng = np.random.default_rng(SEED)
+        x = np.lib.format.open_memmap(os.path.join(d, "x.npy"), "w+", np.float32, (n, 16))
+        for start in range(0, n, 1 << 20):  # bounded memory at any n
+            stop = min(n, start + (1 << 20))
+            x[start:stop] = rng.random((stop - start, 16), dtype=np.float32)
+        x.flush()
+        del x
+        np.save(os.path.join(d, "y.npy"), np.arange(n, dtype=np.int64))
+
+    if _ensure(directory, meta, write):
+        log(f"generated npy {n} rows in {time.perf_counter() - t0:.1f}s -> {directory}")
+    return os.path.join(directory, "x.npy"), os.path.join(directory, "y.npy")
+
+
 def ensure_images(workdir: str, n: int, log=print) -> tuple[str, str]:
     """(images path, labels path) of the IDX pair with `n` images, generating it if needed."""
     directory = os.path.join(os.path.abspath(workdir), "data", f"images-{n}")

@@ -17,16 +17,22 @@ import os
 import subprocess
 import sys
 
-from benchmarks.data import ensure_csv, ensure_images
+from benchmarks.data import ensure_arrays, ensure_csv, ensure_images
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def jobs(workdir: str, rows: int, images: int) -> dict[str, dict]:
+def jobs(workdir: str, rows: int, images: int, arrays: int = 0) -> dict[str, dict]:
     csv = ensure_csv(workdir, rows)
     imgs, labels = ensure_images(workdir, images)
     common = {"shards": 8, "shuffle": {"seed": 42}}
-    return {
+    more = {}
+    if arrays:
+        x, y = ensure_arrays(workdir, arrays)
+        more["arrays"] = {"schema": os.path.join(REPO, "schemas", "bench_arrays.yaml"),
+                          "sources": {"train": {"format": "npy", "paths": {"x": x, "y": y}}},
+                          **common}
+    return {**more,
         "csv": {"schema": os.path.join(REPO, "schemas", "bench_csv.yaml"),
                 "sources": {"train": {"format": "csv", "paths": [csv]}}, **common},
         "images": {"schema": os.path.join(REPO, "schemas", "bench_images.yaml"),

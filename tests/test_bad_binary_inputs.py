@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from etl.formats.proto_wire import binary_column
 from etl.formats.tfrecord import frame_all
 from etl.sources import make_reader
 from etl.sources.base import Block
-from tests.helpers import column
+from tests.helpers import ROOT, column
 
 WHERE = "jobs/t.yaml: sources.train"
 EXAMPLE = schema_from_dict({"name": "ex", "features": {
@@ -369,6 +371,34 @@ def test_npy_bad_header_and_truncated_data(tmp_path: Path) -> None:
     (tmp_path / "x.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
     with pytest.raises(BadInputError, match=r"x\.npy: not a \.npy array \(bad header"):
         make_reader(config, str(tmp_path), WHERE).files()
+
+
+def test_npy_truncated_while_it_is_read_is_counted_not_a_crash(tmp_path: Path) -> None:
+    """An input cut short between two blocks of a running read: the rows after the cut are one
+    counted unreadable_rest, the reading process lives (a memory map would die of SIGBUS)."""
+    np.save(tmp_path / "x.npy", np.arange(40_000, dtype=np.int64).reshape(10_000, 4))
+    header = (tmp_path / "x.npy").stat().st_size - 320_000
+    code = f"""
+import os, sys
+sys.path.insert(0, {str(ROOT)!r})
+from etl.sources import make_reader
+reader = make_reader({{"format": "npy", "paths": {{"x": "x.npy"}}, "block_rows": 4096}},
+                     {str(tmp_path)!r}, "job.yaml: source")
+blocks = reader.read(reader.files()[0])
+first = next(blocks)
+os.truncate({str(tmp_path / "x.npy")!r}, {header} + 5000 * 32)
+rest = list(blocks)
+bad = [r for b in [first, *rest] for r in b.bad]
+print(sum(len(b.positions) for b in [first, *rest]), int(rest[0].columns["x"][-1][3]))
+print(bad[0].code, bad[0].record, bad[0].count, bad[0].reason)
+"""
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines() == [
+        "5000 19999",
+        f"unreadable_rest 5000 5000 the file was truncated while it was read at byte "
+        f"{header + 5000 * 32}: rows 5000 to 9999 of the 10000 its header promises are missing"]
 
 
 def test_truncated_npz_fails_at_plan_time(tmp_path: Path) -> None:

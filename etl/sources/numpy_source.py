@@ -4,9 +4,11 @@
   sorted order and the first column's file names the pair (`files()`, `Block.source`).
 - `format: npz`, `paths: [data-*.npz]`: every array in an archive is a column, or the ones
   `columns:` picks (a list of array names, or a mapping array name -> column name).
-Row i of every column is record i. Blocks are NumPy slices: local .npy files are
-memory-mapped, remote ones and archive members are streamed block by block, so an array never
-has to fit in memory. Object (pickled) arrays are refused: loading them would run arbitrary code.
+Row i of every column is record i. Blocks are read block by block (local .npy files at their
+rows' offsets, so a split starts anywhere; remote ones and archive members streamed), so an
+array never has to fit in memory, and a file truncated while a run reads it is a counted
+short read, not a SIGBUS (column-major files are still memory-mapped). Object (pickled)
+arrays are refused: loading them would run arbitrary code.
 
 Bad files (the rule for binary inputs: what is lost is counted when the header says how many
 records there are, the run fails when it does not):
@@ -94,7 +96,7 @@ class NumpyReader(Source):
 
     def splits(self, path: str, target_bytes: int) -> list[Split]:
         """Row ranges of about `target_bytes` when every array of the record set is
-        memory-mapped and complete (local .npy files), so a split slices its rows; archive
+        local and complete (.npy files read at offsets), so a split slices its rows; archive
         members and remote files stream from the start, and a truncated array must count its
         lost rows once: one split."""
         if self.npz:
@@ -119,9 +121,9 @@ class NumpyReader(Source):
             start = split.start
             if split.stop is not None:
                 total = min(total, split.stop)
-            if start:  # only complete memory-mapped arrays are split
+            if start:  # only complete local arrays are split
                 for _, _, rows in arrays.values():
-                    rows.take(start)
+                    rows.skip(start)
             while start < total:
                 want = min(self.block_rows, total - start)
                 parts = {column: rows.take(want) for column, (_, _, rows) in arrays.items()}
@@ -183,9 +185,17 @@ class _Rows:
     def __init__(self, take: Callable[[int], tuple[np.ndarray, str]], header_bytes: int,
                  row_bytes: int):
         self.take = take
-        self.complete = bool(getattr(take, "complete", False))  # memory-mapped, every row there
+        self.complete = bool(getattr(take, "complete", False))  # local, every row there
         self.header_bytes = header_bytes
         self.row_bytes = row_bytes
+
+    def skip(self, n: int) -> None:
+        """Pass over `n` rows (a split's start) without reading them where the reader can."""
+        jump = getattr(self.take, "skip", None)
+        if jump is None:
+            self.take(n)
+        else:
+            jump(n)
 
     def byte(self, row: int) -> int:
         """Byte offset of `row` in the (uncompressed) .npy data."""
@@ -214,7 +224,8 @@ def _npy_header(fh: BinaryIO, name: str) -> tuple[tuple[int, ...], bool, np.dtyp
 
 
 def _npy_rows(fh: BinaryIO, name: str, mmap: bool) -> tuple[tuple[int, ...], _Rows]:
-    """Shape and a row reader of a .npy stream: memory-mapped (local files) or read."""
+    """Shape and a row reader of a .npy stream: read at offsets (local C-order files), memory-
+    mapped (local column-major files, which are read whole otherwise) or streamed."""
     shape, fortran, dtype, header_bytes = _npy_header(fh, name)
     row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
     if fortran and len(shape) > 1:  # column-major: rows are not contiguous, read it whole
@@ -234,10 +245,9 @@ def _npy_rows(fh: BinaryIO, name: str, mmap: bool) -> tuple[tuple[int, ...], _Ro
         size = fh.seek(0, 2)
         whole = (size - header_bytes) // row_bytes if row_bytes else shape[0]
         rows = min(shape[0], whole)
-        array = (np.memmap(name, dtype, "r", offset=header_bytes, shape=(rows, *shape[1:]))
-                 if rows else np.zeros((0, *shape[1:]), dtype))
         why = "" if rows == shape[0] else "the data ends early (truncated file)"
-        return shape, _Rows(_slicer(array, why), header_bytes, row_bytes)
+        return shape, _Rows(_positioned(fh, name, shape, dtype, header_bytes, rows, why),
+                            header_bytes, row_bytes)
 
     def take(n: int) -> tuple[np.ndarray, str]:
         try:
@@ -249,6 +259,40 @@ def _npy_rows(fh: BinaryIO, name: str, mmap: bool) -> tuple[tuple[int, ...], _Ro
         return np.frombuffer(data[: got * row_bytes], dtype).reshape((got, *shape[1:])), why
 
     return shape, _Rows(take, header_bytes, row_bytes)
+
+
+def _positioned(fh: BinaryIO, name: str, shape: tuple[int, ...], dtype: np.dtype,
+                header_bytes: int, rows: int, why: str) -> Callable[[int], tuple[np.ndarray, str]]:
+    """Rows of a local C-order .npy read at their offsets, not memory-mapped: a file
+    truncated while a run reads it is then a short read named in a dead letter, never a
+    SIGBUS that kills the worker. A split starts anywhere (`complete`: every row is there)."""
+    per_row = int(np.prod(shape[1:], dtype=np.int64))
+    row_bytes = per_row * dtype.itemsize
+    at = 0
+
+    def take(n: int) -> tuple[np.ndarray, str]:
+        nonlocal at
+        n = min(n, rows - at)
+        want = n * row_bytes
+        try:
+            fh.seek(header_bytes + at * row_bytes)
+            data = fh.read(want) if want else b""
+        except OSError as e:
+            return np.zeros((0, *shape[1:]), dtype), f"cannot read the data ({e})"
+        got = len(data) // row_bytes if row_bytes else n
+        at += got
+        block = np.frombuffer(data, dtype, count=got * per_row)
+        if got < n:
+            return block.reshape((got, *shape[1:])), "the file was truncated while it was read"
+        return block.reshape((n, *shape[1:])), (why if at >= rows and why else "")
+
+    def skip(n: int) -> None:
+        nonlocal at
+        at = min(rows, at + n)
+
+    take.complete = not why  # type: ignore[attr-defined]
+    take.skip = skip  # type: ignore[attr-defined]
+    return take
 
 
 def _slicer(array: np.ndarray, why: str = "") -> Callable[[int], tuple[np.ndarray, str]]:
