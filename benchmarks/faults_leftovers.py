@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from benchmarks.fault_cases import CSV_SCHEMA, Runner, _csv, _job, _outcome
+from benchmarks.worker_pool import portable_flags, worker_pool
 
 TIMEOUT = 300
 
@@ -165,12 +166,6 @@ def log_prune_symlink(r: Runner, d: Path) -> dict[str, Any]:
             "warning": next((x for x in res["warnings"] if "prun" in x), "")}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def portable_sigint_staging(r: Runner, d: Path) -> dict[str, Any]:
     """SIGINT to a PortableRunner launcher while the worker pool's worker is about to write
     a shard (paused at `write`, released once the launcher cleaned up); then a second run."""
@@ -180,24 +175,13 @@ def portable_sigint_staging(r: Runner, d: Path) -> dict[str, Any]:
     pause.mkdir()
     env = {**_env(d), "PATH": f"{Path(r.python).parent}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(r.code)}
-    port = _free_port()
-    with open(d / "pool.log", "w") as log:
-        pool = subprocess.Popen([r.python, "-m", "apache_beam.runners.worker.worker_pool_main",
-                                 f"--service_port={port}"], cwd=r.code, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**env, "ETL_PAUSE_AT": "write", "ETL_PAUSE_DIR": str(pause)})
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if pool.poll() is not None or time.monotonic() > deadline:
-                    return {"error": "the worker pool did not start"}
-                time.sleep(0.2)
-        launcher = _start(r, job, env, "--runner=PortableRunner", "--job_endpoint=embed",
-                          "--environment_type=EXTERNAL", f"--environment_config=localhost:{port}")
+    pool_env = {**env, "ETL_PAUSE_AT": "write", "ETL_PAUSE_DIR": str(pause)}
+    with ExitStack() as stack:
+        try:
+            port = stack.enter_context(worker_pool(r.python, r.code, pool_env, d / "pool.log"))
+        except RuntimeError:
+            return {"error": "the worker pool did not start"}
+        launcher = _start(r, job, env, *portable_flags(port))
         work = d / ".out.etl"
         if not _wait_for(lambda: (pause / "write.reached").exists(), launcher):
             return {"error": "never paused at write", "stderr": launcher.communicate()[1][-300:]}
@@ -208,9 +192,6 @@ def portable_sigint_staging(r: Runner, d: Path) -> dict[str, Any]:
         first = _outcome(launcher.returncode, err, d / "out")
         time.sleep(15)  # the worker writes on (or fails) without its launcher
         after_signal = _left(d)
-    finally:
-        os.killpg(pool.pid, signal.SIGKILL)
-        pool.wait()
     second = _run(r, job, _env(d))
     return {"exit": first["exit"], "first": first["first"],
             "left_after_signal": after_signal["work_left"],

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.worker_pool import portable_flags, worker_pool
 from tests.helpers import IDS_SCHEMA, ROOT, RUN
 
 RUN_IDS = [f"20261120T0000{i:02d}-abc{i:03d}-ids-0123456789ab" for i in range(12)]
@@ -288,12 +289,6 @@ def test_a_dead_runs_unmarked_run_dir_is_removed_by_the_next_run(tmp_path: Path)
         "holds the output's lock)" in proc.stderr.splitlines()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_signal_during_a_worker_pool_shard_write_leaves_no_staging(tmp_path: Path) -> None:
     """SIGINT to a PortableRunner launcher while the pool's worker is about to write a shard
     (paused at `write`, released once the launcher has cleaned up): the worker used to make
@@ -303,32 +298,16 @@ def test_a_signal_during_a_worker_pool_shard_write_leaves_no_staging(tmp_path: P
     temp, pause_dir = tmp_path / "tmp", tmp_path / "pause"
     temp.mkdir()
     pause_dir.mkdir()
-    port = _free_port()
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     base = {**os.environ, "PATH": path, "TMPDIR": str(temp)}
     pool_log = tmp_path / "pool.log"
-    with open(pool_log, "w") as log_fh:
-        pool = subprocess.Popen(
-            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-             f"--service_port={port}"], cwd=ROOT, stdout=log_fh, stderr=subprocess.STDOUT,
-            env={**base, "ETL_PAUSE_AT": "write", "ETL_PAUSE_DIR": str(pause_dir)},
-            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert pool.poll() is None and time.monotonic() < deadline, pool_log.read_text()
-                time.sleep(0.2)
+    pool_env = {**base, "ETL_PAUSE_AT": "write", "ETL_PAUSE_DIR": str(pause_dir)}
+    with worker_pool(sys.executable, ROOT, pool_env, pool_log) as port:
         job = write_job(tmp_path / "job", rows=20_000)
         work = tmp_path / "job" / ".out.etl"
-        portable = ["--runner=PortableRunner", "--job_endpoint=embed",
-                    "--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"]
         launcher = subprocess.Popen(
-            [sys.executable, RUN, "run", job, "--progress", "none", *portable], cwd=ROOT,
-            env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [sys.executable, RUN, "run", job, "--progress", "none", *portable_flags(port)],
+            cwd=ROOT, env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_paused(launcher, pause_dir, "write")
         launcher.send_signal(signal.SIGINT)
         deadline = time.monotonic() + 60
@@ -346,9 +325,6 @@ def test_a_signal_during_a_worker_pool_shard_write_leaves_no_staging(tmp_path: P
         time.sleep(2)  # anything else the worker would still write
         assert sorted(os.listdir(work)) == ["logs"]
         assert not [n for n in os.listdir(temp) if n.startswith("etl-")]
-    finally:
-        os.killpg(pool.pid, signal.SIGKILL)
-        pool.wait()
     rerun = run(job)
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(os.listdir(work)) == ["logs"]

@@ -12,58 +12,26 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from benchmarks.worker_pool import portable_flags
+from benchmarks.worker_pool import worker_pool as start_pool
 from tests.helpers import cli
 from tests.test_pipeline import write_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def worker_pool(tmp_path_factory):
-    """A worker pool on 127.0.0.1 (its workers run the venv's `python`, so PATH leads there);
-    the whole process group is killed afterwards, whatever happened."""
-    port = _free_port()
+    """A worker pool on 127.0.0.1 (its workers run the venv's `python`); the whole process
+    group is killed afterwards, whatever happened."""
     log = tmp_path_factory.mktemp("pool") / "pool.log"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    with open(log, "w") as out:
-        pool = subprocess.Popen(
-            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-             f"--service_port={port}"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if pool.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"worker pool did not start: {log.read_text()}") from None
-                time.sleep(0.2)
+    with start_pool(sys.executable, ROOT, dict(os.environ), log) as port:
         yield port, log
-    finally:
-        os.killpg(pool.pid, signal.SIGKILL)
-        pool.wait()
-
-
-def _portable(port: int) -> list[str]:
-    return ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
-            f"--environment_config=localhost:{port}"]
 
 
 def _shards(out: Path) -> dict[str, str]:
@@ -76,7 +44,7 @@ def _both(folder: Path, job: dict, port: int) -> dict[str, str]:
     """The job on the worker pool with `via: engine`, and on the local runner with `via:
     files`: returns the shards after checking they are the same bytes."""
     got = {}
-    for via, args in (("files", []), ("engine", _portable(port))):
+    for via, args in (("files", []), ("engine", portable_flags(port))):
         path = write_yaml(str(folder / f"{via}.yaml"),
                           {**job, "output": f"out-{via}",
                            "shuffle": {**job["shuffle"], "via": via}})
