@@ -426,7 +426,7 @@ def entry() -> int:
     """`python run_pipeline.py ...`: main() with SIGINT/SIGTERM handled, and one line with
     exit 130 / 143 for a signal that lands before the handler is in place (while Python
     still imports our modules: run_pipeline.py raises it as a KeyboardInterrupt carrying the
-    signal's number)."""
+    signal's number: cli.launch)."""
     try:
         pause("start")  # tests: a signal before main's handler is installed
         code = _main_handling_signals()

@@ -216,7 +216,7 @@ def test_the_next_run_removes_a_dead_runs_scratch_in_the_temp_dir(tmp_path: Path
 
 # ------------------------------------------------------------------ a signal during start-up
 
-START_UP = ["start", "imports", "lock", "run-dir"]
+START_UP = ["launch", "start", "imports", "lock", "run-dir"]
 UNCHANGED = "before publishing: nothing was published, the previous output is unchanged"
 
 
@@ -251,12 +251,32 @@ def test_a_signal_during_start_up_gives_one_line_and_its_exit_code(tmp_path: Pat
         assert (out / "manifest.json").read_bytes() == manifest
         assert sorted(os.listdir(tmp_path / "job" / ".out.etl")) == ["logs"], phase
         entries = [json.loads(x) for x in runs.read_text().splitlines()]
-        if phase == "start":  # nothing loaded yet: the job, and so its output, unknown
+        if phase in ("launch", "start"):  # nothing loaded yet: the job, so its output, unknown
             assert len(entries) == before, phase
             continue
         assert len(entries) == before + 1, phase
         assert (entries[-1]["status"], entries[-1]["exit_code"], entries[-1]["error"]) == (
             "interrupted", 128 + signum, f"interrupted by {name} {UNCHANGED}"), phase
+
+
+def test_the_console_script_catches_a_signal_from_its_first_moment(tmp_path: Path) -> None:
+    """`tfrecord-etl` (pyproject's console script) starts at cli.launch too: SIGTERM while our
+    modules are imported is one line and exit 143 (it used to be Python's silent -15)."""
+    script = Path(sys.executable).parent / "tfrecord-etl"
+    assert script.exists(), "the package's console script (make test installs it)"
+    job = write_job(tmp_path / "job")
+    pause_dir = tmp_path / "pause"
+    pause_dir.mkdir()
+    proc = subprocess.Popen([str(script), "run", job, "--progress", "none"], cwd=tmp_path,
+                            env={**os.environ, "ETL_PAUSE_AT": "launch",
+                                 "ETL_PAUSE_DIR": str(pause_dir)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_paused(proc, pause_dir, "launch")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err.splitlines()) == (
+        143, [f"error: interrupted by SIGTERM {UNCHANGED}"])
+    assert not (tmp_path / "job" / "out").exists()
 
 
 # ------------------------------------------------------- a worker pool writing after a signal

@@ -10,7 +10,8 @@ At a listed phase the run writes `DIR/PHASE.reached` (its pid and thread id insi
 Interrupted the handler raised go on. Each phase pauses once per process (the first
 worker to get there). Unset (always, outside tests), a pause point costs one dict lookup.
 
-Phases: start (the command line's entry, before its signal handler is installed), imports
+Phases: launch (cli.launch: the early handler in place, cli.main not imported yet), start
+(cli.main's entry, before its signal handler is installed), imports
 (`run`: the job loaded and checked, before Beam is imported), lock (the output's lock taken,
 before leftovers are recovered); run-dir (the local run directory made, before the pipeline); read,
 shuffle, write, write:shard (a shard's first batch written, its files open), finalize (in the

@@ -190,7 +190,7 @@ def raise_pending(when: str = "") -> None:
 def as_interrupted(e: BaseException, when: str) -> Interrupted:
     """`e` as the Interrupted of the signal this process got (a KeyboardInterrupt before
     the handler was installed: the signal it carries, as run_pipeline.py's early handler
-    raises it, else SIGINT; any other error is what the signal left of the run), saying
+    raises it (cli.launch), else SIGINT; any other error is what the signal left of the run), saying
     `when` unless it says already."""
     if not isinstance(e, Interrupted):
         carried = e.args[0] if isinstance(e, KeyboardInterrupt) and e.args else None

@@ -1,0 +1,40 @@
+"""The process entry (`python run_pipeline.py ...` and the `tfrecord-etl` console script):
+SIGINT/SIGTERM are caught from the first moment, before cli.main and what it imports load
+(about 0.5 s), so a signal at start-up is one line and exit 130/143, not Python's silent
+death on SIGTERM (exit -15). Imports nothing of ours until the handler is in place."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+def _stop(signum: int, frame: object) -> None:
+    """Raised as a KeyboardInterrupt carrying the signal, so cli.main.entry() and `_stopped`
+    tell it in one line with exit 130 / 143 (cli.main installs its own handler later)."""
+    raise KeyboardInterrupt(signum)
+
+
+def _stopped(e: KeyboardInterrupt) -> int:
+    """The one line and exit code of a signal that came while cli.main was imported, worded
+    as cli.main.entry words one (etl.base.signals)."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)  # the process is ending: a second signal changes nothing
+    from etl.base import signals  # noqa: PLC0415 - only now: it costs imports
+
+    stopped = signals.as_interrupted(e, signals.UNCHANGED)
+    print(f"error: {stopped}", file=sys.stderr)
+    return stopped.exit_code
+
+
+def entry() -> int:
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _stop)
+    try:
+        from etl.base.pause import pause  # noqa: PLC0415 - after the handler, on purpose
+
+        pause("launch")  # tests: a signal while our modules are imported
+        from cli.main import entry as run  # noqa: PLC0415
+    except KeyboardInterrupt as stopped:
+        return _stopped(stopped)
+    return run()
