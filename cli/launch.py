@@ -34,7 +34,7 @@ def entry() -> int:
         from etl.base.pause import pause  # noqa: PLC0415 - after the handler, on purpose
 
         pause("launch")  # tests: a signal while our modules are imported
-        from cli.main import entry as run  # noqa: PLC0415
+        from cli.main import entry as run  # noqa: PLC0415 - after the pause point above
     except KeyboardInterrupt as stopped:
         return _stopped(stopped)
     return run()

@@ -287,7 +287,7 @@ class Records:
 
     def _identity(self) -> tuple[int, ...] | None:
         if self._store is None and self.root.startswith("gs://"):
-            from etl.storage.object_store import Store  # noqa: PLC0415
+            from etl.storage.object_store import Store  # noqa: PLC0415 - gs:// only: google-cloud-storage loads on first use
 
             self._store = Store()
         return fs.identity(fs.join(self.root, MANIFEST), self._store)
