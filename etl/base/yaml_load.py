@@ -123,9 +123,9 @@ class _BoundedLoader(_BASE):  # type: ignore[misc]
 def _no_gc() -> Iterator[None]:
     """The cyclic garbage collector paused while a document is parsed, as it was before
     afterwards. Parsing makes a few objects per value and frees none until the end, so every
-    collection in between walks all of them for nothing: a 100k-feature schema (3.5 MB) took
-    8.8 s CPU with collections, 2.9 s without, and the share grows with the size (10k: 0.5 s
-    and 0.27 s). The document is bounded (MAX_BYTES, MAX_EXPANDED), so is what waits."""
+    collection in between walks all of them for nothing, a cost that grows faster than the
+    document (figures: benchmarks/README.md, "Bounded work"). The document is bounded
+    (MAX_BYTES, MAX_EXPANDED), so is what waits."""
     was = gc.isenabled()
     gc.disable()
     try:
