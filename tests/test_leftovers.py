@@ -371,7 +371,10 @@ def test_kill_9_of_a_gcs_array_record_run_leaves_no_scratch(tmp_path: Path, gcs_
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     left = sorted(n.split("-")[1] for n in os.listdir(temp) if n.startswith("etl-"))
-    assert left == ["array", "pipeline"], os.listdir(temp)
+    # Beam's temp folder, and one scratch per shard being written (the other shard's worker
+    # may have started its own by the time this one pauses)
+    assert left.count("pipeline") == 1 and 1 <= left.count("array") <= 2, os.listdir(temp)
+    assert set(left) == {"array", "pipeline"}, os.listdir(temp)
     scratch_bytes = sum(p.stat().st_size for p in temp.rglob("*") if p.is_file())
     assert scratch_bytes > 0
 
@@ -379,5 +382,5 @@ def test_kill_9_of_a_gcs_array_record_run_leaves_no_scratch(tmp_path: Path, gcs_
     assert rerun.returncode == 0, rerun.stderr
     assert [n for n in os.listdir(temp) if n.startswith("etl-")] == []
     warned = [x for x in rerun.stderr.splitlines() if "leftover scratch folder" in x]
-    assert len(warned) == 2 and all(f"(pid {proc.pid} is no longer running)" in x
+    assert len(warned) == len(left) and all(f"(pid {proc.pid} is no longer running)" in x
                                     for x in warned), rerun.stderr
