@@ -18,7 +18,7 @@ The file (format 1; JSON):
 FEATURE_STATS is exactly the report's per-split entry (report.json `features.NAME.splits.SPLIT`,
 made by FeatureStats.to_json): `records`, `missing` (records without the feature; None where
 it is not counted), `values` (finite values; NaN and inf are not values), `min`, `max`, `sum`,
-`mean`, `stddev`, `zeros`, `nan_or_inf` (float features: NaN count), `distinct`,
+`mean`, `stddev`, `zeros`, `nan_or_inf` (float features: NaN and ±inf count), `distinct`,
 `value_counts_exact`, `top_values`, `value_counts` (when exact), `quantiles`, `histogram`;
 strings: `values`, `distinct`, `top_values`, `value_counts`, `byte_length`; variable-length and
 sequence features add `lengths`; small fixed vectors add `components` (one FEATURE_STATS each).
