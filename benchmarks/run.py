@@ -114,7 +114,8 @@ def count_records(output: str) -> tuple[int, int, int]:
         for name in sorted(names):
             if name.startswith((".", "_")) or not _SHARD_RE.search(name):
                 continue
-            if name.endswith((".json", ".yaml", ".yml", ".txt", ".pbtxt", ".log", ".tmp")):
+            if name.endswith((".json", ".yaml", ".yml", ".txt", ".pbtxt", ".log", ".tmp",
+                              ".index")):  # `NAME.tfrecord.index`: a shard's index file
                 continue
             path = os.path.join(root, name)
             compression = {".gz": "gzip", ".zz": "zlib"}.get(os.path.splitext(name)[1], "none")
