@@ -268,3 +268,29 @@ def test_merge_in_rounds_equals_one_sort_whatever_the_budget(tmp_path, shuffled,
                 _, ii, oo = slices[s].index(j, j + 1)
                 assert int(ii[0]) == i and int(oo[-1]) == z
         assert got == [(s, j) for _, _, s, j in every[skip : skip + take]]
+
+
+def test_merge_rounds_do_not_grow_with_the_number_of_slices() -> None:
+    """A shard merged from 128 runs takes about as many rounds as one merged from 4 (each
+    round sorts up to the whole budget): reloading only used-up blocks took 4 rounds per
+    slice, so the merge cost grew with records x runs, the square of the input (issue 29)."""
+    from etl.shuffle.merge import merged_batches
+    from etl.shuffle.runs import MemorySlice
+
+    rng = np.random.default_rng(7)
+
+    def rounds(k: int, n: int = 131_072, budget: int = 1 << 14) -> int:
+        slices = []
+        for _ in range(k):
+            keys = np.sort(rng.integers(0, 2**63, n // k, dtype=np.uint64))
+            ids = np.arange(len(keys), dtype=np.uint64)
+            offsets = np.arange(len(keys) + 1, dtype=np.int64) * 10
+            slices.append(MemorySlice(keys, ids, offsets, b"\0" * int(offsets[-1]), 0,
+                                      len(keys)))
+        batches = list(merged_batches(slices, 0, n, budget))
+        assert sum(len(b[0]) for b in batches) == n
+        return len(batches)
+
+    few, many = rounds(4), rounds(128)
+    assert few <= 2 * 131_072 // (1 << 14) + 2  # about half the budget emitted per round
+    assert many <= few + 2, (few, many)

@@ -4,10 +4,14 @@ Every slice (one run's records in the shard's key range) is already sorted, so a
 k-way merge. It is done in rounds, vectorised: each slice contributes a block of its next
 records (keys and ids only), the blocks are sorted together, and everything up to the
 *frontier* is emitted: the smallest last-loaded (key, id) of the slices that still have
-records not loaded yet, since nothing after it can come before it. A slice whose block is
-used up loads its next one. Memory is the blocks (`budget` records in all, 24 bytes each)
-and one emitted batch, whatever the shard's size; each slice's block is proportional to its
-length, so blocks cover about the same key range and most of each round is emitted.
+records not loaded yet, since nothing after it can come before it. Every slice whose block
+is half used or less is topped up to a whole one before each round, so every round emits
+about half the budget and a shard takes about 2 x records / budget rounds, however many
+slices it merges (one that only reloaded used-up blocks emitted one slice's block per round:
+rounds grew with the slice count, and the cost with records x runs, i.e. with the square of
+the input; figures in benchmarks/README.md). Memory is the blocks (`budget` records in all,
+24 bytes each) and one emitted batch, whatever the shard's size; each slice's block is
+proportional to its length, so blocks cover about the same key range.
 
 Ranks are counted as records are emitted, so the shard's plan (skip the first `skip`, keep
 the next `take`) is applied on the fly. (key, id) is unique per record, so any correct merge
@@ -45,10 +49,14 @@ def merged_batches(slices: Sequence[RunSlice], skip: int, take: int,
     end = skip + take
     while rank < end:
         for i, s in enumerate(slices):
-            if not len(keys[i]) and loaded[i] < lengths[i]:
-                hi = min(lengths[i], loaded[i] + block[i])
-                keys[i], ids[i], offsets = s.index(loaded[i], hi)
-                sizes[i] = np.diff(offsets)
+            held = len(keys[i])
+            if held * 2 <= block[i] and loaded[i] < lengths[i]:  # top up to a whole block
+                hi = min(lengths[i], loaded[i] + block[i] - held)
+                more_keys, more_ids, offsets = s.index(loaded[i], hi)
+                keys[i] = np.concatenate([keys[i], more_keys]) if held else more_keys
+                ids[i] = np.concatenate([ids[i], more_ids]) if held else more_ids
+                sizes[i] = (np.concatenate([sizes[i], np.diff(offsets)]) if held
+                            else np.diff(offsets))
                 loaded[i] = hi
         live = [i for i in range(len(slices)) if len(keys[i])]
         if not live:
