@@ -599,3 +599,34 @@ def test_kill9_or_a_signal_while_quarantining_locally(tmp_path: Path) -> None:
     assert entry.complete and entry.run_id != cut.run_id and digest(out) == before
     last = history.read(str(tmp_path))[-1]
     assert (last["status"], last["exit_code"], last["error"]) == ("interrupted", 143, line)
+
+
+def test_a_blocked_run_never_quarantines_through_a_symlink(tmp_path: Path) -> None:
+    """`OUT.quarantine` a link to someone's folder when a run of a job with checks starts (its
+    listing refuses it, exit 3) or appears while it converts (`put` refuses it, exit 5): the
+    run writes nothing there, publishes nothing, one line; the previous output verifies."""
+    out = str(tmp_path / "out")
+    job = gcs_published(tmp_path, out, dict(os.environ))
+    before = digest(out)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("precious")
+    link = tmp_path / "out.quarantine"
+    os.symlink(theirs, link)
+    done = cli("run", str(job))
+    assert (done.returncode, errors(done.stderr)) == (3, [
+        f"error: {link} is a symbolic link: quarantine never follows one; look at what it "
+        "points to and remove the link by hand"]), done.stderr
+    os.unlink(link)
+    pause = tmp_path / "pause"
+    proc = start(["run", str(job)], "write", pause)  # converting: the listing is behind it
+    wait_for(proc, "write", pause)
+    os.symlink(theirs, link)
+    (pause / "write.go").touch()
+    _, err = proc.communicate(timeout=120)
+    [line] = errors(err)
+    assert proc.returncode == 5 and line.startswith("error: cannot quarantine run ") and (
+        f": {link} is a symbolic link: quarantine never follows one; remove the link, then "
+        "run again (full log: ") in line, err
+    assert sorted(os.listdir(theirs)) == ["keep.txt"] and digest(out) == before
+    assert sorted(os.listdir(tmp_path / ".out.etl")) == ["logs"]  # the staged run removed

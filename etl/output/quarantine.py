@@ -152,6 +152,10 @@ def put(staging: str, output: str, run_id: str, run_key: str, files: dict[str, b
         entry.complete = True
         store.write(fs.join(path, MARKER), _marker_bytes(entry), entry.generation)
         return path
+    link = first_link(root(output)) if os.path.lexists(root(output)) else None
+    if link is not None:  # a run writes through no link either (G19), not only drop/release
+        raise StorageError(f"cannot quarantine run {run_id}: {link} is a symbolic link: "
+                           "quarantine never follows one; remove the link, then run again")
     try:
         os.makedirs(path)
     except FileExistsError as e:
