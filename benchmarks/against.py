@@ -4,9 +4,10 @@ the .npy arrays) converted by both, alternating, wall and CPU seconds and peak R
 
     python -m benchmarks.against --checkout DIR [--rows N] [--images N] [--arrays N] [--repeat 3]
 
-DIR is a checkout of the other commit (`git worktree add /tmp/old COMMIT`); both run with this
-venv's Python, in fresh processes, with the job of benchmarks.same_shards (8 shards, seed 42,
-`--force` so each run converts). Prints one line per job: both medians and the ratio.
+DIR is a checkout of the other commit (`git worktree add /tmp/old COMMIT`; one from before
+index files gets the job without the `index` key); both run with this venv's Python, in fresh
+processes, with the job of benchmarks.same_shards (8 shards, seed 42, `--force` so each run
+converts). Prints one line per job: both medians and the ratio.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 from benchmarks.same_shards import REPO, jobs
@@ -26,6 +28,17 @@ def command(tree: str, job: dict, path: str) -> list[str]:
         json.dump(job, fh)
     return [sys.executable, os.path.join(tree, "run_pipeline.py"), "run", path, "--force",
             "--progress", "none", "--runner=FnApiRunner"]
+
+
+def accepted(tree: str, doc: dict, path: str, env: dict[str, str]) -> dict:
+    """`doc` as `tree` takes it: without `index` where the checkout predates index files (it
+    refuses unknown keys; its shards then have no index files beside them either). Probed
+    with `--dry-run`, which reads the job and converts nothing."""
+    probe = subprocess.run([*command(tree, doc, path), "--dry-run"], env=env,
+                           capture_output=True, text=True)
+    if probe.returncode != 0 and "'index'" in probe.stderr:
+        return {k: v for k, v in doc.items() if k != "index"}
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         cmds = {}
         for label, tree in (("ours", REPO), ("other", other)):
             out = os.path.abspath(os.path.join(args.workdir, f"against-{name}-{label}"))
-            doc = {**job, "output": out, "index": False}
             env_tree = {**os.environ, "PYTHONPATH": tree}
+            doc = accepted(tree, {**job, "output": out, "index": False}, out + ".json", env_tree)
             cmds[label] = (command(tree, doc, out + ".json"), env_tree)
         result = pair(name, cmds["ours"][0], cmds["other"][0], args.repeat,
                       env=cmds["ours"][1], baseline_env=cmds["other"][1])
