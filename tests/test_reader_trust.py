@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.faults_readers import ROWS, SCHEMA
 from cli.run import run_job
 from etl.formats.record_index import IndexFileError, parse_index
 from etl.job.config import load_job
@@ -25,14 +26,7 @@ from etl.read.random_access import RecordsError, Republished, open_records
 from tests.helpers import ROOT
 
 # every feature optional: a damaged shard read as empty records would decode as the defaults
-OPTIONAL_SCHEMA = """name: t
-kind: example
-features:
-  id: {dtype: int64, shape: [], default: -1}
-  x: {dtype: float32, shape: [], default: 1.5}
-  name: {dtype: bytes, shape: [], default: "none"}
-"""
-ROWS = 200
+OPTIONAL_SCHEMA = SCHEMA
 
 
 def write_job(d: Path, first_id: int = 1000, pad: int = 0, **extra: object) -> Path:
