@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from etl.shuffle.runs import RunSlice
+from etl.shuffle.runs import RunSlice, sort_block
 
 MERGE_RECORDS = 1 << 18  # records whose key, id and size are held for the merge (6 MiB)
 
@@ -68,7 +68,7 @@ def merged_batches(slices: Sequence[RunSlice], skip: int, take: int,
         local = np.concatenate([np.arange(loaded[i] - n, loaded[i])
                                 for i, n in zip(live, counts, strict=True)])
         z = np.concatenate([sizes[i] for i in live])
-        order = np.lexsort((d, k))
+        order = sort_block(k, d)  # a plain sort of the keys; (key, id) only where keys tie
         pending = [i for i in live if loaded[i] < lengths[i]]
         if pending:  # everything up to the smallest last-loaded (key, id) of those is final
             fk, fi = min((int(keys[i][-1]), int(ids[i][-1])) for i in pending)

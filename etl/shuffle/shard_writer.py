@@ -22,7 +22,7 @@ import pyarrow as pa
 from etl.base import signals
 from etl.base.pause import pause
 from etl.formats import array_record
-from etl.formats.proto_wire import BINARY, binary, data_of
+from etl.formats.proto_wire import binary, data_of
 from etl.formats.record_index import FRAME_OVERHEAD, index_lines, index_name
 from etl.formats.shards import ARRAY_RECORD, ShardFormat
 from etl.formats.tfrecord import Compressor
@@ -250,16 +250,21 @@ def _pieces(sizes: np.ndarray) -> list[slice]:
 def _gather(slices: list[RunSlice], source: np.ndarray, local: np.ndarray,
             sizes: np.ndarray) -> pa.Buffer:
     """The framed records (source slice, index in it), in the given order. In a piece of
-    the merged order, each slice's records are one contiguous run: one read each."""
-    columns = []
-    position = np.zeros(len(source), np.int64)
-    base = 0
-    for s in np.unique(source).tolist():
-        mine = source == s
-        lo, hi = int(local[mine].min()), int(local[mine].max()) + 1
-        offsets = np.concatenate([[0], np.cumsum(sizes[mine])])
-        columns.append(binary(slices[s].payload(lo, hi), offsets))
-        position[mine] = base + local[mine] - lo
-        base += hi - lo
-    picked = pa.chunked_array(columns, BINARY).take(pa.array(position)).combine_chunks()
-    return data_of(picked)
+    the merged order, each slice's records are one contiguous run of it, in its order: one
+    read each, back to back in one buffer, then one Arrow `take` puts them in merged order.
+    (Grouped by one stable sort: a mask per slice cost pieces x slices.)"""
+    by_slice = np.argsort(source, kind="stable")
+    present, first = np.unique(source[by_slice], return_index=True)
+    bounds = [*first.tolist(), len(source)]
+    parts = []
+    for s, a, b in zip(present.tolist(), bounds[:-1], bounds[1:], strict=True):
+        lo, hi = int(local[by_slice[a]]), int(local[by_slice[b - 1]]) + 1
+        if hi - lo != b - a:
+            raise RuntimeError(f"merge: slice {s} is not contiguous in a piece of the shard")
+        parts.append(slices[s].payload(lo, hi))
+    offsets = np.zeros(len(source) + 1, np.int64)
+    np.cumsum(sizes[by_slice], out=offsets[1:])
+    position = np.empty(len(source), np.int64)
+    position[by_slice] = np.arange(len(source))
+    grouped = binary(parts[0] if len(parts) == 1 else b"".join(parts), offsets)
+    return data_of(grouped.take(pa.array(position)))
