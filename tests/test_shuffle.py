@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -116,6 +118,17 @@ def test_spill_read_index_returns_exactly_the_key_range(tmp_path) -> None:
     assert len(framed) == int(o[-1])
     records = [bytes(framed[a:b])[12:-4] for a, b in zip(o[:-1], o[1:], strict=True)]
     assert all(r.startswith(b"rec-") for r in records)  # spilled records are TFRecord-framed
+    # read into a buffer of its size: the same bytes; a spill cut short: an error naming it
+    into = np.zeros(len(framed), np.uint8)
+    got.payload_into(3, 7, into)
+    assert into.tobytes() == bytes(framed)
+    whole = read_index(refs[0].path, 0, 1 << 64)
+    size = os.path.getsize(refs[0].path)
+    with open(refs[0].path, "r+b") as fh:
+        fh.truncate(size - 10)
+    last = np.zeros(int(whole.index(990, 1000)[2][-1]), np.uint8)
+    with pytest.raises(OSError, match=f"{refs[0].path}: spill section at byte 0 is truncated"):
+        whole.payload_into(990, 1000, last)
 
 
 def test_held_spills_stay_within_budget_and_write_the_same_shards(tmp_path) -> None:

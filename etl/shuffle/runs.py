@@ -99,6 +99,11 @@ class RunSlice:
     def payload(self, lo: int, hi: int) -> bytes | pa.Buffer:
         raise NotImplementedError
 
+    def payload_into(self, lo: int, hi: int, out: np.ndarray) -> None:
+        """payload(lo, hi) into `out` (uint8, exactly its size): the shard writer lays every
+        slice's piece into one buffer without a join."""
+        out[:] = np.frombuffer(self.payload(lo, hi), np.uint8)
+
 
 @dataclass
 class MemorySlice(RunSlice):
@@ -186,20 +191,38 @@ class FileSlice(RunSlice):
             raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
         return keys, ids, offsets - offsets[0]
 
-    def payload(self, lo: int, hi: int) -> bytes:
+    def _payload_at(self, fh: BinaryIO, lo: int, hi: int) -> int:
+        """Seek `fh` to record lo's payload; returns the payload's size up to record hi."""
         n, at = self.n, self.base + HEADER.size
+        fh.seek(at + 16 * n + 8 * (lo + self.a))
+        start = np.frombuffer(fh.read(8), "<u8")
+        fh.seek(at + 16 * n + 8 * (hi + self.a))
+        end = np.frombuffer(fh.read(8), "<u8")
+        if len(start) != 1 or len(end) != 1:
+            raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
+        fh.seek(at + 24 * n + 8 + int(start[0]))
+        return int(end[0]) - int(start[0])
+
+    def payload(self, lo: int, hi: int) -> bytes:
         with self._open() as fh:
-            fh.seek(at + 16 * n + 8 * (lo + self.a))
-            start = np.frombuffer(fh.read(8), "<u8")
-            fh.seek(at + 16 * n + 8 * (hi + self.a))
-            end = np.frombuffer(fh.read(8), "<u8")
-            if len(start) != 1 or len(end) != 1:
-                raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
-            fh.seek(at + 24 * n + 8 + int(start[0]))
-            data = fh.read(int(end[0]) - int(start[0]))
-        if len(data) != int(end[0]) - int(start[0]):
+            size = self._payload_at(fh, lo, hi)
+            data = fh.read(size)
+        if len(data) != size:
             raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
         return data
+
+    def payload_into(self, lo: int, hi: int, out: np.ndarray) -> None:
+        with self._open() as fh:
+            size = self._payload_at(fh, lo, hi)
+            readinto = getattr(fh, "readinto", None)
+            if readinto is None:  # an object store's handle: read, then copy
+                data = fh.read(size)
+                got = len(data)
+                out[:got] = np.frombuffer(data, np.uint8)
+            else:
+                got = readinto(memoryview(out)) or 0
+        if size != len(out) or got != size:
+            raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
 
 
 def read_slice(path: str, key_lo: int, key_hi: int, base: int = 0) -> FileSlice:

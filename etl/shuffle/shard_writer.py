@@ -251,20 +251,19 @@ def _gather(slices: list[RunSlice], source: np.ndarray, local: np.ndarray,
             sizes: np.ndarray) -> pa.Buffer:
     """The framed records (source slice, index in it), in the given order. In a piece of
     the merged order, each slice's records are one contiguous run of it, in its order: one
-    read each, back to back in one buffer, then one Arrow `take` puts them in merged order.
+    read each, straight into one buffer, then one Arrow `take` puts them in merged order.
     (Grouped by one stable sort: a mask per slice cost pieces x slices.)"""
     by_slice = np.argsort(source, kind="stable")
     present, first = np.unique(source[by_slice], return_index=True)
     bounds = [*first.tolist(), len(source)]
-    parts = []
+    offsets = np.zeros(len(source) + 1, np.int64)
+    np.cumsum(sizes[by_slice], out=offsets[1:])
+    grouped = np.empty(int(offsets[-1]), np.uint8)
     for s, a, b in zip(present.tolist(), bounds[:-1], bounds[1:], strict=True):
         lo, hi = int(local[by_slice[a]]), int(local[by_slice[b - 1]]) + 1
         if hi - lo != b - a:
             raise RuntimeError(f"merge: slice {s} is not contiguous in a piece of the shard")
-        parts.append(slices[s].payload(lo, hi))
-    offsets = np.zeros(len(source) + 1, np.int64)
-    np.cumsum(sizes[by_slice], out=offsets[1:])
+        slices[s].payload_into(lo, hi, grouped[offsets[a]:offsets[b]])
     position = np.empty(len(source), np.int64)
     position[by_slice] = np.arange(len(source))
-    grouped = binary(parts[0] if len(parts) == 1 else b"".join(parts), offsets)
-    return data_of(grouped.take(pa.array(position)))
+    return data_of(binary(grouped, offsets).take(pa.array(position)))
