@@ -69,3 +69,23 @@ def test_encoding_is_identical_across_calls() -> None:
     schema = schema_from_dict(SCHEMA)
     cols = {"a_int": [[1, 2]] * 50, "b_float": [[0.5]] * 50, "c_bytes": [[b"x"]] * 50}
     assert Encoder(schema).encode(cols).records == Encoder(schema).encode(cols).records
+
+
+def test_idx_image_block_bytes_equal_protobuf() -> None:
+    """An IDX reader's block (n, 28, 28) uint8 pixels and uint8 labels, under the benchmark's
+    image schema (raw bytes + int64): every record is exactly TensorFlow's Example."""
+    schema = schema_from_dict({"name": "i", "kind": "example", "features": {
+        "image": {"dtype": "uint8", "shape": [28, 28, 1], "encoding": "raw"},
+        "label": {"dtype": "int64", "shape": []}}})
+    rng = np.random.default_rng(7)
+    pixels = rng.integers(0, 256, (50, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, 50, dtype=np.uint8)
+    labels[3] = 255  # a two-byte varint
+    out = Encoder(schema).encode({"image": pixels, "label": labels})
+    assert not out.bad
+    assert len(out.records) == 50
+    for i, got in enumerate(out.records):
+        want = tf.train.Example(features=tf.train.Features(feature={
+            "image": _feature([pixels[i].tobytes()], "bytes"),
+            "label": _feature([int(labels[i])], "int64")}))
+        assert got == want.SerializeToString(deterministic=True), i
