@@ -89,3 +89,20 @@ def test_idx_image_block_bytes_equal_protobuf() -> None:
             "image": _feature([pixels[i].tobytes()], "bytes"),
             "label": _feature([int(labels[i])], "int64")}))
         assert got == want.SerializeToString(deterministic=True), i
+
+
+@pytest.mark.parametrize("blobs", [[[b"a"], [b""], [b"xyz"]],  # one value per record
+                                   [[b"a"], [], [b"b", b"c"]],  # as many values as records
+                                   [[], [], []]],
+                         ids=["one_each", "same_count_not_one_each", "none"])
+def test_bytes_lists_grouped_or_not_equal_protobuf(blobs) -> None:
+    schema = schema_from_dict({"name": "b", "kind": "example", "features": {
+        "b": {"dtype": "bytes", "shape": [-1], "required": False},
+        "n": {"dtype": "int64", "shape": [-1], "required": False}}})
+    ints = [[len(v)] * len(v) for v in blobs]
+    out = Encoder(schema).encode({"b": blobs, "n": ints})
+    assert not out.bad
+    for i, got in enumerate(out.records):
+        want = tf.train.Example(features=tf.train.Features(feature={
+            "b": _feature(blobs[i], "bytes"), "n": _feature(ints[i], "int64")}))
+        assert got == want.SerializeToString(deterministic=True), i
