@@ -306,3 +306,13 @@ def test_images_per_step_are_checked_too():
     out = Encoder(schema).encode({"frame": frames}, lines=np.array([1, 2, 3, 4]))
     assert [(b.code, b.line) for b in out.bad] == [("wrong_shape", 2), ("bad_image", 4)]
     assert out.rows.tolist() == [0, 2]
+
+
+def test_numpy_fraction_into_an_integer_is_out_of_range():
+    # NumPy leaves carry no nulls: only the fractional value is bad, its record named
+    schema = example(n={"dtype": "int32", "shape": [2]})
+    out = Encoder(schema).encode({"n": np.array([[1.0, 2.0], [3.0, 4.5], [5.0, 6.0]])},
+                                 source="n.npy", positions=np.array([0, 1, 2]))
+    assert bad_of(out) == [("out_of_range", None, 1, None, "n")]
+    assert out.bad[0].reason == "expected an integer for int32, found 4.5"
+    assert out.rows.tolist() == [0, 2]

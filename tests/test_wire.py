@@ -69,3 +69,40 @@ def test_encoding_is_identical_across_calls() -> None:
     schema = schema_from_dict(SCHEMA)
     cols = {"a_int": [[1, 2]] * 50, "b_float": [[0.5]] * 50, "c_bytes": [[b"x"]] * 50}
     assert Encoder(schema).encode(cols).records == Encoder(schema).encode(cols).records
+
+
+def test_idx_image_block_bytes_equal_protobuf() -> None:
+    """An IDX reader's block (n, 28, 28) uint8 pixels and uint8 labels, under the benchmark's
+    image schema (raw bytes + int64): every record is exactly TensorFlow's Example."""
+    schema = schema_from_dict({"name": "i", "kind": "example", "features": {
+        "image": {"dtype": "uint8", "shape": [28, 28, 1], "encoding": "raw"},
+        "label": {"dtype": "int64", "shape": []}}})
+    rng = np.random.default_rng(7)
+    pixels = rng.integers(0, 256, (50, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, 50, dtype=np.uint8)
+    labels[3] = 255  # a two-byte varint
+    out = Encoder(schema).encode({"image": pixels, "label": labels})
+    assert not out.bad
+    assert len(out.records) == 50
+    for i, got in enumerate(out.records):
+        want = tf.train.Example(features=tf.train.Features(feature={
+            "image": _feature([pixels[i].tobytes()], "bytes"),
+            "label": _feature([int(labels[i])], "int64")}))
+        assert got == want.SerializeToString(deterministic=True), i
+
+
+@pytest.mark.parametrize("blobs", [[[b"a"], [b""], [b"xyz"]],  # one value per record
+                                   [[b"a"], [], [b"b", b"c"]],  # as many values as records
+                                   [[], [], []]],
+                         ids=["one_each", "same_count_not_one_each", "none"])
+def test_bytes_lists_grouped_or_not_equal_protobuf(blobs) -> None:
+    schema = schema_from_dict({"name": "b", "kind": "example", "features": {
+        "b": {"dtype": "bytes", "shape": [-1], "required": False},
+        "n": {"dtype": "int64", "shape": [-1], "required": False}}})
+    ints = [[len(v)] * len(v) for v in blobs]
+    out = Encoder(schema).encode({"b": blobs, "n": ints})
+    assert not out.bad
+    for i, got in enumerate(out.records):
+        want = tf.train.Example(features=tf.train.Features(feature={
+            "b": _feature(blobs[i], "bytes"), "n": _feature(ints[i], "int64")}))
+        assert got == want.SerializeToString(deterministic=True), i

@@ -261,8 +261,9 @@ def _preview(items: tuple[str, ...]) -> str:
 
 def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, Any]:
     want = np.dtype(feature.dtype) if feature.dtype != "bytes" else np.dtype(object)
+    null: np.ndarray | None = None  # NumPy leaves have no nulls
     if isinstance(leaves, np.ndarray):
-        raw, null = leaves, np.zeros(len(leaves), bool)
+        raw = leaves
         if raw.dtype.kind not in "biuf":
             return _to_number(feature, pa.array([_as_text(x) for x in raw.tolist()]))
     else:
@@ -279,14 +280,17 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
         if pa.types.is_boolean(leaves.type):
             leaves = leaves.cast(pa.int8())
         raw = np.asarray(leaves.fill_null(0).to_numpy(zero_copy_only=False))
-    bad = null.copy()
+    # NumPy leaves: a fresh zeroed mask, which the OS maps lazily (a copy of an all-False
+    # mask would write every byte of it: 51 MB per block of 64k MNIST-shaped images)
+    bad = np.zeros(len(raw), bool) if null is None else null.copy()
     # one shared reason until a value needs naming: a per-leaf object array for a block of
     # 64k images would be 50M Python slots
     reason: Any = MISSING
     if want.kind in "biu":
         if raw.dtype.kind == "f":
             frac = ~np.isfinite(raw) | (raw != np.floor(raw))
-            frac &= ~null
+            if null is not None:
+                frac &= ~null
             if frac.any():
                 bad |= frac
                 reason = _name_values(frac, raw, "out_of_range", "expected an integer for "

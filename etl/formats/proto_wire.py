@@ -170,17 +170,19 @@ def per_length(sizes: np.ndarray, make: Callable[[int], bytes]) -> pa.LargeBinar
     return table.take(pa.array(index))
 
 
-def _value_bytes(storage: str, values: pa.Array) -> pa.LargeBinaryArray:
-    """Each value's wire bytes inside its (packed or repeated) list, one element per value."""
+def _value_bytes(storage: str, values: pa.Array) -> list[pa.LargeBinaryArray]:
+    """Each value's wire bytes inside its (packed or repeated) list, one element per value,
+    as pieces to concatenate element-wise (bytes: each value's header, then the value), so
+    a caller that needs no regrouping joins them once with the rest of the record."""
     if storage == "int64":
-        return varints(np.asarray(values.to_numpy(zero_copy_only=False), np.int64))
+        return [varints(np.asarray(values.to_numpy(zero_copy_only=False), np.int64))]
     if storage == "float":
         data = np.asarray(values.to_numpy(zero_copy_only=False), np.float32).astype("<f4", copy=False)
-        return binary(data, np.arange(len(values) + 1, dtype=np.int64) * 4)
+        return [binary(data, np.arange(len(values) + 1, dtype=np.int64) * 4)]
     blobs = values.cast(BINARY) if values.type != BINARY else values
     heads = per_length(np.asarray(pc.binary_length(blobs).to_numpy(zero_copy_only=False), np.int64),
                        lambda n: b"\x0a" + varint(n))
-    return join([heads, blobs])
+    return [heads, blobs]
 
 
 def _feature_header(storage: str, payload: int) -> bytes:
@@ -199,16 +201,26 @@ def _entry_header(name: bytes, value_len: int) -> bytes:
 
 def _features(
     storage: str, values: pa.Array, groups: np.ndarray, wrap: Callable[[bytes, int], bytes]
-) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
+) -> list[pa.LargeBinaryArray]:
     """A Feature for each group of values (a record, or a step), with `wrap(header,
-    feature_len)` prepended to its header -> (headers, payloads)."""
-    payloads = regroup(_value_bytes(storage, values), groups)
+    feature_len)` prepended to its header -> [headers, *payload pieces]. When every group is
+    one value (a scalar or one blob per record) the value pieces are the payload as they
+    are: joining them here would copy every value once more (a 784-byte image per record)."""
+    pieces = _value_bytes(storage, values)
+    if not _one_each(groups, len(values)):
+        pieces = [regroup(join(pieces), groups)]
+    sizes = sum((lengths(p) for p in pieces), np.zeros(len(groups) - 1, np.int64))
 
     def head(p: int) -> bytes:
         feature_head = _feature_header(storage, p)
         return wrap(feature_head, len(feature_head) + p)
 
-    return per_length(lengths(payloads), head), payloads
+    return [per_length(sizes, head), *pieces]
+
+
+def _one_each(groups: np.ndarray, n: int) -> bool:
+    """Whether group i is exactly value i (offsets 0, 1, ..., n)."""
+    return len(groups) == n + 1 and bool((np.diff(groups) == 1).all()) and (n == 0 or groups[0] == 0)
 
 
 def _list_parts(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -252,9 +264,8 @@ def serialize_sequence_examples(
         steps, record_steps = _list_parts(col)
         values, step_values = _list_parts(steps)
         # FeatureList.feature entries: 0x0a len Feature, one per step, then grouped per record
-        heads, payloads = _features(storage, values, step_values,
-                                    lambda h, v: b"\x0a" + varint(v) + h)
-        per_record = regroup(join([heads, payloads]), record_steps)
+        per_step = _features(storage, values, step_values, lambda h, v: b"\x0a" + varint(v) + h)
+        per_record = regroup(join(per_step), record_steps)
         key = name.encode()
         lists += [per_length(lengths(per_record), lambda v, key=key: _entry_header(key, v)),
                   per_record]
