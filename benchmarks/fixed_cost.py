@@ -122,18 +122,49 @@ finally:
     write()
 """
 
+# Beam's own floor, for comparison: the import, then a trivial pipeline on the runner and mode
+# our CLI uses locally (Create -> Map -> GroupByKey -> Map), with the GC handled as cli.main
+# handles it (off while importing, then frozen)
+FLOOR = r"""
+import gc, os, sys, time
+gc.disable()
+marks = [("start", time.monotonic(), time.process_time())]
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+gc.freeze(); gc.enable()
+marks.append(("beam imported", time.monotonic(), time.process_time()))
+opts = PipelineOptions(["--runner=FnApiRunner", "--direct_running_mode=multi_threading",
+                        f"--direct_num_workers={os.cpu_count()}"])
+p = beam.Pipeline(options=opts)
+_ = (p | beam.Create(range(1000)) | beam.Map(lambda x: (x % 8, x)) | beam.GroupByKey()
+     | beam.Map(lambda kv: len(kv[1])))
+marks.append(("pipeline built", time.monotonic(), time.process_time()))
+p.run().wait_until_finish()
+marks.append(("pipeline done", time.monotonic(), time.process_time()))
+with open(os.environ["FIXED_COST_OUT"], "w") as fh:
+    for name, t, cpu in marks:
+        fh.write(f"{name}\t{t}\t{cpu}\n")
+"""
+
+# per-run differences worth a median of their own (less noisy than a difference of medians)
+SPANS = [("imports done", "cli.run imported"), ("pipeline started", "pipeline done"),
+         ("pipeline done", "process ended")]
+FLOOR_PHASES = ["beam imported", "pipeline built", "pipeline done", "process ended"]
 PHASES = ["job loaded", "imports done", "cli.run imported", "inputs planned", "output locked",
           "pipeline started", "pipeline built", "first record read",
           "pipeline done", "published", "main returned", "process ended"]
 
 
 def one_run(tree: str, job_path: str, extra: list[str]) -> dict[str, tuple[float, float]]:
-    """One `run JOB --force` of `tree`: phase timestamps, wall and CPU seconds."""
+    """One `run JOB --force` of `tree` (tree "": Beam's floor, FLOOR): phase timestamps,
+    wall and CPU seconds."""
     with tempfile.NamedTemporaryFile(suffix=".tsv", delete=False) as fh:
         out = fh.name
     env = {**os.environ, "PYTHONPATH": tree, "FIXED_COST_OUT": out}
     cmd = [sys.executable, "-c", CHILD, os.path.join(tree, "run_pipeline.py"), "run", job_path,
            "--force", "--progress", "none", "--runner=FnApiRunner", *extra]
+    if not tree:
+        cmd, tree = [sys.executable, "-c", FLOOR], tempfile.gettempdir()
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -160,12 +191,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", default=[], metavar="ARGS",
                    help="this tree again with these extra run arguments (repeatable), e.g. "
                         "'--direct_running_mode=in_memory'")
+    p.add_argument("--beam-floor", action="store_true",
+                   help="also run Beam's floor: its import and a trivial pipeline, no code of ours")
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--workdir", default="bench_out")
     args = p.parse_args(argv)
     trees = [REPO, *(os.path.abspath(c) for c in args.checkout), *(REPO for _ in args.variant)]
     extras = [[] for _ in range(1 + len(args.checkout))] + [v.split() for v in args.variant]
+    if args.beam_floor:
+        trees.append("")
+        extras.append([])
     csv = ensure_csv(args.workdir, args.rows)
     job = {"schema": os.path.join(REPO, "schemas", "bench_csv.yaml"),  # same_shards' csv job
            "sources": {"train": {"format": "csv", "paths": [csv]}},
@@ -184,15 +220,23 @@ def main(argv: list[str] | None = None) -> int:
             runs[i].append(one_run(trees[i], paths[i], extras[i]))
     load = os.getloadavg()[0]
     for tree, extra, got in zip(trees, extras, runs, strict=True):
-        print(f"{tree} {' '.join(extra)} (medians of {len(got)}; load average {load:.2f}):")
+        print(f"{tree or 'Beam alone'} {' '.join(extra)} (medians of {len(got)}; "
+              f"load average {load:.2f}):")
         print(f"  {'phase':18s} {'wall':>7s} {'CPU':>7s}   (CPU: the process's user+sys so far)")
-        for name in PHASES:
+        for name in PHASES if tree else FLOOR_PHASES:
             values = [g[name] for g in got if name in g]
             if values:
                 wall = statistics.median(v[0] for v in values)
                 cpu = statistics.median(v[1] for v in values)
                 print(f"  {name:18s} {wall:7.3f} {cpu:7.3f}   "
                       f"[{', '.join(f'{v[1]:.2f}' for v in values)}]")
+        for first, last in SPANS if tree else ():
+            paired = [(g[last][0] - g[first][0], g[last][1] - g[first][1]) for g in got
+                      if first in g and last in g]
+            if paired:
+                print(f"  {first} -> {last}: {statistics.median(p[0] for p in paired):.3f} s "
+                      f"wall, {statistics.median(p[1] for p in paired):.3f} s CPU (medians of "
+                      "each run's own difference)")
     return 0
 
 
