@@ -183,6 +183,29 @@ def one_run(tree: str, job_path: str, extra: list[str]) -> dict[str, tuple[float
     return got
 
 
+def commands(trees: list[str], job_path: str, out: str, workdir: str, repeat: int) -> None:
+    """The light commands (`--help`, `history`, `run --dry-run`, `verify`) of each checkout,
+    alternating: medians of wall and user+sys seconds (wait4)."""
+    cases = {"--help": ["--help"], "history": ["history", os.path.abspath(workdir)],
+             "run --dry-run": ["run", job_path, "--dry-run"], "verify": ["verify", out]}
+    got: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in range(repeat):
+        for tree in trees if r % 2 == 0 else trees[::-1]:
+            for name, args in cases.items():
+                t0 = time.monotonic()
+                proc = subprocess.Popen([sys.executable, os.path.join(tree, "run_pipeline.py"),
+                                         *args], cwd=tree, env={**os.environ, "PYTHONPATH": tree},
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                _, status, usage = os.wait4(proc.pid, 0)
+                if os.waitstatus_to_exitcode(status) != 0:
+                    raise SystemExit(f"{tree}: {name}: exit {os.waitstatus_to_exitcode(status)}")
+                got.setdefault((tree, name), []).append(
+                    (time.monotonic() - t0, usage.ru_utime + usage.ru_stime))
+    for (tree, name), values in got.items():
+        print(f"{tree}: {name:14s} {statistics.median(v[0] for v in values):.3f} s wall, "
+              f"{statistics.median(v[1] for v in values):.3f} s CPU (medians of {len(values)})")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.fixed_cost",
                                 description=__doc__.split("\n\n")[0])
@@ -193,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                         "'--direct_running_mode=in_memory'")
     p.add_argument("--beam-floor", action="store_true",
                    help="also run Beam's floor: its import and a trivial pipeline, no code of ours")
+    p.add_argument("--commands", action="store_true",
+                   help="instead: the light commands (--help, history, run --dry-run, verify)")
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--workdir", default="bench_out")
@@ -213,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump({**job, "output": out}, fh)
         paths.append(path)
+    if args.commands:
+        first = os.path.abspath(os.path.join(args.workdir, "fixed-0"))
+        if not os.path.exists(os.path.join(first, "_SUCCESS")):
+            one_run(trees[0], paths[0], [])  # an output for `verify`
+        commands([t for t in trees if t], paths[0], first, args.workdir, args.repeat)
+        return 0
     runs: list[list[dict[str, float]]] = [[] for _ in trees]
     for r in range(args.repeat):
         order = list(range(len(trees)))
