@@ -64,7 +64,6 @@ from etl.output.remote import check_buckets
 from etl.schedule import history, idempotence
 from etl.shuffle import is_local
 from etl.storage import fs
-from etl.tools.report import for_run
 
 log = logging.getLogger(__name__)
 # mildest first (see the module docstring for why)
@@ -169,6 +168,7 @@ def report_span(job: JobConfig, output: str | None, keep_current: bool, quiet: b
     leaves a current report alone): etl.tools.report.for_run against the previous span's output,
     with TensorFlow's start-up lines hidden when `quiet`. Any failure becomes a ReportFailed
     saying the data IS published, with the error's exit code."""
+    from etl.tools.report import for_run  # noqa: PLC0415 - only with --report: --dry-run stays light
 
     try:
         with native_stderr_quiet(quiet):  # the report decodes records with TensorFlow

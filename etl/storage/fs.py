@@ -27,8 +27,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO, TextIO
 
-import numpy as np
-
 from etl.base.worker_errors import storage_error
 from etl.storage import object_store
 
@@ -698,7 +696,11 @@ class RangedFile:
 
     def _read_local(self, offsets: Any, lengths: Any) -> list[bytes]:
         """One os.pread per run of ranges less than LOCAL_COALESCE apart (found with NumPy:
-        the per-range Python work is the pread and, in a shared run, a slice)."""
+        the per-range Python work is the pread and, in a shared run, a slice). NumPy is
+        imported here: the commands that only list, copy or read whole files (history,
+        verify --quick) do not load it."""
+        import numpy as np  # noqa: PLC0415 - see above
+
         starts = np.asarray(offsets, np.int64).reshape(-1)
         sizes = np.asarray(lengths, np.int64).reshape(-1)
         n = len(starts)

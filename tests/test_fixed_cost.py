@@ -1,0 +1,92 @@
+"""What a command loads before it does its work (issue 29, goal 3: the fixed cost of a run).
+
+Each command runs as a user runs it, in a fresh interpreter, and the modules it loaded are read
+from `sys.modules` at exit. The figures (seconds) are in benchmarks/README.md, "Fixed cost of
+a run: where it goes"; these tests keep what made them smaller, without timing anything:
+`--help` and `history` load no NumPy, pyarrow, YAML or Beam; `import etl` loads none of its
+public names until one is used; `run --dry-run` loads no Beam and no report code; a run loads
+no TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import IDS_SCHEMA, ROOT, RUN
+
+# run_pipeline.py as __main__ (signals, exit code and all), then sys.modules written at exit
+_LOADED = ("import atexit, json, runpy, sys\n"
+           "out = sys.argv[1]\n"
+           "sys.argv = sys.argv[2:]\n"
+           "atexit.register(lambda: open(out, 'w').write(json.dumps(sorted(sys.modules))))\n"
+           "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+HEAVY = {"numpy", "pyarrow", "pyarrow.compute", "pandas", "yaml", "apache_beam", "tensorflow",
+         "tfx_bsl", "torch", "etl.contract.schema", "etl.tools.report"}
+
+
+def loaded(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`run_pipeline.py ARGS` in a fresh interpreter: its result and the modules it loaded."""
+    out = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", _LOADED, str(out), RUN, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    return proc, set(json.loads(out.read_text()))
+
+
+def write_job(folder: Path, rows: int = 20) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "schema.yaml").write_text(IDS_SCHEMA)
+    (folder / "ids.csv").write_text("id,a,b\n" + "".join(f"{i},{i}.5,{-i}\n" for i in range(rows)))
+    job = folder / "job.yaml"
+    job.write_text("schema: schema.yaml\nsources:\n  train: {format: csv, paths: [ids.csv]}\n"
+                   f"output: {folder / 'out'}\nshards: 2\n")
+    return job
+
+
+def test_help_loads_no_numpy_pyarrow_yaml_or_beam(tmp_path: Path) -> None:
+    proc, modules = loaded(tmp_path, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "run_pipeline.py" in proc.stdout
+    assert modules & HEAVY == set()
+
+
+def test_history_loads_no_numpy_pyarrow_yaml_or_beam(tmp_path: Path) -> None:
+    proc, modules = loaded(tmp_path, "history", str(tmp_path))
+    assert (proc.returncode, proc.stdout) == (0, f"no runs recorded in {tmp_path}\n"), proc.stderr
+    assert modules & HEAVY == set()
+
+
+def test_a_dry_run_loads_no_beam_no_report_and_no_tensorflow(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job")
+    proc, modules = loaded(tmp_path, "run", str(job), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert modules & HEAVY == {"numpy", "pyarrow", "pyarrow.compute", "pandas", "yaml",
+                               "etl.contract.schema"}
+
+
+def test_a_small_run_loads_beam_but_no_tensorflow(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job")
+    proc, modules = loaded(tmp_path, "run", str(job), "--progress", "none",
+                           "--runner=FnApiRunner")
+    assert proc.returncode == 0, proc.stderr
+    assert "20 records" in proc.stdout
+    assert modules & HEAVY == HEAVY - {"tensorflow", "tfx_bsl", "torch"}
+
+
+def test_import_etl_loads_a_public_name_only_when_it_is_used() -> None:
+    code = ("import sys, etl\n"
+            "print(sorted(m for m in ('numpy', 'pyarrow', 'yaml', 'etl.contract.schema') "
+            "if m in sys.modules))\n"
+            "from etl import load_schema\n"
+            "from etl.contract.schema import Schema\n"
+            "print(etl.Schema is Schema, load_schema.__module__, 'Schema' in dir(etl))\n"
+            "try:\n"
+            "    etl.nothing\n"
+            "except AttributeError as e:\n"
+            "    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "True etl.contract.schema True",
+                                        "module 'etl' has no attribute 'nothing'"]
