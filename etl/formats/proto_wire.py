@@ -33,7 +33,6 @@ import pyarrow.compute as pc
 from etl.formats.kinds import STORAGE_KINDS
 
 BINARY = pa.large_binary()
-_NO_SEPARATOR = pa.scalar(b"", BINARY)
 
 
 def varint(value: int) -> bytes:
@@ -126,7 +125,8 @@ def join(pieces: Sequence[pa.LargeBinaryArray]) -> pa.LargeBinaryArray:
     merged += _side_by_side(run)
     if len(merged) == 1:
         return merged[0]
-    return pc.binary_join_element_wise(*merged, _NO_SEPARATOR)
+    # the separator is made here: a pa.scalar at import would load pandas (pyarrow's shim)
+    return pc.binary_join_element_wise(*merged, pa.scalar(b"", BINARY))
 
 
 def _side_by_side(run: list[tuple[pa.LargeBinaryArray, int]]) -> list[pa.LargeBinaryArray]:

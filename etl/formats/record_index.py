@@ -20,7 +20,6 @@ from etl.base.errors import VerifyError
 
 INDEX_SUFFIX = ".index"
 FRAME_OVERHEAD = 16  # uint64 length + uint32 crc before the payload, uint32 crc after
-_SPACE, _NOTHING, _NEWLINE = (pa.scalar(t, pa.large_string()) for t in (" ", "", "\n"))
 
 
 class IndexFileError(VerifyError):
@@ -41,9 +40,11 @@ def index_lines(payload_sizes: np.ndarray, start: int = 0) -> tuple[bytes, int]:
     ends = np.cumsum(frames) + start
     offsets = ends - frames
     # the numbers formatted and joined by Arrow's C++ kernels: no Python object per record
-    pairs = pc.binary_join_element_wise(pc.cast(pa.array(offsets), pa.large_string()),
-                                        pc.cast(pa.array(frames), pa.large_string()), _SPACE)
-    lines = pc.binary_join_element_wise(pairs, _NOTHING, _NEWLINE)  # "OFFSET LENGTH" + "\n" + ""
+    text = pa.large_string()
+    pairs = pc.binary_join_element_wise(pc.cast(pa.array(offsets), text),
+                                        pc.cast(pa.array(frames), text), pa.scalar(" ", text))
+    # "OFFSET LENGTH", then "\n" between it and an empty string
+    lines = pc.binary_join_element_wise(pairs, pa.scalar("", text), pa.scalar("\n", text))
     bounds = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset:lines.offset + len(lines) + 1]
     return lines.buffers()[2][int(bounds[0]):int(bounds[-1])].to_pybytes(), int(ends[-1])
 
