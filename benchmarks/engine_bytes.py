@@ -58,8 +58,9 @@ def runs_of(csv: str, seed: int) -> list:
 
 def body_of(chunk: engine.Chunk) -> bytes:
     """The uncompressed body a codec sees: keys, ids, record lengths, payload."""
-    return b"".join([np.asarray(chunk.keys, "<u8").tobytes(), np.asarray(chunk.ids, "<u8").tobytes(),
-                     np.diff(chunk.offsets).astype("<u4").tobytes(), bytes(chunk.payload)])
+    keys, ids, offsets, payload = chunk.unpack("a chunk")
+    return b"".join([np.asarray(keys, "<u8").tobytes(), np.asarray(ids, "<u8").tobytes(),
+                     np.diff(offsets).astype("<u8").tobytes(), bytes(payload)])
 
 
 def codec_table(chunks: list[engine.Chunk], codecs: list[str]) -> list[str]:

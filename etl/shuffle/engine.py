@@ -17,8 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from etl.formats.shards import ShardFormat
+from etl.shuffle import chunk_codec
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import FileSlice, RunSlice, SortedRun, write_section
 from etl.shuffle.shard_writer import ShardResult, run_dir_of, write_shard
@@ -27,30 +29,25 @@ from etl.storage import fs, scratch
 NAME = "engine"
 
 
-def _owned(a: np.ndarray, dtype: str) -> np.ndarray:
-    """A read-only copy: a chunk never shares memory with the run it was cut from."""
-    out = np.array(a, dtype=dtype, copy=True)
-    out.flags.writeable = False
-    return out
-
-
 @dataclass(frozen=True)
 class Chunk:
-    """A run's records in one shard's key range: sorted keys, ids, offsets from 0, payload.
-    Immutable and self-contained (its arrays are its own); transforms/coders.py encodes it."""
+    """A run's records in one shard's key range (sorted keys, ids, offsets from 0, payload),
+    packed as they cross the shuffle (etl.shuffle.chunk_codec: compressed, checksummed):
+    immutable, self-contained, and its bytes are its wire format (transforms/coders.py)."""
 
-    keys: np.ndarray  # uint64
-    ids: np.ndarray  # uint64
-    offsets: np.ndarray  # int64, len(keys) + 1, offsets[0] == 0
-    payload: bytes
+    data: bytes
 
     @staticmethod
-    def of(keys: np.ndarray, ids: np.ndarray, offsets: np.ndarray, payload: bytes) -> Chunk:
-        return Chunk(_owned(keys, "<u8"), _owned(ids, "<u8"), _owned(offsets, "<i8"),
-                     bytes(payload))
+    def of(keys: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
+           payload: bytes | memoryview | pa.Buffer) -> Chunk:
+        return Chunk(chunk_codec.pack(keys, ids, offsets, payload))
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return chunk_codec.count(self.data)
+
+    def unpack(self, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Buffer]:
+        """keys, ids, offsets, payload; a StorageError naming `where` if the bytes are damaged."""
+        return chunk_codec.unpack(self.data, where)
 
 
 EMPTY = Chunk.of(np.zeros(0), np.zeros(0), np.zeros(1), b"")  # makes every shard's group exist
@@ -87,8 +84,10 @@ def write_engine_shard(plan: ShardPlan, chunks: Iterable[Chunk], staging_dir: st
         slices: list[RunSlice] = []
         with fs.open_write(path, durable=False) as fh:
             at = 0
-            for chunk in chunks:
-                if len(chunk):
-                    slices.append(FileSlice(path, at, len(chunk), 0, len(chunk)))
-                    at += write_section(fh, chunk.keys, chunk.ids, chunk.offsets, chunk.payload)
+            where = f"shard {plan.split} {plan.index}"
+            for chunk in chunks:  # every one checked: a damaged header may say "empty"
+                keys, ids, offsets, payload = chunk.unpack(where)
+                if len(keys):
+                    slices.append(FileSlice(path, at, len(keys), 0, len(keys)))
+                    at += write_section(fh, keys, ids, offsets, payload)
         return write_shard(plan, slices, staging_dir, fmt)
