@@ -4,7 +4,8 @@ candidate codec costs (issue 29 goal 4).
 Runs stage 1 of the pipeline (read, encode, key, sort: transforms.convert.encode_block) over the
 benchmark CSV in this process, plans the shards like the pipeline, cuts every run into its
 chunks (etl.shuffle.engine.partition) and encodes each with the coders the pipeline declares
-(transforms/coders.py). Prints:
+(transforms/coders.py); the chunks are cut from the runs as the partition step gets them
+(packed, through the run coder). Prints:
 
 - records and framed record bytes (what the shards hold, before any compression);
 - bytes through GroupByKey (every encoded chunk) and through the runs' PCollection (every
@@ -103,11 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     records = sum(len(r.keys) for r in runs)
     run_coder, chunk_coder = SortedRunCoder(), ChunkCoder()
     t = time.process_time()
-    run_bytes = sum(len(run_coder.encode(r)) for r in runs)
+    encoded_runs = [run_coder.encode(r) for r in runs]
     run_cpu = time.process_time() - t
+    run_bytes = sum(len(e) for e in encoded_runs)
+    t = time.process_time()
+    packed_runs = [run_coder.decode(e) for e in encoded_runs]  # as the partition step gets them
+    run_dec_cpu = time.process_time() - t
     chunks = []
     t = time.process_time()
-    for run in runs:
+    for run in packed_runs:
         chunks += [c for _, c in engine.partition(run, plans)]
     part_cpu = time.process_time() - t
     t = time.process_time()
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"through GroupByKey (encoded chunks): {chunk_bytes:,} B = {chunk_bytes / framed:.3f}x "
           f"framed; partition {part_cpu:.2f} CPU-s, encode {enc_cpu:.2f}, decode {dec_cpu:.2f}")
     print(f"runs PCollection (encoded runs): {run_bytes:,} B = {run_bytes / framed:.3f}x framed; "
-          f"encode {run_cpu:.2f} CPU-s")
+          f"encode {run_cpu:.2f} CPU-s, decode {run_dec_cpu:.2f}")
     codecs = [c for c in args.codecs.split(",") if c]
     if codecs:
         print("\n".join(codec_table(chunks, codecs)))

@@ -13,6 +13,7 @@ import pytest
 from etl.base.errors import StorageError
 from etl.formats.shards import ShardFormat
 from etl.shuffle import chunk_codec, engine
+from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import SortedRun, sorted_run
 from tests.test_engine_retries import _grouped
 from tests.test_pipeline import convert, shard_hashes, write_csv
@@ -37,7 +38,7 @@ def _same(got, want) -> None:
     assert bytes(payload) == bytes(want[3])
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 5000])
+@pytest.mark.parametrize("n", [0, 1, 7, 1024, 1025, 5000])
 def test_a_chunk_round_trips_through_its_coder_exactly(n) -> None:
     want = _arrays(n)
     coder = ChunkCoder()
@@ -47,7 +48,7 @@ def test_a_chunk_round_trips_through_its_coder_exactly(n) -> None:
     assert back == chunk and len(back) == n
     _same(back.unpack("shard train 0"), want)
     assert coder.encode(engine.Chunk.of(*want)) == encoded  # deterministic
-    assert encoded[:4] == b"TFRC"
+    assert encoded[:4] == b"TFRS"
 
 
 def test_the_empty_chunk_round_trips() -> None:
@@ -79,12 +80,62 @@ def test_a_sorted_run_round_trips_through_its_coder_exactly() -> None:
     coder = SortedRunCoder()
     encoded = coder.encode(run)
     back = coder.decode(encoded)
-    assert back.split == "valid"
-    _same((back.keys, back.ids, back.offsets, back.payload), (keys, ids, offsets, payload))
-    assert coder.encode(back) == encoded
+    assert isinstance(back, engine.PackedRun) and back.split == "valid"
+    assert [t[0] for t in back.packed.table] == [1024, 1024, 952]  # segments of SEGMENT
+    packed = back.packed
+    _same((packed.keys, packed.ids, packed.offsets, packed.payload()),
+          (keys, ids, offsets, payload))
+    assert coder.encode(back) == encoded == coder.encode(run)  # deterministic, re-encodable
     empty = coder.decode(coder.encode(SortedRun("train", keys[:0], ids[:0],
                                                 np.zeros(1, np.int64), b"")))
-    assert (empty.split, len(empty.keys), empty.offsets.tolist()) == ("train", 0, [0])
+    assert (empty.split, len(empty.keys), empty.packed.offsets.tolist()) == ("train", 0, [0])
+
+
+@pytest.mark.parametrize("cuts", [[0, 3000], [0, 1024, 2048, 3000], [0, 1, 1500, 2999, 3000],
+                                  [0, 1000, 1030, 2100, 3000], [0, 0, 3000]])
+def test_a_packed_run_cuts_into_chunks_that_hold_exactly_its_records(cuts) -> None:
+    """What partition does with a run that came through the runner: whole segments pass
+    through, cut ones are recompressed; every chunk unpacks to exactly its records."""
+    want = _arrays(3000, seed=4)
+    packed = chunk_codec.open_packed(chunk_codec.pack(*want), "a run")
+    keys, ids, offsets, payload = want
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        data = chunk_codec.cut(packed, a, b)
+        assert data == chunk_codec.cut(packed, a, b)  # deterministic
+        got = chunk_codec.unpack(data, "shard train 0")
+        _same(got, (keys[a:b], ids[a:b], offsets[a : b + 1] - offsets[a],
+                    payload[offsets[a] : offsets[b]]))
+
+
+def test_partition_of_a_packed_run_equals_partition_of_the_run() -> None:
+    plans, grouped = _grouped(n_blocks=1, per_block=5000, shards=4, pad=30)
+    run = sorted_run("train", np.random.default_rng(9).integers(0, 1 << 63, 5000, np.uint64),
+                     np.arange(5000, dtype=np.uint64), [b"r%06d" % i for i in range(5000)])
+    coder = SortedRunCoder()
+    direct = engine.partition(run, plans)
+    through = engine.partition(coder.decode(coder.encode(run)), plans)
+    assert [k for k, _ in direct] == [k for k, _ in through] and len(direct) == 4
+    for (_, c1), (_, c2) in zip(direct, through, strict=True):
+        _same(c2.unpack("x"), c1.unpack("x"))
+
+
+def test_a_damaged_segment_of_a_run_is_an_error_naming_the_shard_it_reaches(tmp_path) -> None:
+    """A segment passed through from the run to a chunk is checked where it is unpacked: by
+    the writer of its shard."""
+    plans, _ = _grouped(n_blocks=1, per_block=60, shards=3)
+    n = 4000
+    run = sorted_run("train", np.sort(np.random.default_rng(1).integers(0, 1 << 63, n,
+                                                                        np.uint64)),
+                     np.arange(n, dtype=np.uint64), [b"r%06d" % i for i in range(n)])
+    encoded = bytearray(SortedRunCoder().encode(run))
+    encoded[-10] ^= 0x04  # inside the last segment's compressed bytes
+    back = SortedRunCoder().decode(bytes(encoded))  # the index is intact: it opens
+    whole = ShardPlan("train", 0, 1, 0, 1 << 64, 0, n)
+    [(key, chunk)] = engine.partition(back, [whole])
+    assert key == ("train", 0)
+    with pytest.raises(StorageError, match=r"^shard train 0: the shuffle delivered damaged "
+                                           r"data \("):
+        engine.write_engine_shard(whole, iter([chunk]), str(tmp_path), ShardFormat.of())
 
 
 def _shard_one(tmp_path):
@@ -126,14 +177,17 @@ def test_a_truncated_or_extended_chunk_is_an_error_naming_the_shard(tmp_path) ->
         write(data + b"\0")
 
 
-def test_a_damaged_run_is_an_error_naming_its_split() -> None:
+def test_a_damaged_run_index_is_an_error_naming_its_split() -> None:
     run = sorted_run("test", np.arange(10, dtype=np.uint64), np.arange(10, dtype=np.uint64),
                      [b"r%d" % i for i in range(10)])
-    encoded = bytearray(SortedRunCoder().encode(run))
-    encoded[-3] ^= 0x40
-    with pytest.raises(StorageError, match=r"^a sorted run of split 'test': the shuffle "
-                                           r"delivered damaged data \("):
-        SortedRunCoder().decode(bytes(encoded))
+    encoded = SortedRunCoder().encode(run)
+    head = 4 + len("test") + chunk_codec.FIELDS.size + chunk_codec.ENTRY.size + 4
+    for at in (4 + len("test") + 5, head + 3):  # the header, then the index stream
+        damaged = bytearray(encoded)
+        damaged[at] ^= 0x40
+        with pytest.raises(StorageError, match=r"^a sorted run of split 'test': the shuffle "
+                                               r"delivered damaged data \("):
+            SortedRunCoder().decode(bytes(damaged))
 
 
 def test_a_chunk_damaged_in_the_runner_stops_the_run_naming_the_shard(tmp_path,

@@ -20,7 +20,7 @@ import apache_beam as beam
 
 from etl.job.read_plan import ReadTask
 from etl.shuffle import chunk_codec
-from etl.shuffle.engine import Chunk
+from etl.shuffle.engine import Chunk, PackedRun
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import SortedRun
 
@@ -48,23 +48,28 @@ class ChunkCoder(beam.coders.Coder):
 
 
 class SortedRunCoder(beam.coders.Coder):
-    """etl.shuffle.runs.SortedRun <-> bytes (see the module docstring)."""
+    """etl.shuffle.runs.SortedRun <-> bytes (see the module docstring). Decodes to an
+    etl.shuffle.engine.PackedRun: the index unpacked, the records left compressed for the
+    partition step to pass on (a PackedRun encodes to the bytes it came from)."""
 
-    def encode(self, value: SortedRun) -> bytes:
+    def encode(self, value: SortedRun | PackedRun) -> bytes:
         split = value.split.encode()
-        return b"".join([_SPLIT.pack(len(split)), split,
-                         chunk_codec.pack(value.keys, value.ids, value.offsets, value.payload)])
+        data = (value.data if isinstance(value, PackedRun)
+                else chunk_codec.pack(value.keys, value.ids, value.offsets, value.payload))
+        return b"".join([_SPLIT.pack(len(split)), split, data])
 
-    def decode(self, encoded: bytes) -> SortedRun:
+    def decode(self, encoded: bytes) -> PackedRun:
         (n,) = _SPLIT.unpack_from(encoded, 0)
         split = encoded[_SPLIT.size : _SPLIT.size + n].decode()
-        keys, ids, offsets, payload = chunk_codec.unpack(
-            memoryview(encoded)[_SPLIT.size + n :], f"a sorted run of split {split!r}")
-        return SortedRun(split, keys, ids, offsets, payload)
+        data = memoryview(encoded)[_SPLIT.size + n :]  # no copy: the run keeps `encoded`
+        return PackedRun(split, data,
+                         chunk_codec.open_packed(data, f"a sorted run of split {split!r}"))
 
-    def estimate_size(self, value: SortedRun) -> int:
+    def estimate_size(self, value: SortedRun | PackedRun) -> int:
         """The run's unpacked size, an upper bound: Beam sizes elements for its metrics and
         would otherwise compress every run once more per consumer just to measure it."""
+        if isinstance(value, PackedRun):
+            return len(value.data) + len(value.split) + _SPLIT.size
         return value.nbytes + len(value.split) + _SPLIT.size + chunk_codec.HEADER.size
 
     def is_deterministic(self) -> bool:

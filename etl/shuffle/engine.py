@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from etl.formats.shards import ShardFormat
 from etl.shuffle import chunk_codec
-from etl.shuffle.planning import ShardPlan
-from etl.shuffle.runs import FileSlice, RunSlice, SortedRun, write_section
+from etl.shuffle.planning import BlockStats, ShardPlan, block_stats
+from etl.shuffle.runs import FileSlice, RunSlice, SortedRun, key_range, write_section
 from etl.shuffle.shard_writer import ShardResult, run_dir_of, write_shard
 from etl.storage import fs, scratch
 
@@ -53,8 +53,31 @@ class Chunk:
 EMPTY = Chunk.of(np.zeros(0), np.zeros(0), np.zeros(1), b"")  # makes every shard's group exist
 
 
-def partition(run: SortedRun, plans: list[ShardPlan]) -> list[tuple[tuple[str, int], Chunk]]:
-    """One (key, chunk) per shard of the run's split whose key range holds records of it."""
+@dataclass(frozen=True)
+class PackedRun:
+    """A sorted run as it comes out of the runner (transforms/coders.py): `data` its packed
+    bytes, `packed` their index unpacked and checked; its records stay compressed, in
+    segments `partition` passes on whole to the chunk that holds them."""
+
+    split: str
+    data: bytes | memoryview
+    packed: chunk_codec.Packed
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self.packed.keys
+
+    def stats(self, shuffled: bool) -> BlockStats:
+        return block_stats(self.split, self.keys, int(self.packed.offsets[-1]), shuffled)
+
+    def key_range(self, key_lo: int, key_hi: int) -> tuple[int, int]:
+        return key_range(self.keys, key_lo, key_hi)
+
+
+def partition(run: SortedRun | PackedRun,
+              plans: list[ShardPlan]) -> list[tuple[tuple[str, int], Chunk]]:
+    """One (key, chunk) per shard of the run's split whose key range holds records of it. A
+    packed run's chunks reuse its compressed segments (chunk_codec.cut)."""
     if not len(run.keys):
         return []
     live = [p for p in plans if p.take and p.key_lo < int(run.keys[-1]) + 1
@@ -63,6 +86,9 @@ def partition(run: SortedRun, plans: list[ShardPlan]) -> list[tuple[tuple[str, i
     for plan in live:
         a, b = run.key_range(plan.key_lo, plan.key_hi)
         if b <= a:
+            continue
+        if isinstance(run, PackedRun):
+            out.append(((plan.split, plan.index), Chunk(chunk_codec.cut(run.packed, a, b))))
             continue
         lo, hi = int(run.offsets[a]), int(run.offsets[b])
         out.append(((plan.split, plan.index),
