@@ -9,6 +9,11 @@ is appended to a scratch file on the worker's local disk, and the shard is then 
 those sorted sections in bounded memory by the same code as the `files` strategy, so both
 write the same bytes. No file of ours is written between the stages: the object-store
 operations are one write per shard.
+
+Runs and chunks cross the runner packed (etl.shuffle.chunk_codec: zstd, CRC32C): a run
+arrives at `partition` as a PackedRun whose compressed segments are passed on to the chunks
+that hold them whole, and the shard writer unpacks and checks every chunk, naming its shard
+if the bytes were damaged on the way.
 """
 
 from __future__ import annotations
