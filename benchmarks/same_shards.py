@@ -3,10 +3,12 @@ change a byte): the generated CSV and IDX images (benchmarks.data) converted by 
 same job, 8 shards, seed 42, index files off (older checkouts have none).
 
     python -m benchmarks.same_shards --checkout DIR [--rows N] [--images N] [--workdir DIR]
+                                     [--via files|engine]
 
 DIR is a checkout of the other commit (`git worktree add /tmp/old COMMIT`); both run with this
 venv's Python. Prints one line per job: identical or the first shard that differs. Exit 1 when
-any differs.
+any differs. `--via` picks the shuffle strategy of both runs (default: the runner's, `files`
+on the local runner); the two strategies write the same bytes, so either must agree.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from benchmarks.data import ensure_arrays, ensure_csv, ensure_images
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def jobs(workdir: str, rows: int, images: int, arrays: int = 0) -> dict[str, dict]:
+def jobs(workdir: str, rows: int, images: int, arrays: int = 0,
+         via: str | None = None) -> dict[str, dict]:
     csv = ensure_csv(workdir, rows)
     imgs, labels = ensure_images(workdir, images)
-    common = {"shards": 8, "shuffle": {"seed": 42}}
+    common = {"shards": 8, "shuffle": {"seed": 42, **({"via": via} if via else {})}}
     more = {}
     if arrays:
         x, y = ensure_arrays(workdir, arrays)
@@ -71,12 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--images", type=int, default=600_000)
     p.add_argument("--workdir", default="bench_out")
+    p.add_argument("--via", choices=("files", "engine"), default=None,
+                   help="the shuffle strategy of both runs (default: the runner's)")
     args = p.parse_args(argv)
     other = os.path.abspath(args.checkout)
     differ = 0
-    for name, job in jobs(args.workdir, args.rows, args.images).items():
-        ours = shards(REPO, f"{name}-ours", job, args.workdir)
-        theirs = shards(other, f"{name}-other", job, args.workdir)
+    tag = f"-{args.via}" if args.via else ""
+    for name, job in jobs(args.workdir, args.rows, args.images, via=args.via).items():
+        if {"csv": args.rows, "images": args.images}.get(name) == 0:
+            print(f"{name}: skipped (0 asked for)")
+            continue
+        ours = shards(REPO, f"{name}{tag}-ours", job, args.workdir)
+        theirs = shards(other, f"{name}{tag}-other", job, args.workdir)
         if ours == theirs:
             print(f"{name}: identical, {len(ours)} shards (first sha256 {ours[0][1][:16]}…)")
         else:

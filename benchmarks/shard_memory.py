@@ -65,8 +65,8 @@ def measure(size_mb: int, chunk_mb: int, way: str) -> dict:
                                                ShardFormat())
         else:  # the baseline: the group materialised as one list, the shard sorted at once
             held = list(chunks(total, chunk_mb << 20))
-            result = write_shard(plan, [MemorySlice(c.keys, c.ids, c.offsets, c.payload)
-                                        for c in held], staging, ShardFormat())
+            result = write_shard(plan, [MemorySlice(*c.unpack("a chunk")) for c in held],
+                                 staging, ShardFormat())
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert result.num_records == n

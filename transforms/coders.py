@@ -3,12 +3,12 @@ read tasks and shard tasks (Reshuffles).
 
 Declared (registered and named by `with_output_types` in transforms/convert.py) instead of
 left to Beam's fallback, which pickles: a pickle is not a declared wire format, is not
-guaranteed deterministic, and copies NumPy arrays through the pickler's own framing. These
-write each array's bytes once, little-endian, behind a fixed header, and decode to arrays
-over the received bytes (immutable, owned by the decoded value). Both are deterministic:
-the same value always encodes to the same bytes.
+guaranteed deterministic, and copies NumPy arrays through the pickler's own framing. Runs and
+chunks travel packed by etl.shuffle.chunk_codec (compressed, checksummed; the format is
+documented there): a Chunk already is its packed bytes, so its coder only hands them over.
+Both are deterministic: the same value always encodes to the same bytes.
 
-    Chunk:     n:u64 | keys:u64[n] | ids:u64[n] | offsets:i64[n+1] | payload
+    Chunk:     chunk_codec.pack(keys, ids, offsets, payload)
     SortedRun: len(split):u32 | split utf-8 | the same as a Chunk
 """
 
@@ -17,45 +17,28 @@ from __future__ import annotations
 import struct
 
 import apache_beam as beam
-import numpy as np
 
 from etl.job.read_plan import ReadTask
-from etl.shuffle.engine import Chunk
+from etl.shuffle import chunk_codec
+from etl.shuffle.engine import Chunk, PackedRun
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import SortedRun
 
-_N = struct.Struct("<Q")
 _SPLIT = struct.Struct("<I")
 
 
-def _encode_arrays(keys: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
-                   payload: bytes | memoryview) -> list[bytes | memoryview]:
-    return [_N.pack(len(keys)), np.asarray(keys, "<u8").tobytes(),
-            np.asarray(ids, "<u8").tobytes(), np.asarray(offsets, "<i8").tobytes(),
-            memoryview(payload)]
-
-
-def _decode_arrays(data: bytes, at: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes]:
-    (n,) = _N.unpack_from(data, at)
-    at += _N.size
-    keys = np.frombuffer(data, "<u8", n, at)
-    ids = np.frombuffer(data, "<u8", n, at + 8 * n)
-    offsets = np.frombuffer(data, "<i8", n + 1, at + 16 * n)
-    start = at + 24 * n + 8
-    payload = data[start : start + int(offsets[-1])]
-    if len(payload) != int(offsets[-1]):
-        raise ValueError(f"truncated chunk: {len(payload)} of {int(offsets[-1])} payload bytes")
-    return keys, ids, offsets, payload
-
-
 class ChunkCoder(beam.coders.Coder):
-    """etl.shuffle.engine.Chunk <-> bytes (see the module docstring)."""
+    """etl.shuffle.engine.Chunk <-> its packed bytes (unpacked and checked by the shard
+    writer, which names the shard if they are damaged)."""
 
     def encode(self, value: Chunk) -> bytes:
-        return b"".join(_encode_arrays(value.keys, value.ids, value.offsets, value.payload))
+        return value.data
 
     def decode(self, encoded: bytes) -> Chunk:
-        return Chunk(*_decode_arrays(encoded, 0))
+        return Chunk(encoded)
+
+    def estimate_size(self, value: Chunk) -> int:
+        return len(value.data)
 
     def is_deterministic(self) -> bool:
         return True
@@ -65,19 +48,29 @@ class ChunkCoder(beam.coders.Coder):
 
 
 class SortedRunCoder(beam.coders.Coder):
-    """etl.shuffle.runs.SortedRun <-> bytes (see the module docstring)."""
+    """etl.shuffle.runs.SortedRun <-> bytes (see the module docstring). Decodes to an
+    etl.shuffle.engine.PackedRun: the index unpacked, the records left compressed for the
+    partition step to pass on (a PackedRun encodes to the bytes it came from)."""
 
-    def encode(self, value: SortedRun) -> bytes:
+    def encode(self, value: SortedRun | PackedRun) -> bytes:
         split = value.split.encode()
-        return b"".join([_SPLIT.pack(len(split)), split,
-                         *_encode_arrays(value.keys, value.ids, value.offsets,
-                                         memoryview(value.payload))])
+        data = (value.data if isinstance(value, PackedRun)
+                else chunk_codec.pack(value.keys, value.ids, value.offsets, value.payload))
+        return b"".join([_SPLIT.pack(len(split)), split, data])
 
-    def decode(self, encoded: bytes) -> SortedRun:
+    def decode(self, encoded: bytes) -> PackedRun:
         (n,) = _SPLIT.unpack_from(encoded, 0)
         split = encoded[_SPLIT.size : _SPLIT.size + n].decode()
-        keys, ids, offsets, payload = _decode_arrays(encoded, _SPLIT.size + n)
-        return SortedRun(split, keys, ids, offsets, payload)
+        data = memoryview(encoded)[_SPLIT.size + n :]  # no copy: the run keeps `encoded`
+        return PackedRun(split, data,
+                         chunk_codec.open_packed(data, f"a sorted run of split {split!r}"))
+
+    def estimate_size(self, value: SortedRun | PackedRun) -> int:
+        """The run's unpacked size, an upper bound: Beam sizes elements for its metrics and
+        would otherwise compress every run once more per consumer just to measure it."""
+        if isinstance(value, PackedRun):
+            return len(value.data) + len(value.split) + _SPLIT.size
+        return value.nbytes + len(value.split) + _SPLIT.size + chunk_codec.HEADER.size
 
     def is_deterministic(self) -> bool:
         return True

@@ -19,12 +19,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from etl.base.errors import EXIT_BAD_INPUT, BadInputError, BadRecord
 from etl.contract.codec import Encoder
 from etl.contract.schema import Schema
-from etl.formats.proto_wire import binary_column, lengths
+from etl.formats.proto_wire import binary_column, data_of, lengths, offsets_of
+from etl.formats.tfrecord import frame_records
 from etl.job.config import JobConfig
 from etl.job.read_plan import WHOLE_FILE, ReadPlan, ReadUnit
+from etl.shuffle import chunk_codec
 from etl.shuffle.planning import num_shards_for
 from etl.sources import make_reader
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Split
@@ -40,7 +45,7 @@ TEXT_FORMATS = frozenset({"csv", "tsv", "jsonl", "text"})
 # which an estimate ("nothing is launched") must not do (--dry-run does not either)
 UNSAMPLED = frozenset({"python"})
 FRAMING = 16  # bytes of TFRecord framing per record
-CHUNK_OVERHEAD = 24  # key, id and offset per record in an engine chunk (etl.shuffle.engine)
+CHUNK_OVERHEAD = 24  # key, id and record length per record in an engine chunk, unpacked
 UTILISATION = 0.7  # share of a worker's cores busy on average (assumption)
 WORKER_START_HOURS = 4 / 60  # a Dataflow worker is billed from boot: 3-5 min before work
 TARGET_WORK_SECONDS = 600  # no worker count given: as many as finish the work in ~10 min
@@ -66,6 +71,9 @@ class Sample:
     spread: float = 1.0  # lines per byte of the whole file / of the sampled head (text)
     bad: list[BadRecord] = field(default_factory=list)  # the sample's rejected records
     unsampled: bool = False  # user code (`format: python`): never run by an estimate
+    # the sample's records as the engine shuffles them: framed, in a shuffled order, with a
+    # key and id each, packed by etl.shuffle.chunk_codec (compressed); 0: nothing encoded
+    packed_bytes: int = 0
 
     @property
     def rejected(self) -> int:
@@ -78,6 +86,26 @@ class Sample:
     @property
     def framed_per_record(self) -> float:
         return self.framed_bytes / max(1, self.encoded)
+
+    @property
+    def packed_per_record(self) -> float:
+        """Bytes per record through the engine's shuffle; without a packed sample, unpacked."""
+        if not self.packed_bytes:
+            return self.framed_per_record + CHUNK_OVERHEAD
+        return self.packed_bytes / max(1, self.encoded)
+
+
+def packed_size(records: pa.Array, seed: int) -> int:
+    """Bytes of `records` (serialized) as one engine chunk: framed, in a random order (a
+    shuffled run's records are neighbours by chance), random keys (a shuffled run's keys are
+    a hash, incompressible) and ids, packed by etl.shuffle.chunk_codec."""
+    n = len(records)
+    rng = np.random.default_rng(seed)
+    framed = frame_records(binary_column(records).take(pa.array(rng.permutation(n))))
+    offsets = offsets_of(framed)
+    keys = np.sort(rng.integers(0, 1 << 64, n, dtype=np.uint64))
+    ids = np.sort(rng.integers(0, 1 << 40, n, dtype=np.uint64))
+    return len(chunk_codec.pack(keys, ids, offsets - offsets[0], data_of(framed)))
 
 
 def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema,
@@ -99,8 +127,8 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
         split = Split(unit.path, index=0, count=2, start=0, stop=stop, size=unit.num_bytes)
     else:
         split = Split(unit.path, size=unit.num_bytes)
-    counts = [0, 0, 0]  # read, encoded, framed bytes: up to input byte `at`
-    pending = [0, 0, 0]  # blocks that end at the same reported offset (one read chunk)
+    counts = [0, 0, 0, 0]  # read, encoded, framed, packed bytes: up to input byte `at`
+    pending = [0, 0, 0, 0]  # blocks that end at the same reported offset (one read chunk)
     bad: list[BadRecord] = []  # rejected records, as `counts`
     pending_bad: list[BadRecord] = []
     at = chunk_end = 0
@@ -112,7 +140,7 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
             if not split.stop and end > chunk_end and any(pending):  # a read chunk is complete
                 counts = [x + y for x, y in zip(counts, pending, strict=True)]
                 bad += pending_bad
-                pending, pending_bad, at = [0, 0, 0], [], chunk_end
+                pending, pending_bad, at = [0, 0, 0, 0], [], chunk_end
                 if at >= SAMPLE_BYTES:
                     whole = False
                     break
@@ -125,6 +153,7 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
                 pending[1] += len(out.rows)
                 pending_bad += out.bad
                 pending[2] += int(lengths(binary_column(out.array)).sum()) + FRAMING * len(out.rows)
+                pending[3] += packed_size(out.array, len(out.rows)) if len(out.rows) else 0
         else:
             counts = [x + y for x, y in zip(counts, pending, strict=True)]
             bad += pending_bad
@@ -136,7 +165,8 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     if split.stop and counts[0] > counts[1]:
         counts[1] += 1  # the row the sample's end cut in two is not a rejected one
         bad = bad[:-1]
-    sample = Sample(name, unit.path, fmt, at, *counts, whole, bad=bad)
+    sample = Sample(name, unit.path, fmt, at, *counts[:3], whole, bad=bad,
+                    packed_bytes=counts[3])
     if text and not whole:
         sample.spread = _line_spread(unit.path, unit.num_bytes, at)
     return sample
@@ -229,12 +259,13 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
         elif name in first:
             samples[name] = sample_source(name, cfg, first[name], schema, job.base_dir,
                                           job.max_record_bytes)
-    records = framed = cpu = 0.0
+    records = framed = packed = cpu = 0.0
     for unit in plan.units:
         s = samples[unit.source]
         n = s.encoded if s.whole_file and unit.path == s.path else unit.num_bytes * s.records_per_byte
         records += n
         framed += n * s.framed_per_record
+        packed += n * s.packed_per_record
         kind = "text" if s.fmt in TEXT_FORMATS else "binary"
         cpu += unit.num_bytes * rates[kind]["cpu_seconds_per_input_byte"]
     fractions = job.fractions or {}
@@ -250,7 +281,7 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
                                        job.max_shard_bytes)[0]
     read_tasks = sum(max(1, math.ceil(u.num_bytes / split_bytes)) if split_bytes else 1
                      for u in plan.units)
-    shuffle = framed + (CHUNK_OVERHEAD * records if via == "engine" else 0)
+    shuffle = packed if via == "engine" else framed
     ops = object_operations(records, shards, read_tasks, via, job, plan)
     startup = max(r["startup_cpu_seconds"] for r in rates.values())
     est = Estimate(job.path, runner, len(plan.inputs), sum(i["num_bytes"] for i in plan.inputs),
@@ -354,7 +385,9 @@ def lines(est: Estimate) -> list[str]:
                    + (f", {bad:,} rejected of {s.read:,}" if bad else "") + drift)
     splits = ", ".join(f"{k} ~{v:,.0f}" for k, v in est.per_split.items())
     out.append(f"  records           ~{est.records:,.0f} ({splits})")
-    what = ("through the runner's shuffle (framed records + 24 B each)" if est.via == "engine"
+    ratio = est.shuffle_bytes / max(1.0, est.framed_bytes)
+    what = (f"through the runner's shuffle (records packed: {ratio:.2f}x their framed bytes, "
+            "from the sample)" if est.via == "engine"
             else "through spill files (framed records)")
     out.append(f"  bytes to shuffle  ~{est.shuffle_bytes / 1e6:,.1f} MB {what}; "
                f"shards: " + ", ".join(f"{k} {v}" for k, v in est.shards.items()))

@@ -9,6 +9,7 @@
     files.py        strategy `files`: runs go to spill files; shards read ranges of them
     engine.py       strategy `engine`: runs travel in per-shard chunks through the runner's
                     GroupByKey, read once by the shard writer
+    chunk_codec.py  the bytes of a run or chunk in the runner's shuffle: zstd, CRC32C
 
 Both strategies use the same plan and the same shard writer, so they write the same bytes.
 The Beam steps that wire them are in transforms/convert.py. A strategy is chosen here only.
