@@ -214,14 +214,18 @@ class FileSlice(RunSlice):
     def payload_into(self, lo: int, hi: int, out: np.ndarray) -> None:
         with self._open() as fh:
             size = self._payload_at(fh, lo, hi)
-            readinto = getattr(fh, "readinto", None)
-            if readinto is None:  # an object store's handle: read, then copy
-                data = fh.read(size)
-                got = len(data)
-                out[:got] = np.frombuffer(data, np.uint8)
-            else:
-                got = readinto(memoryview(out)) or 0
-        if size != len(out) or got != size:
+            got = 0
+            if size == len(out):
+                readinto = getattr(fh, "readinto", None)
+                if readinto is None:  # a handle without readinto: read, then copy
+                    data = fh.read(size)
+                    got = len(data)
+                    out[:got] = np.frombuffer(data, np.uint8)
+                else:  # a stream may hand over less than asked: read until full or the end
+                    view = memoryview(out)
+                    while got < size and (step := readinto(view[got:]) or 0):
+                        got += step
+        if got != size or size != len(out):
             raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
 
 
