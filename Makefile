@@ -7,10 +7,12 @@ STAMP := $(VENV)/.installed
 AIRFLOW_VENV ?= .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 # PyTorch lives in its own venv layered on .venv (a .pth file adds .venv's packages): ~900 MB,
-# and `make test` / .ci/run have no time left for it; `make test-torch` runs tests/test_torch.py
-# (docs/reading.md#pytorch). torch==2.13.0: the CPU wheel pip finds on this machine's disk.
+# kept out of .venv. `make test` builds it (~25 s from the CPU wheel pip finds on this machine's
+# disk, torch==2.13.0) and, when it runs the whole suite (no ARGS), runs tests/test_torch.py
+# and the README's PyTorch block with it (docs/reading.md); `make test-torch` runs only those.
 TORCH_VENV ?= .venv-torch
 TORCH_STAMP := $(TORCH_VENV)/.installed
+TORCH_TESTS := tests/test_torch.py tests/test_reading_elsewhere.py::test_pytorch_block
 
 .PHONY: run test test-torch bench lint clean
 
@@ -38,11 +40,12 @@ $(TORCH_STAMP): $(STAMP)
 run: $(STAMP)
 	$(PY) run_pipeline.py $(ARGS)
 
-test: $(STAMP) $(AIRFLOW_STAMP)
+test: $(STAMP) $(AIRFLOW_STAMP) $(TORCH_STAMP)
 	ETL_AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV))/bin/python $(PY) -m pytest -q $(ARGS)
+	$(if $(ARGS),,$(TORCH_VENV)/bin/python -m pytest -q $(TORCH_TESTS))
 
 test-torch: $(TORCH_STAMP)
-	$(TORCH_VENV)/bin/python -m pytest -q tests/test_torch.py tests/test_reading_elsewhere.py $(ARGS)
+	$(TORCH_VENV)/bin/python -m pytest -q $(TORCH_TESTS) $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
