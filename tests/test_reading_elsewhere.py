@@ -4,8 +4,8 @@ by a few lines checking what it read. DALI is not installable here (PyPI holds o
 placeholder `nvidia-dali*` packages; the real wheels are on NVIDIA's index): its block is
 checked for the index-file contract instead, the PyPI `tfrecord` reader reading every shard
 through the same `index_path` list the block builds (in its own process: it cannot be
-imported beside TensorFlow). The PyTorch block runs where torch is installed (`make
-test-torch`)."""
+imported beside TensorFlow). The PyTorch block runs where torch is installed: `make test`
+runs it with `.venv-torch`'s Python after the main run."""
 
 from __future__ import annotations
 

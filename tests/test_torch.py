@@ -1,8 +1,8 @@
 """PyTorch reads `etl.torch_dataset` / `etl.open_records` as map-style Datasets: an epoch
 through `torch.utils.data.DataLoader` with two worker processes, every record exactly once.
 
-torch is not installed by `make test` (see the `test-torch` target in the Makefile and
-docs/reading.md): without it these tests skip. `make test-torch` runs them."""
+torch lives in `.venv-torch`, not `.venv` (the Makefile says why): the main pytest run skips
+these, and `make test` then runs them with `.venv-torch`'s Python (`make test-torch` alone)."""
 
 from __future__ import annotations
 
