@@ -162,3 +162,12 @@ def test_the_tf_distribute_example_runs(out: str) -> None:
                                  batch_size=ctx.get_per_replica_batch_size(128)))
     got = [i for batch in dist for i in batch["id"].numpy().tolist()]
     assert sorted(got) == list(range(TRAIN)) and got != sorted(got)
+
+
+def test_torch_dataset_shard(out: str) -> None:
+    pytest.importorskip("torch")
+    from etl.read.torch_dataset import torch_dataset  # noqa: PLC0415
+
+    parts = [torch_dataset(out, "train", shard=(i, 3)) for i in range(3)]
+    got = [int(ds[j]["id"]) for ds in parts for j in range(len(ds))]
+    assert got == ids(open_records(out, "train")) and [len(p) for p in parts] == [334, 334, 335]
