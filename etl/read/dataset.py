@@ -38,6 +38,7 @@ from etl.contract.schema import Schema, load_schema
 from etl.formats.record_index import INDEX_SUFFIX
 from etl.formats.tfrecord import compression_of, read_file
 from etl.output.layout import MANIFEST, SCHEMA_FILE
+from etl.read.splits import SplitError, check_host, host_part, parse, plan, split_names
 from etl.storage import fs
 
 tf = quiet_tensorflow()  # before any other TensorFlow import: its start-up lines muted
@@ -73,6 +74,8 @@ def make_dataset(
     deterministic: bool | None = None,
     prefetch: int | None = AUTOTUNE,
     as_supervised: tuple[str | Sequence[str], str] | None = None,
+    shard: tuple[int, int] | None = None,
+    input_context: Any = None,
 ) -> tf.data.Dataset:
     """A `tf.data.Dataset` of batches: dicts feature name -> decoded tensor.
 
@@ -89,23 +92,41 @@ def make_dataset(
     `as_supervised=(x, y)` gives `(x, y)` batches, what Keras `fit` and `evaluate` take:
     `y` a feature name (the label), `x` a feature name (one tensor) or a list of names (a
     dict of those, for a model with named inputs), e.g. `as_supervised=("image", "label")`.
+
+    `split` takes TFDS's slicing grammar: "train[:10%]", "train[10%:]", "train[:1000]",
+    "train[-5%:]", "train+test" (etl.read.splits; exact record boundaries from the manifest's
+    per-shard counts, a shard cut inside skipping its first records).
+
+    Many hosts: `shard=(index, count)` (e.g. `(jax.process_index(), jax.process_count())`)
+    or `input_context=` the `tf.distribute.InputContext` that
+    `strategy.distribute_datasets_from_function` passes: this host reads its part, every
+    record read by exactly one host (whole shards when `count` divides the number of shards,
+    else contiguous record ranges differing by at most one record; etl.read.splits.host_part).
     """
     if batch_size < 1:
         raise DatasetError(f"batch_size must be >= 1, got {batch_size}")
     start_devices_quietly(tf)  # before the first op: its cuInit line muted
-    files, schema_obj, records = _resolve(path, split, schema)
+    host = _host(shard, input_context)
+    files, schema_obj, records, ranges = _resolve_ranges(path, split, schema, host)
     decode = _decoder(schema_obj, as_supervised)
     shuffling = bool(shuffle_buffer) and shuffle_buffer > 1
     comps = [_tf_compression(compression if compression is not None else compression_of(f))
              for f in files]
 
-    ds = tf.data.Dataset.from_tensor_slices((files, comps))
+    skips = [r[0] for r in ranges]
+    takes = [r[1] for r in ranges]
+    ds = tf.data.Dataset.from_tensor_slices((tf.constant(files, tf.string),
+                                             tf.constant(comps, tf.string),
+                                             tf.constant(skips, tf.int64),
+                                             tf.constant(takes, tf.int64)))
     if shuffling and len(files) > 1:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
 
-    def read(filename: tf.Tensor, compression_type: tf.Tensor) -> tf.data.Dataset:
+    def read(filename: tf.Tensor, compression_type: tf.Tensor, skip: tf.Tensor,
+             take: tf.Tensor) -> tf.data.Dataset:
+        # a slice or a host's range cut inside a shard: skip/take its records (take -1: all)
         return tf.data.TFRecordDataset(filename, compression_type=compression_type,
-                                       buffer_size=1 << 20)
+                                       buffer_size=1 << 20).skip(skip).take(take)
 
     if not shuffling and deterministic is not False:
         # One file after the other: the order the pipeline wrote.
@@ -117,7 +138,8 @@ def make_dataset(
         # interleave of single records costs more per element than the parse itself
         # (measured 60-120k records/s vs 230-400k/s with blocks on 2 cores). The shuffle
         # buffer after `unbatch` mixes the blocks.
-        ds = ds.interleave(lambda f, c: read(f, c).batch(_READ_BLOCK), cycle_length=cycle,
+        ds = ds.interleave(lambda f, c, a, b: read(f, c, a, b).batch(_READ_BLOCK),
+                           cycle_length=cycle,
                            num_parallel_calls=AUTOTUNE, deterministic=deterministic)
         ds = ds.unbatch()
     if shuffling:
@@ -259,8 +281,81 @@ def resolve(
     schema: Schema | PathLike | None = None,
 ) -> tuple[list[str], Schema]:
     """(files, schema) for a dataset directory or for explicit files plus a schema."""
-    files, schema_obj, _ = _resolve(path, split, schema)
+    files, schema_obj, _, _ = _resolve_ranges(path, split, schema, None)
     return files, schema_obj
+
+
+def _host(shard: tuple[int, int] | None, input_context: Any) -> tuple[int, int] | None:
+    """(index, count) of this host, from `shard=` or a tf.distribute.InputContext."""
+    if shard is not None and input_context is not None:
+        raise DatasetError("pass shard=(index, count) or input_context=, not both")
+    if input_context is not None:
+        try:
+            shard = (int(input_context.input_pipeline_id),
+                     int(input_context.num_input_pipelines))
+        except AttributeError:
+            raise DatasetError(f"input_context must be a tf.distribute.InputContext, got "
+                               f"{type(input_context).__name__}") from None
+    if shard is None:
+        return None
+    if not isinstance(shard, (tuple, list)) or len(shard) != 2:
+        raise DatasetError(f"shard must be (index, count), e.g. (0, 4), got {shard!r}")
+    return int(shard[0]), int(shard[1])
+
+
+def _resolve_ranges(
+    path: PathLike | Sequence[PathLike], split: str, schema: Schema | PathLike | None,
+    host: tuple[int, int] | None,
+) -> tuple[list[str], Schema, int | None, list[tuple[int, int]]]:
+    """`_resolve` for a split spec (etl.read.splits) and a host's part: the files to read,
+    each with (records to skip, records to take or -1 for the rest), and the record count
+    when the manifest gives it."""
+    root = None
+    if not isinstance(path, (str, os.PathLike)) and len(path) == 1:
+        path = path[0]
+    if isinstance(path, (str, os.PathLike)) and tf.io.gfile.isdir(os.fspath(path)):
+        root = _dataset_root(os.fspath(path))
+    where = root or "reading files"
+    try:
+        parts = parse(split)
+        sliced = any(p.start is not None or p.stop is not None for p in parts)
+        if root is None:
+            if sliced or len(parts) > 1:
+                raise SplitError(f"split {split!r}: slicing and '+' need a dataset directory "
+                                 f"(its {MANIFEST} gives the record counts), not files")
+            files, schema_obj, _ = _resolve(path, split, schema)
+            files = _whole_files(files, host, split)
+            return files, schema_obj, None, [(0, -1)] * len(files)
+        shards = {name: _split_shards(root, name) for name in split_names(split)}
+        schema_obj = _dir_schema(root, schema)
+        if all(counts is not None for _, counts in shards.values()):
+            pieces = plan(split, {n: counts for n, (_, counts) in shards.items()})
+            if host is not None:
+                pieces = host_part(pieces, *host, what=f"split {split!r}")
+            files = [shards[p.split][0][p.shard] for p in pieces]
+            ranges = [(p.first, -1 if p.stop == p.shard_records else p.size) for p in pieces]
+            return files, schema_obj, sum(p.size for p in pieces), ranges
+        if sliced:
+            raise SplitError(f"split {split!r}: slicing needs the per-shard record counts of "
+                             f"{MANIFEST}, which this output does not have")
+        files = _whole_files([f for p in parts for f in shards[p.split][0]], host, split)
+        return files, schema_obj, None, [(0, -1)] * len(files)
+    except SplitError as e:
+        raise DatasetError(f"{where}: {e}") from None
+
+
+def _whole_files(files: list[str], host: tuple[int, int] | None, split: str) -> list[str]:
+    """Whole files (no record counts known): a host takes every count-th file, which needs
+    `count` to divide the number of files."""
+    if host is None:
+        return files
+    index, count = host
+    check_host(index, count)
+    if len(files) % count:
+        raise SplitError(f"shard=({index}, {count}) of {len(files)} files (split {split!r}, "
+                         f"without {MANIFEST} record counts): count must divide the number "
+                         "of files")
+    return files[index::count]
 
 
 def _resolve(
@@ -271,14 +366,8 @@ def _resolve(
         path = path[0]  # a one-item list (e.g. from a CLI) may name a dataset directory
     if isinstance(path, (str, os.PathLike)) and tf.io.gfile.isdir(os.fspath(path)):
         root = _dataset_root(os.fspath(path))
-        files, records = _split_shards(root, split)
-        if schema is None:
-            schema_path = _join(root, SCHEMA_FILE)
-            if not tf.io.gfile.exists(schema_path):
-                raise DatasetError(f"{root}: no {SCHEMA_FILE} in the dataset directory; pass "
-                                   "schema=... (a Schema or a schema YAML path)")
-            schema = schema_path
-        return files, _as_schema(schema), records
+        files, counts = _split_shards(root, split)
+        return files, _dir_schema(root, schema), (sum(counts) if counts is not None else None)
     patterns = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [
         os.fspath(p) for p in path
     ]
@@ -292,13 +381,24 @@ def _resolve(
     return files, _as_schema(schema), None
 
 
+def _dir_schema(root: str, schema: Schema | PathLike | None) -> Schema:
+    """`schema`, or the dataset directory's own schema.yaml."""
+    if schema is None:
+        schema_path = _join(root, SCHEMA_FILE)
+        if not tf.io.gfile.exists(schema_path):
+            raise DatasetError(f"{root}: no {SCHEMA_FILE} in the dataset directory; pass "
+                               "schema=... (a Schema or a schema YAML path)")
+        schema = schema_path
+    return _as_schema(schema)
+
+
 def split_files(root: str, split: str) -> list[str]:
     """Shards of one split: from manifest.json when present, else by the shard names."""
     return _split_shards(root, split)[0]
 
 
-def _split_shards(root: str, split: str) -> tuple[list[str], int | None]:
-    """`split_files` and the split's record count (None without a manifest saying it)."""
+def _split_shards(root: str, split: str) -> tuple[list[str], list[int] | None]:
+    """`split_files` and its shards' record counts (None without a manifest saying them)."""
     manifest_path = _join(root, MANIFEST)
     if tf.io.gfile.exists(manifest_path):
         with tf.io.gfile.GFile(manifest_path, "r") as fh:
@@ -338,7 +438,7 @@ def _split_shards(root: str, split: str) -> tuple[list[str], int | None]:
                                        f"every shard)")
             counts = [entry.get("num_records") for entry in shards]
             known = all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
-            return files, (sum(counts) if known else None)
+            return files, (counts if known else None)
     files = sorted(f for f in tf.io.gfile.glob(_join(root, f"{split}-*-of-*.tfrecord*"))
                    if not f.endswith(INDEX_SUFFIX))
     if not files:

@@ -34,6 +34,7 @@ re-reads the indexes on its first record. A forked worker opens its own handles 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import struct
@@ -51,6 +52,7 @@ from etl.formats.record_index import IndexFileError, check_index, parse_index
 from etl.formats.tfrecord import masked_crc
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.read.decode import RecordDecoder, check_decodable
+from etl.read.splits import Piece, SplitError, host_part, plan, split_names
 from etl.storage import fs
 
 _HEADER = struct.Struct("<QI")
@@ -85,7 +87,10 @@ def open_records(path: str | os.PathLike[str], split: str = "train",
                  schema: Schema | str | os.PathLike[str] | None = None) -> Records:
     """Random access to one split of an output the pipeline wrote (local or gs://): TFRecord
     shards with index files, or ArrayRecord shards. `schema` overrides the output's own
-    schema.yaml. Imports no TensorFlow."""
+    schema.yaml. Imports no TensorFlow.
+
+    `split` takes TFDS's slicing grammar ("train[:10%]", "train[10%:]", "train+test", ...;
+    etl.read.splits); `.shard(index, count)` gives one host's part of it."""
     return Records(os.fspath(path), split, schema)
 
 
@@ -106,7 +111,18 @@ class Records:
         manifest = _manifest(self.root)
         self.format = str(manifest.get("format") or "tfrecord")
         try:
-            self.shards = _shards(self.root, manifest, split, self.format)
+            names = split_names(split)
+        except SplitError as e:
+            raise RecordsError(f"{self.root}: {e}") from None
+        first_shard: dict[str, int] = {}
+        counts: dict[str, list[int]] = {}
+        self.shards: list[_Shard] = []
+        try:
+            for name in names:  # the shards of every split the spec names, one after the other
+                first_shard[name] = len(self.shards)
+                more = _shards(self.root, manifest, name, self.format)
+                counts[name] = [s.num_records for s in more]
+                self.shards += more
         except RecordsError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as e:  # its shapes, not ours
@@ -123,15 +139,46 @@ class Records:
         check_decodable(self.schema, self.root)
         self._decoder = RecordDecoder(self.schema)
         self._starts = np.concatenate([[0], np.cumsum([s.num_records for s in self.shards])])
+        self._first_shard = first_shard
+        try:
+            pieces = plan(split, {n: counts[n] for n in names})
+        except SplitError as e:
+            raise RecordsError(f"{self.root}: {e}") from None
+        self._set_view(pieces)
         self._open: dict[int, Any] = {}
         self._pid = os.getpid()
         self._lock = threading.Lock()  # Grain reads with several threads per worker
         self._indexes: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._load_indexes()  # errors now, naming the file, not at the first record
 
+    def _set_view(self, pieces: list[Piece]) -> None:
+        """The records this object shows, in order: `pieces` (etl.read.splits) as ranges of
+        the shards' positions (`_view_base[k]` the first of range k, `_view_starts` the
+        cumulated sizes)."""
+        self._pieces = [p for p in pieces if p.size]
+        self._view_base = np.array([self._starts[self._first_shard[p.split] + p.shard] + p.first
+                                    for p in self._pieces], np.int64)
+        self._view_starts = np.concatenate([[0], np.cumsum([p.size for p in self._pieces],
+                                                           dtype=np.int64)]).astype(np.int64)
+
+    def shard(self, index: int, count: int) -> Records:
+        """Host `index` of `count`'s part of these records (a new Records; this one is
+        unchanged): every record in exactly one host's part, whole shards when `count`
+        divides their number, else contiguous record ranges differing by at most one record
+        (etl.read.splits.host_part; the same parts `make_dataset(shard=...)` reads)."""
+        try:
+            pieces = host_part(self._pieces, index, count, what=f"split {self.split!r}")
+        except SplitError as e:
+            raise RecordsError(f"{self.root}: {e}") from None
+        part = copy.copy(self)
+        part.__dict__.update(_open={}, _pid=os.getpid(), _lock=threading.Lock(),
+                             _store=None)
+        part._set_view(pieces)
+        return part
+
     # ---- the protocol ---------------------------------------------------------------------------
     def __len__(self) -> int:
-        return int(self._starts[-1])
+        return int(self._view_starts[-1])
 
     def __getitem__(self, key: Any) -> dict[str, Any]:
         """`records[i]`: one record; `records[a:b]` or `records[[i, j]]`: a batch."""
@@ -161,7 +208,9 @@ class Records:
                             f"got {type(indices).__name__}")
         idx = np.array([self._position(int(i)) for i in idx.tolist()], np.int64) \
             if len(idx) and (idx.min() < 0 or idx.max() >= len(self)) else idx.astype(np.int64)
-        serialized, where = self._read(idx)
+        # positions of the view (a slice, a host's part) -> positions in the shards
+        k = np.searchsorted(self._view_starts, idx, side="right") - 1
+        serialized, where = self._read(self._view_base[k] + idx - self._view_starts[k])
 
         def name(i: int) -> str:
             shard, local = where[i]

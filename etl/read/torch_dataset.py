@@ -36,12 +36,16 @@ except ImportError:  # torch is optional: `etl.torch_dataset` says so when calle
 
 
 def torch_dataset(path: str | os.PathLike[str], split: str = "train",
-                  schema: Schema | str | os.PathLike[str] | None = None) -> TorchRecords:
+                  schema: Schema | str | os.PathLike[str] | None = None,
+                  shard: tuple[int, int] | None = None) -> TorchRecords:
     """One split of an output as a map-style `torch.utils.data.Dataset`; pass its `collate`
-    as the DataLoader's `collate_fn` (see the module docstring)."""
+    as the DataLoader's `collate_fn` (see the module docstring). `split` takes TFDS's slicing
+    syntax ("train[:10%]", "train+test"); `shard=(rank, world_size)` keeps one host's part
+    (`Records.shard`: every record in exactly one part)."""
     if torch is None:
         raise ImportError("etl.torch_dataset needs PyTorch: pip install torch")
-    return TorchRecords(Records(os.fspath(path), split, schema))
+    records = Records(os.fspath(path), split, schema)
+    return TorchRecords(records if shard is None else records.shard(*shard))
 
 
 class TorchRecords(Dataset):  # type: ignore[misc,valid-type]
