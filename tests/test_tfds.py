@@ -1,0 +1,204 @@
+"""TFDS reads our output as its own (issue 30 point 1): real CLI runs carry dataset_info.json,
+features.json and the labels files; `tfds.builder_from_directory(OUT)` decodes every record to
+the values `make_dataset` gives, its split info equals the manifest, an ArrayRecord output
+works with `as_data_source()`, a feature TFDS cannot express is named in one line, and `verify`
+fails in one line when the metadata is damaged or missing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+tfds = pytest.importorskip("tensorflow_datasets")
+
+from etl.output.manifest import load_manifest  # noqa: E402
+from etl.read.dataset import load_records  # noqa: E402
+from tests.helpers import cli  # noqa: E402
+
+ROWS = 23  # divides by nothing: shards of unequal length
+
+RICH = """\
+name: rich
+kind: example
+features:
+  id: {dtype: int64, shape: []}
+  x: {dtype: float32, shape: [3]}
+  small: {dtype: int32, shape: []}
+  flag: {dtype: bool, shape: []}
+  name: {dtype: bytes, shape: []}
+  words: {dtype: bytes, shape: [-1], required: false}
+  tags: {dtype: int64, shape: [-1], required: false}
+  pairs: {dtype: float32, shape: [-1, 2], required: false}
+  half: {dtype: float16, shape: [2], encoding: raw}
+  img: {dtype: uint8, shape: [4, 5, 3], encoding: png}
+  gray: {dtype: uint8, shape: [null, null, 1], encoding: png}
+  color: {dtype: int64, shape: [], vocabulary: [red, green, blue]}
+  grid: {dtype: int64, shape: [2, -1], required: false}
+"""
+
+SEQ = """\
+name: seq
+kind: sequence_example
+context:
+  id: {dtype: int64, shape: []}
+  title: {dtype: bytes, shape: []}
+sequence:
+  tok: {dtype: int64, shape: []}
+"""
+
+
+def rich_rows(n: int = ROWS) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(3)
+    colors = ["red", "green", "blue"]
+    return [{
+        "id": i * 3_000_000_000,
+        "x": [i * 0.5, -i, 1.25],
+        "small": i - 10,
+        "flag": i % 2 == 0,
+        "name": f"rec-{i}",
+        "words": [f"w{j}" for j in range(i % 3)],
+        "tags": list(range(i % 4)),
+        "pairs": [[i, -j] for j in range(i % 3)],
+        "half": [i / 4, -1.5],
+        "img": rng.integers(0, 256, (4, 5, 3)).tolist(),
+        "gray": rng.integers(0, 256, (2 + i % 3, 3 + i % 2, 1)).tolist(),
+        "color": colors[i % 3],
+        "grid": [[i] * (i % 2), [i] * (i % 2)],
+    } for i in range(n)]
+
+
+def run(folder: Path, schema: str, rows: list[dict[str, Any]], **job: Any) -> str:
+    """Our CLI on a small jsonl job; returns the output directory."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "s.yaml").write_text(schema)
+    (folder / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "job.yaml").write_text(json.dumps({
+        "schema": "s.yaml", "source": {"format": "jsonl", "paths": ["d.jsonl"]},
+        "split": {"train": 0.7, "test": 0.3}, "output": "out", "shards": 3,
+        "shuffle": {"seed": 5}, "compression": "none", **job}))
+    done = cli("run", str(folder / "job.yaml"), "--runner=FnApiRunner")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return str(folder / "out")
+
+
+@pytest.fixture(scope="module")
+def rich(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return run(tmp_path_factory.mktemp("rich"), RICH, rich_rows())
+
+
+def as_python(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, list):
+        return [as_python(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def ours(out: str, split: str) -> dict[str, list[Any]]:
+    return {k: as_python(v) for k, v in load_records(out, split).items()}
+
+
+def theirs(out: str, split: str) -> dict[str, list[Any]]:
+    builder = tfds.builder_from_directory(out)
+    got: dict[str, list[Any]] = {}
+    for record in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
+        for name, value in record.items():
+            got.setdefault(name, []).append(as_python(value))
+    return got
+
+
+def test_every_record_equals_make_dataset(rich):
+    features = json.loads(Path(rich, "features.json").read_text())["featuresDict"]["features"]
+    assert sorted(features) == sorted(set(ours(rich, "train")) - {"grid"})
+    for split in ("train", "test"):
+        want, got = ours(rich, split), theirs(rich, split)
+        assert len(got["id"]) == load_manifest(rich)["splits"][split]["num_records"]
+        for name in features:
+            assert got[name] == want[name], (split, name)
+
+
+def test_feature_kinds_and_labels(rich):
+    info = tfds.builder_from_directory(rich).info
+    f = info.features
+    assert isinstance(f["img"], tfds.features.Image) and f["img"].shape == (4, 5, 3)
+    assert isinstance(f["gray"], tfds.features.Image) and f["gray"].shape == (None, None, 1)
+    assert isinstance(f["name"], tfds.features.Text)
+    assert isinstance(f["color"], tfds.features.ClassLabel)
+    assert f["color"].names == ["red", "green", "blue"]
+    assert f["color"].int2str(2) == "blue"
+    assert f["pairs"].shape == (None, 2) and f["pairs"].dtype == np.float32
+    assert f["half"].shape == (2,) and f["half"].dtype == np.float16
+
+
+def test_split_info_equals_the_manifest(rich):
+    info = tfds.builder_from_directory(rich).info
+    manifest = load_manifest(rich)
+    assert sorted(info.splits) == sorted(manifest["splits"])
+    for split, entry in manifest["splits"].items():
+        assert info.splits[split].num_examples == entry["num_records"]
+        assert info.splits[split].shard_lengths == [s["num_records"] for s in entry["shards"]]
+        assert info.splits[split].num_bytes == entry["num_bytes"]
+        assert [os.path.basename(p) for p in info.splits[split].filepaths] == [
+            s["path"] for s in entry["shards"]]
+    assert info.file_format.value == "tfrecord"
+
+
+def test_what_tfds_cannot_express_is_named_once(rich):
+    notes = load_manifest(rich)["notes"]
+    assert [n for n in notes if "TFDS" in n] == [
+        "TFDS cannot express feature(s) ['grid']: left out of features.json (the other "
+        "features read with tfds.builder_from_directory)"]
+
+
+def test_metadata_is_listed_and_verify_catches_damage(rich, tmp_path):
+    manifest = load_manifest(rich)
+    for name in ("dataset_info.json", "features.json", "color.labels.txt"):
+        assert name in manifest["files"], name
+    assert cli("verify", rich).returncode == 0
+    import shutil  # noqa: PLC0415
+
+    damaged = str(tmp_path / "damaged")
+    shutil.copytree(rich, damaged)
+    info = Path(damaged, "dataset_info.json")
+    info.write_text(info.read_text().replace('"2"', '"9"', 1))
+    done = cli("verify", damaged)
+    assert done.returncode == 3
+    assert "dataset_info.json" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    info.unlink()
+    done = cli("verify", damaged)
+    assert done.returncode == 3
+    assert "dataset_info.json" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_sequence_example_context_reads_sequence_named(tmp_path):
+    rows = [{"id": i, "title": f"t{i}", "tok": list(range(i % 4))} for i in range(ROWS)]
+    out = run(tmp_path, SEQ, rows)
+    notes = [n for n in load_manifest(out)["notes"] if "TFDS" in n]
+    assert notes == ["TFDS cannot express feature(s) ['tok']: left out of features.json "
+                     "(the other features read with tfds.builder_from_directory)"]
+    for split in ("train", "test"):
+        want, got = ours(out, split), theirs(out, split)
+        assert sorted(got) == ["id", "title"]
+        assert got["id"] == want["id"] and got["title"] == want["title"]
+
+
+def test_array_record_as_data_source(tmp_path):
+    out = run(tmp_path, RICH, rich_rows(), format="array_record")
+    builder = tfds.builder_from_directory(out)
+    assert builder.info.file_format.value == "array_record"
+    for split in ("train", "test"):
+        source = builder.as_data_source(split=split)
+        want = ours(out, split)
+        assert len(source) == len(want["id"])
+        for i in (0, len(source) - 1, len(source) // 2):
+            record = source[i]
+            for name in ("id", "x", "name", "tags", "img", "gray", "color", "half"):
+                value = as_python(record[name])
+                assert value == want[name][i], (split, i, name)
