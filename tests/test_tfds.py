@@ -225,3 +225,19 @@ def test_images_of_any_size_and_jpeg_map_to_tfds_image():
     assert any_.encoding_format == "jpeg" and any_.dtype == np.uint8
     assert isinstance(deep, tfds.features.Image) and deep.shape == (4, 4, 1)
     assert deep.encoding_format == "png" and deep.dtype == np.uint16
+
+
+def test_the_docs_block_runs(rich, tmp_path):
+    """docs/reading.md's TFDS block, on a TFRecord and on an ArrayRecord output."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reading.md").read_text()
+    block = text.split("## TFDS", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    arr = run(tmp_path, RICH, rich_rows(), format="array_record")
+    for out in (rich, arr):
+        scope: dict[str, Any] = {}
+        exec(block.replace('"out/demo"', repr(out)), scope)  # our own doc
+        n = load_manifest(out)["splits"]["train"]["num_records"]
+        assert scope["n"] == n
+        if out == rich:
+            assert sum(1 for _ in scope["ds"]) == round(n * 0.1)
+        else:
+            assert len(scope["source"]) == n
