@@ -38,6 +38,10 @@ features:
   img: {dtype: uint8, shape: [4, 5, 3], encoding: png}
   gray: {dtype: uint8, shape: [3, 2, 1], encoding: png}
   color: {dtype: int64, shape: [], vocabulary: [red, green, blue]}
+  opt: {dtype: int64, shape: [2], default: 7}
+  word: {dtype: bytes, shape: [], default: none}
+  when: {dtype: date}
+  sp: {dtype: float32, shape: [-1], representation: sparse, required: false}
 """
 
 SEQ = """\
@@ -67,6 +71,10 @@ def rich_rows(n: int = ROWS) -> list[dict[str, Any]]:
         "img": rng.integers(0, 256, (4, 5, 3)).tolist(),
         "gray": rng.integers(0, 256, (3, 2, 1)).tolist(),
         "color": colors[i % 3],
+        "opt": None if i % 3 == 0 else [i, i + 1],
+        "word": None if i % 4 == 0 else f"w{i}",
+        "when": f"2020-01-{1 + i:02d}",
+        "sp": [float(i)] * (i % 3),
     } for i in range(n)]
 
 

@@ -21,9 +21,9 @@ import json
 from typing import Any
 
 from etl.contract.schema import Feature, Schema
+from etl.output.layout import TFDS_FEATURES_FILE as FEATURES
+from etl.output.layout import TFDS_INFO_FILE as DATASET_INFO
 
-DATASET_INFO = "dataset_info.json"
-FEATURES = "features.json"
 LABELS_SUFFIX = ".labels.txt"
 VERSION = "1.0.0"
 OOV_NAME = "<oov>"
