@@ -89,6 +89,7 @@ def run(folder: Path, schema: str, rows: list[dict[str, Any]], **job: Any) -> st
         "shuffle": {"seed": 5}, "compression": "none", **job}))
     done = cli("run", str(folder / "job.yaml"), "--runner=FnApiRunner")
     assert done.returncode == 0, done.stderr[-3000:]
+    (folder / "run.log").write_text(done.stdout + done.stderr)
     return str(folder / "out")
 
 
@@ -183,9 +184,11 @@ def test_metadata_is_listed_and_verify_catches_damage(rich, tmp_path):
 def test_sequence_example_context_reads_sequence_named(tmp_path):
     rows = [{"id": i, "title": f"t{i}", "tok": list(range(i % 4))} for i in range(ROWS)]
     out = run(tmp_path, SEQ, rows)
-    notes = [n for n in load_manifest(out)["notes"] if "TFDS" in n]
-    assert notes == ["TFDS cannot express feature(s) ['tok']: left out of features.json "
-                     "(the other features read with tfds.builder_from_directory)"]
+    line = ("TFDS cannot express feature(s) ['tok']: left out of features.json "
+            "(the other features read with tfds.builder_from_directory)")
+    assert [n for n in load_manifest(out)["notes"] if "TFDS" in n] == [line]
+    said = [x for x in (tmp_path / "run.log").read_text().splitlines() if "TFDS" in x]
+    assert len(said) == 1 and said[0].endswith(line), said
     for split in ("train", "test"):
         want, got = ours(out, split), theirs(out, split)
         assert sorted(got) == ["id", "title"]

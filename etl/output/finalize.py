@@ -13,7 +13,6 @@ the output's lock.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -28,8 +27,6 @@ from etl.output.manifest import build_manifest, file_entry
 from etl.output.tfds_info import tfds_files
 from etl.shuffle.shard_writer import ATTEMPT_SUFFIX, ShardResult
 from etl.storage import fs
-
-log = logging.getLogger(__name__)
 
 
 def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int | None,
@@ -63,9 +60,7 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
     # TFDS metadata describes the splits just listed; listed and sealed like the schema files
     tfds, tfds_notes = tfds_files(schema, manifest, fmt.compression, fmt.kind)
     published.update(tfds)
-    manifest["notes"].extend(tfds_notes)
-    for note in tfds_notes:
-        log.warning("%s", note)
+    manifest["notes"].extend(tfds_notes)  # the launcher logs every note (cli.run)
     for name, data in published.items():
         fs.write_bytes(fs.join(staging, name), data)
     manifest["files"] = {k: file_entry(v) for k, v in published.items()}
