@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -166,19 +168,21 @@ def test_metadata_is_listed_and_verify_catches_damage(rich, tmp_path):
     for name in ("dataset_info.json", "features.json", "color.labels.txt"):
         assert name in manifest["files"], name
     assert cli("verify", rich).returncode == 0
-    import shutil  # noqa: PLC0415
-
     damaged = str(tmp_path / "damaged")
     shutil.copytree(rich, damaged)
     info = Path(damaged, "dataset_info.json")
-    info.write_text(info.read_text().replace('"2"', '"9"', 1))
+    text = info.read_text()
+    assert '"name": "rich"' in text
+    info.write_text(text.replace('"name": "rich"', '"name": "rick"'))  # same size
     done = cli("verify", damaged)
-    assert done.returncode == 3
-    assert "dataset_info.json" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    line = done.stderr.strip().splitlines()
+    assert done.returncode == 3 and len(line) == 1, done.stderr
+    assert re.fullmatch(f"error: {re.escape(str(info))}: sha256 [0-9a-f]{{64}} does not match "
+                        "the manifest", line[0]), line
     info.unlink()
     done = cli("verify", damaged)
-    assert done.returncode == 3
-    assert "dataset_info.json" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert (done.returncode, done.stderr.strip().splitlines()) == (
+        3, [f"error: {info}: missing file listed in the manifest"])
 
 
 def test_sequence_example_context_reads_sequence_named(tmp_path):
