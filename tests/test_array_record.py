@@ -87,7 +87,8 @@ def test_the_same_records_in_the_same_order_as_the_tfrecord_shards(outputs) -> N
     assert ([s["sha256"] for s in load_manifest(outputs["engine"])["splits"]["train"]["shards"]]
             == [s["sha256"] for s in ar["splits"]["train"]["shards"]])
     assert sorted(os.listdir(outputs["array_record"])) == sorted(
-        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"]
+        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt", "dataset_info.json",
+         "features.json"]
         + [s["path"] for info in ar["splits"].values() for s in info["shards"]])
 
 
@@ -203,7 +204,8 @@ def test_gs_output_publishes_and_verifies(outputs, tmp_path: Path, gcs_emulator:
         assert manifest["format"] == "array_record"
         shards = [s for info in manifest["splits"].values() for s in info["shards"]]
         names = {u[len(version) + 1:] for u in gcs_emulator.list(version + "/")}
-        assert names == {"_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"} | {
+        assert names == {"_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt",
+                         "dataset_info.json", "features.json"} | {
             s["path"] for s in shards}
         # the objects are the local run's files, byte for byte (same job, same shuffle)
         local = Path(outputs["array_record"])

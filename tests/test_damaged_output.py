@@ -57,7 +57,8 @@ def test_a_changed_byte_is_noticed_by_the_next_run(tmp_path: Path) -> None:
     good = shas(out)
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["sealed"]["files"]) == {
-        "schema.yaml", "schema.pbtxt", SHARD, INDEX, "train-00000-of-00002.tfrecord",
+        "schema.yaml", "schema.pbtxt", "dataset_info.json", "features.json", SHARD, INDEX,
+        "train-00000-of-00002.tfrecord",
         "train-00000-of-00002.tfrecord.index"}
     for what in (SHARD, INDEX, "manifest.json"):
         path = out / what

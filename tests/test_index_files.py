@@ -85,7 +85,8 @@ def test_run_writes_indexes_that_the_pypi_tfrecord_reader_reads(tmp_path: Path) 
         assert len(offsets) == s["num_records"]
         assert int(offsets[-1] + lengths[-1]) == s["num_bytes"]
     assert sorted(os.listdir(out)) == sorted(
-        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"]
+        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt", "dataset_info.json",
+         "features.json"]
         + [s["path"] for s in shards] + [s["index"]["path"] for s in shards])
     assert verify(out)["records"] == 3000
     assert verify(out, quick=True)["records"] == 3000
@@ -269,7 +270,8 @@ def test_gs_output_publishes_and_verifies_index_files(tmp_path: Path, gcs_emulat
         manifest = json.loads(gcs_emulator.download(f"{version}/manifest.json"))
         shards = [s for info in manifest["splits"].values() for s in info["shards"]]
         assert {s["index"]["path"] for s in shards} <= names
-        assert names == {"_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"} | {
+        assert names == {"_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt",
+                         "dataset_info.json", "features.json"} | {
             s["path"] for s in shards} | {s["index"]["path"] for s in shards}
         for s in shards:
             data = gcs_emulator.download(f"{version}/{s['index']['path']}")

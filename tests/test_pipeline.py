@@ -90,7 +90,8 @@ def test_csv_end_to_end_exact_and_verified(tmp_path, via) -> None:
     assert m["splits"]["train"]["num_records"] == 3000
     assert [s["num_records"] for s in m["splits"]["train"]["shards"]] == [750] * 4
     assert sorted(os.listdir(out)) == sorted(
-        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt"]
+        ["_SUCCESS", "manifest.json", "schema.yaml", "schema.pbtxt", "dataset_info.json",
+         "features.json"]
         + [f"train-{i:05d}-of-00004.tfrecord{index}" for i in range(4) for index in ("", ".index")])
     assert m["inputs"] == [{"path": str(tmp_path / f"part-{k}.csv"), "read": 1000, "written": 1000,
                             "rejected": 0} for k in range(3)]
@@ -342,7 +343,8 @@ def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
     dead = [json.loads(x) for x in open(os.path.join(out, "rejected", "rejected.jsonl"))]
     assert [(d["source"], d["line"], d["feature"], d["code"]) for d in dead] == [
         (str(tmp_path / "ids.csv"), 2002, "id", "unparsable_number")]
-    assert set(m["files"]) == {"schema.yaml", "schema.pbtxt", "rejected/rejected.jsonl"}
+    assert set(m["files"]) == {"schema.yaml", "schema.pbtxt", "rejected/rejected.jsonl",
+                               "dataset_info.json", "features.json"}
     verify(out)
     # every published file is checked, not only the shards
     for name in ("rejected/rejected.jsonl", "schema.pbtxt"):

@@ -4,8 +4,9 @@ dataset's metadata out.
 Runs once, on one worker, after every shard is written (Beam's file sink and TFDS's writer
 finalize the same way). It checks that every split has all its shards and that every record
 read was written or rejected (etl.output.accounting), then writes the dead-letter records, the
-schema files and `manifest.json` into the staging directory. The manifest is the run's one
-result the launcher reads back; publishing (etl.output.publish) stays with the launcher, which holds
+schema files, the TFDS metadata (etl.output.tfds_info) and `manifest.json` into the staging
+directory. The manifest is the run's one result the launcher reads back; publishing
+(etl.output.publish) stays with the launcher, which holds
 the output's lock.
 """
 
@@ -23,6 +24,7 @@ from etl.formats.shards import ShardFormat
 from etl.output.accounting import account, missing_section
 from etl.output.layout import MANIFEST, REJECTED_FILE, SCHEMA_FILE, STATS_FILE, TFMD_FILE
 from etl.output.manifest import build_manifest, file_entry
+from etl.output.tfds_info import tfds_files
 from etl.shuffle.shard_writer import ATTEMPT_SUFFIX, ShardResult
 from etl.storage import fs
 
@@ -52,13 +54,16 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
     if acc.rejected:
         published[REJECTED_FILE] = "".join(json.dumps(b, sort_keys=True) + "\n"
                                            for b in acc.rejected).encode()
+    manifest = build_manifest(shards, splits, schema.sha256(), seed, fmt, acc.inputs,
+                              acc.summary(), list(notes), input_files=input_files,
+                              extra={"missing_values": missing_section(acc.missing, schema)})
+    # TFDS metadata describes the splits just listed; listed and sealed like the schema files
+    tfds, tfds_notes = tfds_files(schema, manifest, fmt.compression, fmt.kind)
+    published.update(tfds)
+    manifest["notes"].extend(tfds_notes)  # the launcher logs every note (cli.run)
     for name, data in published.items():
         fs.write_bytes(fs.join(staging, name), data)
-    manifest = build_manifest(shards, splits, schema.sha256(), seed, fmt, acc.inputs,
-                              acc.summary(), notes,
-                              files={k: file_entry(v) for k, v in published.items()},
-                              input_files=input_files,
-                              extra={"missing_values": missing_section(acc.missing, schema)})
+    manifest["files"] = {k: file_entry(v) for k, v in published.items()}
     fs.write_bytes(fs.join(staging, MANIFEST), json.dumps(manifest, indent=1).encode())
     return manifest
 

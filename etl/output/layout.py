@@ -19,6 +19,9 @@ REJECTED_DIR = "rejected"
 REJECTED_FILE = f"{REJECTED_DIR}/rejected.jsonl"
 PRODUCER = "tfrecord-etl"  # the manifest's producer tag: what makes an output ours
 REPORT_FILES = ("report.json", "report.html")  # written by `report` beside the data, unlisted
+# TFDS metadata (etl.output.tfds_info), listed; plus one NAME.labels.txt per labelled feature
+TFDS_INFO_FILE = "dataset_info.json"
+TFDS_FEATURES_FILE = "features.json"
 STATS_FILE = "stats.json"  # the statistics the run gathered (etl.tools.report.dataset_stats), listed
 
 MARKER = "_ETL_RUN.json"
