@@ -12,7 +12,8 @@ AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 # and the README's PyTorch block with it (docs/reading.md); `make test-torch` runs only those.
 TORCH_VENV ?= .venv-torch
 TORCH_STAMP := $(TORCH_VENV)/.installed
-TORCH_TESTS := tests/test_torch.py tests/test_reading_elsewhere.py::test_pytorch_block
+TORCH_TESTS := tests/test_torch.py tests/test_reading_elsewhere.py::test_pytorch_block \
+  tests/test_split_slicing.py::test_torch_dataset_takes_slices tests/test_many_hosts.py::test_torch_dataset_shard
 
 .PHONY: run test test-torch bench lint clean
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from etl.sources.base import Block
@@ -36,3 +37,33 @@ def column(blocks: list[Block], name: str) -> list[Any]:
         col = b.columns[name]
         out.extend(col.to_pylist() if hasattr(col, "to_pylist") else list(col))
     return out
+
+
+TRAIN, TEST = 1003, 37  # write_ids_job's split sizes
+
+
+def write_ids_job(tmp: Path, out: Path) -> Path:
+    """A job of a train split of 1003 records and a test split of 37, 5 shards each, ids in
+    order (no slice of a percentage falls on a shard boundary): the readers' slicing and
+    multi-host tests. Returns the job file's path."""
+    (tmp / "schema.yaml").write_text(textwrap.dedent("""\
+        name: ids
+        kind: example
+        features:
+          id: {dtype: int64, shape: []}
+          x: {dtype: float32, shape: [2], source: [a, b]}
+        """))
+    for name, start, n in (("train", 0, TRAIN), ("test", 10_000, TEST)):
+        rows = "".join(f"{i},{i * 0.5},{-i}\n" for i in range(start, start + n))
+        (tmp / f"{name}.csv").write_text("id,a,b\n" + rows)
+    job = tmp / "job.yaml"
+    job.write_text(textwrap.dedent(f"""\
+        schema: schema.yaml
+        sources:
+          train: {{format: csv, paths: [train.csv]}}
+          test: {{format: csv, paths: [test.csv]}}
+        output: {out}
+        shards: 5
+        compression: none
+        """))
+    return job

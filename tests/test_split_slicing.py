@@ -4,8 +4,6 @@ boundary), TFDS's own rounding, and one-line errors for bad slices."""
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,41 +11,14 @@ import pytest
 
 from etl.read.random_access import RecordsError, open_records
 from etl.read.splits import Slice, absolute, parse
-from tests.helpers import cli
-
-TRAIN, TEST = 1003, 37
-
-
-def write_job(tmp: Path, out: Path) -> Path:
-    """A train split of 1003 records and a test split of 37, 5 shards each, ids in order."""
-    (tmp / "schema.yaml").write_text(textwrap.dedent("""\
-        name: ids
-        kind: example
-        features:
-          id: {dtype: int64, shape: []}
-          x: {dtype: float32, shape: [2], source: [a, b]}
-        """))
-    for name, start, n in (("train", 0, TRAIN), ("test", 10_000, TEST)):
-        rows = "".join(f"{i},{i * 0.5},{-i}\n" for i in range(start, start + n))
-        (tmp / f"{name}.csv").write_text("id,a,b\n" + rows)
-    job = tmp / "job.yaml"
-    job.write_text(textwrap.dedent(f"""\
-        schema: schema.yaml
-        sources:
-          train: {{format: csv, paths: [train.csv]}}
-          test: {{format: csv, paths: [test.csv]}}
-        output: {out}
-        shards: 5
-        compression: none
-        """))
-    return job
+from tests.helpers import TEST, TRAIN, cli, write_ids_job
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> str:
     tmp = tmp_path_factory.mktemp("slicing")
     target = tmp / "out"
-    result = cli("run", str(write_job(tmp, target)), "--runner=FnApiRunner")
+    result = cli("run", str(write_ids_job(tmp, target)), "--runner=FnApiRunner")
     assert result.returncode == 0, result.stderr
     return str(target)
 
