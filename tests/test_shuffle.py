@@ -114,15 +114,18 @@ def test_spill_read_index_returns_exactly_the_key_range(tmp_path) -> None:
     # pieces of a slice: offsets relative to the first record asked for, payload exact
     k, i, o = got.index(3, 7)
     assert np.array_equal(k, got_keys[3:7]) and np.array_equal(o, got_offsets[3:8] - got_offsets[3])
-    framed = got.payload(3, 7)
-    assert len(framed) == int(o[-1])
-    records = [bytes(framed[a:b])[12:-4] for a, b in zip(o[:-1], o[1:], strict=True)]
-    assert all(r.startswith(b"rec-") for r in records)  # spilled records are TFRecord-framed
-    # read into a buffer of its size: the same bytes; a spill cut short: an error naming it
-    into = np.zeros(len(framed), np.uint8)
+    into = np.zeros(int(o[-1]), np.uint8)
     got.payload_into(3, 7, into)
-    assert into.tobytes() == bytes(framed)
+    framed = into.tobytes()
+    records = [framed[a:b][12:-4] for a, b in zip(o[:-1], o[1:], strict=True)]
+    assert all(r.startswith(b"rec-") for r in records)  # spilled records are TFRecord-framed
+    # the same bytes as those records' part of the whole run read at once
     whole = read_index(refs[0].path, 0, 1 << 64)
+    ordinal = np.flatnonzero(inside)[3]
+    run = np.zeros(int(all_offsets[-1]), np.uint8)
+    whole.payload_into(0, len(whole), run)
+    assert framed == run[all_offsets[ordinal]:all_offsets[ordinal + 4]].tobytes()
+    # a spill cut short: an error naming it
     size = os.path.getsize(refs[0].path)
     with open(refs[0].path, "r+b") as fh:
         fh.truncate(size - 10)

@@ -88,7 +88,8 @@ def write_section(fh: BinaryIO, keys: np.ndarray, ids: np.ndarray, offsets: np.n
 class RunSlice:
     """Records [a, b) of one sorted run, read in pieces: what the shard merge consumes
     (etl.shuffle.merge). `index(lo, hi)` gives keys, ids and payload offsets (relative to
-    record lo) of records lo..hi-1 of the slice; `payload(lo, hi)` their framed bytes."""
+    record lo) of records lo..hi-1 of the slice; `payload_into(lo, hi, out)` reads their
+    framed bytes into `out` (the shard writer lays every slice's piece into one buffer)."""
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -96,13 +97,9 @@ class RunSlice:
     def index(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def payload(self, lo: int, hi: int) -> bytes | pa.Buffer:
-        raise NotImplementedError
-
     def payload_into(self, lo: int, hi: int, out: np.ndarray) -> None:
-        """payload(lo, hi) into `out` (uint8, exactly its size): the shard writer lays every
-        slice's piece into one buffer without a join."""
-        out[:] = np.frombuffer(self.payload(lo, hi), np.uint8)
+        """The framed bytes of records lo..hi-1 into `out` (uint8, exactly their size)."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -128,9 +125,9 @@ class MemorySlice(RunSlice):
         return (self.keys[lo:hi], self.ids[lo:hi],
                 self.offsets[lo : hi + 1].astype(np.int64) - int(self.offsets[lo]))
 
-    def payload(self, lo: int, hi: int) -> bytes | pa.Buffer:
+    def payload_into(self, lo: int, hi: int, out: np.ndarray) -> None:
         start, end = int(self.offsets[lo + self.a]), int(self.offsets[hi + self.a])
-        return self.data[start:end]
+        out[:] = np.frombuffer(self.data, np.uint8, end - start, start)
 
 
 class OpenFiles:
@@ -202,14 +199,6 @@ class FileSlice(RunSlice):
             raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
         fh.seek(at + 24 * n + 8 + int(start[0]))
         return int(end[0]) - int(start[0])
-
-    def payload(self, lo: int, hi: int) -> bytes:
-        with self._open() as fh:
-            size = self._payload_at(fh, lo, hi)
-            data = fh.read(size)
-        if len(data) != size:
-            raise OSError(f"{self.path}: spill section at byte {self.base} is truncated")
-        return data
 
     def payload_into(self, lo: int, hi: int, out: np.ndarray) -> None:
         with self._open() as fh:
