@@ -307,12 +307,12 @@ def _resolve_ranges(
     path: PathLike | Sequence[PathLike], split: str, schema: Schema | PathLike | None,
     host: tuple[int, int] | None,
 ) -> tuple[list[str], Schema, int | None, list[tuple[int, int]]]:
-    """`_resolve` for a split spec (etl.read.splits) and a host's part: the files to read,
-    each with (records to skip, records to take or -1 for the rest), and the record count
-    when the manifest gives it."""
+    """The files a split spec (etl.read.splits) and a host's part read, each with (records
+    to skip, records to take or -1 for the rest), the schema, and the record count when the
+    manifest gives it. `path`: a dataset directory, or TFRecord files with `schema`."""
     root = None
     if not isinstance(path, (str, os.PathLike)) and len(path) == 1:
-        path = path[0]
+        path = path[0]  # a one-item list (e.g. from a CLI) may name a dataset directory
     if isinstance(path, (str, os.PathLike)) and tf.io.gfile.isdir(os.fspath(path)):
         root = _dataset_root(os.fspath(path))
     where = root or "reading files"
@@ -323,7 +323,7 @@ def _resolve_ranges(
             if sliced or len(parts) > 1:
                 raise SplitError(f"split {split!r}: slicing and '+' need a dataset directory "
                                  f"(its {MANIFEST} gives the record counts), not files")
-            files, schema_obj, _ = _resolve(path, split, schema)
+            files, schema_obj = _files_and_schema(path, schema)
             files = _whole_files(files, host, split)
             return files, schema_obj, None, [(0, -1)] * len(files)
         shards = {name: _split_shards(root, name) for name in split_names(split)}
@@ -358,16 +358,9 @@ def _whole_files(files: list[str], host: tuple[int, int] | None, split: str) -> 
     return files[index::count]
 
 
-def _resolve(
-    path: PathLike | Sequence[PathLike], split: str, schema: Schema | PathLike | None,
-) -> tuple[list[str], Schema, int | None]:
-    """`resolve`, plus the split's record count when a manifest lists it."""
-    if not isinstance(path, (str, os.PathLike)) and len(path) == 1:
-        path = path[0]  # a one-item list (e.g. from a CLI) may name a dataset directory
-    if isinstance(path, (str, os.PathLike)) and tf.io.gfile.isdir(os.fspath(path)):
-        root = _dataset_root(os.fspath(path))
-        files, counts = _split_shards(root, split)
-        return files, _dir_schema(root, schema), (sum(counts) if counts is not None else None)
+def _files_and_schema(path: PathLike | Sequence[PathLike],
+                      schema: Schema | PathLike | None) -> tuple[list[str], Schema]:
+    """Explicit TFRecord files (paths or patterns) and the schema they need passed."""
     patterns = [os.fspath(path)] if isinstance(path, (str, os.PathLike)) else [
         os.fspath(p) for p in path
     ]
@@ -378,7 +371,7 @@ def _resolve(
         raise DatasetError(f"reading files {patterns[:3]} needs schema=... (a Schema or a "
                            f"schema YAML path); only a dataset directory carries its own "
                            f"{SCHEMA_FILE}")
-    return files, _as_schema(schema), None
+    return files, _as_schema(schema)
 
 
 def _dir_schema(root: str, schema: Schema | PathLike | None) -> Schema:
