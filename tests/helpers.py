@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from etl.sources.base import Block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,3 +69,27 @@ def write_ids_job(tmp: Path, out: Path) -> Path:
         compression: none
         """))
     return job
+
+
+def ids_output(tmp: Path) -> str:
+    """write_ids_job converted by the CLI into tmp/out (asserting the run succeeded)."""
+    target = tmp / "out"
+    result = cli("run", str(write_ids_job(tmp, target)), "--runner=FnApiRunner")
+    assert result.returncode == 0, result.stderr
+    return str(target)
+
+
+def record_ids(records: Any) -> list[int]:
+    """The `id` feature of every record of an `open_records` view, in its order."""
+    return [int(i) for i in records[:]["id"]] if len(records) else []
+
+
+def as_python(value: Any) -> Any:
+    """Decoded values (NumPy arrays and scalars, nested lists) as plain Python, to compare."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, list):
+        return [as_python(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -11,20 +11,12 @@ from typing import Any
 import pytest
 
 from etl.read.random_access import RecordsError, open_records
-from tests.helpers import TEST, TRAIN, cli, write_ids_job
+from tests.helpers import TEST, TRAIN, ids_output, record_ids
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> str:
-    tmp = tmp_path_factory.mktemp("hosts")
-    target = tmp / "out"
-    result = cli("run", str(write_ids_job(tmp, target)), "--runner=FnApiRunner")
-    assert result.returncode == 0, result.stderr
-    return str(target)
-
-
-def ids(records: Any) -> list[int]:
-    return [int(i) for i in records[:]["id"]] if len(records) else []
+    return ids_output(tmp_path_factory.mktemp("hosts"))
 
 
 def tf_ids(out: str, split: str = "train", **kw: Any) -> list[int]:
@@ -38,8 +30,8 @@ def tf_ids(out: str, split: str = "train", **kw: Any) -> list[int]:
 
 @pytest.mark.parametrize("count", [3, 7])
 def test_ranges_when_hosts_do_not_divide_shards(out: str, count: int) -> None:
-    whole = ids(open_records(out, "train"))
-    parts = [ids(open_records(out, "train").shard(i, count)) for i in range(count)]
+    whole = record_ids(open_records(out, "train"))
+    parts = [record_ids(open_records(out, "train").shard(i, count)) for i in range(count)]
     # contiguous ranges [i*N//count, (i+1)*N//count) of the split's order
     assert parts == [whole[i * TRAIN // count:(i + 1) * TRAIN // count] for i in range(count)]
     assert sorted(sum(parts, [])) == list(range(TRAIN))
@@ -52,12 +44,12 @@ def test_ranges_when_hosts_do_not_divide_shards(out: str, count: int) -> None:
 def test_whole_shards_when_hosts_divide_shards(out: str) -> None:
     records = open_records(out, "train")
     counts = [s.num_records for s in records.shards]
-    whole = ids(records)
+    whole = record_ids(records)
     starts = [sum(counts[:i]) for i in range(5)]
-    parts = [ids(records.shard(i, 5)) for i in range(5)]
+    parts = [record_ids(records.shard(i, 5)) for i in range(5)]
     assert parts == [whole[starts[i]:starts[i] + counts[i]] for i in range(5)]
     assert [tf_ids(out, shard=(i, 5)) for i in range(5)] == parts
-    assert ids(records.shard(0, 1)) == whole
+    assert record_ids(records.shard(0, 1)) == whole
 
 
 def test_input_context_is_shard(out: str) -> None:
@@ -81,9 +73,9 @@ def test_same_seed_same_order_per_host(out: str) -> None:
 @pytest.mark.parametrize("spec,count", [("train[10%:]", 3), ("train[:50%]+test", 7),
                                         ("train+test", 5), ("train[10%:]", 5)])
 def test_hosts_of_a_slice(out: str, spec: str, count: int) -> None:
-    sliced = ids(open_records(out, spec))
+    sliced = record_ids(open_records(out, spec))
     n = len(sliced)
-    parts = [ids(open_records(out, spec).shard(i, count)) for i in range(count)]
+    parts = [record_ids(open_records(out, spec).shard(i, count)) for i in range(count)]
     assert sorted(sum(parts, [])) == sorted(sliced) and len(sum(parts, [])) == n
     if spec == "train+test":  # 10 whole shards over 5 hosts: host i reads shard i of each
         def shard_ids(split: str, i: int) -> list[int]:
@@ -91,7 +83,7 @@ def test_hosts_of_a_slice(out: str, spec: str, count: int) -> None:
             starts = [0]
             for sh in records.shards:
                 starts.append(starts[-1] + sh.num_records)
-            return ids(records)[starts[i]:starts[i + 1]]
+            return record_ids(records)[starts[i]:starts[i + 1]]
 
         assert parts == [shard_ids("train", i) + shard_ids("test", i) for i in range(count)]
     else:  # ranges, also when the count divides the pieces but the slice cuts a shard
@@ -101,8 +93,8 @@ def test_hosts_of_a_slice(out: str, spec: str, count: int) -> None:
 
 def test_as_many_hosts_as_records(out: str) -> None:
     records = open_records(out, "test")
-    parts = [ids(records.shard(i, TEST)) for i in range(TEST)]
-    assert parts == [[i] for i in ids(records)]
+    parts = [record_ids(records.shard(i, TEST)) for i in range(TEST)]
+    assert parts == [[i] for i in record_ids(records)]
     with pytest.raises(RecordsError, match=r"split 'test': 38 hosts but 37 records; each host "
                                            r"needs at least one \(use at most 37 hosts\)$"):
         records.shard(0, TEST + 1)
@@ -141,4 +133,4 @@ def test_torch_dataset_shard(out: str) -> None:
 
     parts = [torch_dataset(out, "train", shard=(i, 3)) for i in range(3)]
     got = [int(ds[j]["id"]) for ds in parts for j in range(len(ds))]
-    assert got == ids(open_records(out, "train")) and [len(p) for p in parts] == [334, 334, 335]
+    assert got == record_ids(open_records(out, "train")) and [len(p) for p in parts] == [334, 334, 335]

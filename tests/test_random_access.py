@@ -25,7 +25,7 @@ from etl.formats.tfrecord import read_file
 from etl.job.config import load_job
 from etl.read.random_access import Records, RecordsError, open_records
 from tests.gcs_proxy import GcsProxy
-from tests.helpers import IDS_SCHEMA, ROOT, cli
+from tests.helpers import IDS_SCHEMA, ROOT, as_python, cli
 
 
 # ---- outputs -----------------------------------------------------------------------------------
@@ -145,16 +145,6 @@ def tf_records(root: str, split: str = "train") -> dict[str, list[Any]]:
 
     got = load_records(root, split)
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in got.items()}
-
-
-def as_python(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, list):
-        return [as_python(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def assert_matches_tf(records: Records, expected: dict[str, list[Any]], idx: np.ndarray) -> None:

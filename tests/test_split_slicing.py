@@ -11,20 +11,12 @@ import pytest
 
 from etl.read.random_access import RecordsError, open_records
 from etl.read.splits import Slice, absolute, parse
-from tests.helpers import TEST, TRAIN, cli, write_ids_job
+from tests.helpers import TEST, TRAIN, ids_output, record_ids
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> str:
-    tmp = tmp_path_factory.mktemp("slicing")
-    target = tmp / "out"
-    result = cli("run", str(write_ids_job(tmp, target)), "--runner=FnApiRunner")
-    assert result.returncode == 0, result.stderr
-    return str(target)
-
-
-def ids(records: Any) -> list[int]:
-    return [int(i) for i in records[:]["id"]] if len(records) else []
+    return ids_output(tmp_path_factory.mktemp("slicing"))
 
 
 def tf_ids(out: str, split: str, **kw: Any) -> list[int]:
@@ -44,9 +36,9 @@ def test_layout_is_uneven(out: str) -> None:
 
 
 def test_halves_are_the_split_exactly(out: str) -> None:
-    whole = ids(open_records(out, "train"))
+    whole = record_ids(open_records(out, "train"))
     assert sorted(whole) == list(range(TRAIN))
-    head, tail = ids(open_records(out, "train[:10%]")), ids(open_records(out, "train[10%:]"))
+    head, tail = record_ids(open_records(out, "train[:10%]")), record_ids(open_records(out, "train[10%:]"))
     assert len(head) == 100 and len(tail) == 903  # round(10 * 1003 / 100) = 100
     assert head + tail == whole and not set(head) & set(tail)
     # the same records, in the same order, through tf.data (skip/take inside shard 0)
@@ -64,16 +56,16 @@ def test_halves_are_the_split_exactly(out: str) -> None:
     ("train[20:10]", slice(0, 0)),
 ])
 def test_slices_pick_exact_records(out: str, spec: str, cut: slice) -> None:
-    want = ids(open_records(out, "train"))[cut]
-    assert ids(open_records(out, spec)) == want
+    want = record_ids(open_records(out, "train"))[cut]
+    assert record_ids(open_records(out, spec)) == want
     assert tf_ids(out, spec) == want
 
 
 def test_plus_joins_in_order(out: str) -> None:
-    train, test = ids(open_records(out, "train")), ids(open_records(out, "test"))
+    train, test = record_ids(open_records(out, "train")), record_ids(open_records(out, "test"))
     assert sorted(test) == list(range(10_000, 10_000 + TEST))
-    assert ids(open_records(out, "train+test")) == train + test
-    assert ids(open_records(out, "train[:50%] + test[:10]")) == train[:502] + test[:10]
+    assert record_ids(open_records(out, "train+test")) == train + test
+    assert record_ids(open_records(out, "train[:50%] + test[:10]")) == train[:502] + test[:10]
     assert tf_ids(out, "train[:50%]+test[:10]") == train[:502] + test[:10]
     records = open_records(out, "train[:5]+test[-2:]")
     assert len(records) == 7 and int(records[6]["id"]) == test[-1]
@@ -86,7 +78,7 @@ def test_torch_dataset_takes_slices(out: str) -> None:
 
     ds = torch_dataset(out, "train+test")
     assert len(ds) == TRAIN + TEST
-    assert int(ds[TRAIN]["id"]) == ids(open_records(out, "test"))[0]
+    assert int(ds[TRAIN]["id"]) == record_ids(open_records(out, "test"))[0]
 
 
 SPECS = ["train[:33%]", "train[33%:]", "train[:10%]", "train[-5%:]", "train[12.5%:87.5%]",

@@ -20,7 +20,7 @@ import tensorflow_datasets as tfds  # a test dependency (pyproject's `test` extr
 from etl.output.manifest import load_manifest
 from etl.read.dataset import load_records
 from etl.read.random_access import open_records
-from tests.helpers import cli
+from tests.helpers import as_python, cli
 
 ROWS = 23  # divides by nothing: shards of unequal length
 
@@ -98,16 +98,6 @@ def run(folder: Path, schema: str, rows: list[dict[str, Any]], **job: Any) -> st
 @pytest.fixture(scope="module")
 def rich(tmp_path_factory: pytest.TempPathFactory) -> str:
     return run(tmp_path_factory.mktemp("rich"), RICH, rich_rows())
-
-
-def as_python(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, list):
-        return [as_python(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def ours(out: str, split: str) -> dict[str, list[Any]]:
