@@ -58,7 +58,7 @@ def finalize_run(staging: str, schema: Schema, splits: Iterable[str], seed: int 
                               acc.summary(), list(notes), input_files=input_files,
                               extra={"missing_values": missing_section(acc.missing, schema)})
     # TFDS metadata describes the splits just listed; listed and sealed like the schema files
-    tfds, tfds_notes = tfds_files(schema, manifest, fmt.compression, fmt.kind)
+    tfds, tfds_notes = tfds_files(schema, manifest, fmt)
     published.update(tfds)
     manifest["notes"].extend(tfds_notes)  # the launcher logs every note (cli.run)
     for name, data in published.items():

@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 from etl.contract.schema import Feature, Schema
+from etl.formats.shards import ShardFormat
 from etl.output.layout import TFDS_FEATURES_FILE as FEATURES
 from etl.output.layout import TFDS_INFO_FILE as DATASET_INFO
 
@@ -38,12 +39,12 @@ _TFDS_DTYPES = {"bytes": "string"}  # every other dtype of ours keeps its name i
 _IMAGE_DTYPES = ("uint8", "uint16")
 
 
-def tfds_files(schema: Schema, manifest: dict[str, Any], compression: str,
-               kind: str) -> tuple[dict[str, bytes], list[str]]:
+def tfds_files(schema: Schema, manifest: dict[str, Any],
+               fmt: ShardFormat) -> tuple[dict[str, bytes], list[str]]:
     """(file name -> bytes, notes): the TFDS metadata of an output, and one line naming what
     TFDS cannot read. `manifest`: its `splits` (shards in index order, per-shard counts)."""
-    if compression != "none":
-        return {}, [f"no TFDS metadata: TFDS cannot read {compression}-compressed TFRecord "
+    if fmt.compression != "none":
+        return {}, [f"no TFDS metadata: TFDS cannot read {fmt.compression}-compressed TFRecord "
                     "shards (write them uncompressed for tfds.builder_from_directory)"]
     features: dict[str, Any] = {}
     labels: dict[str, bytes] = {}
@@ -57,7 +58,7 @@ def tfds_files(schema: Schema, manifest: dict[str, Any], compression: str,
         names = label_names(f)
         if entry["pythonClassName"] == _LABEL and names is not None:
             labels[f.name + LABELS_SUFFIX] = "".join(n + "\n" for n in names).encode()
-    out = {DATASET_INFO: _json(dataset_info(schema.name, manifest, kind)),
+    out = {DATASET_INFO: _json(dataset_info(schema.name, manifest, fmt)),
            FEATURES: _json({"pythonClassName": _DICT,
                             "featuresDict": {"features": features}}),
            **labels}
@@ -66,18 +67,18 @@ def tfds_files(schema: Schema, manifest: dict[str, Any], compression: str,
     return out, notes
 
 
-def dataset_info(name: str, manifest: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The DatasetInfo proto as TFDS writes it to JSON (int64 fields as strings)."""
-    suffix = ".array_record" if kind == "array_record" else ".tfrecord"
+def dataset_info(name: str, manifest: dict[str, Any], fmt: ShardFormat) -> dict[str, Any]:
+    """The DatasetInfo proto as TFDS writes it to JSON (int64 fields as strings); the
+    template's suffix is the shards' own (ShardFormat.suffix)."""
     splits = []
     for split, info in manifest["splits"].items():
         splits.append({
             "name": split,
             "numBytes": str(info["num_bytes"]),
             "shardLengths": [str(s["num_records"]) for s in info["shards"]],
-            "filepathTemplate": "{SPLIT}-{SHARD_X_OF_Y}" + suffix,
+            "filepathTemplate": "{SPLIT}-{SHARD_X_OF_Y}" + fmt.suffix,
         })
-    return {"name": name, "version": VERSION, "fileFormat": kind, "splits": splits,
+    return {"name": name, "version": VERSION, "fileFormat": fmt.kind, "splits": splits,
             "description": f"Written by tfrecord-etl from schema {name!r}."}
 
 
