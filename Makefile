@@ -13,6 +13,7 @@ AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 TORCH_VENV ?= .venv-torch
 TORCH_STAMP := $(TORCH_VENV)/.installed
 TORCH_TESTS := tests/test_torch.py tests/test_reading_elsewhere.py::test_pytorch_block \
+  tests/test_reading_elsewhere.py::test_many_hosts_random_access_block \
   tests/test_split_slicing.py::test_torch_dataset_takes_slices tests/test_many_hosts.py::test_torch_dataset_shard
 
 .PHONY: run test test-torch bench lint clean
