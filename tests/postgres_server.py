@@ -6,8 +6,8 @@ guesses. `initdb` + `pg_ctl` start a throwaway cluster in about two seconds, so 
 gets its own: user `etl` with a random password, scram-sha-256 for every connection, listening
 on 127.0.0.1 only (a free port) and on a Unix socket inside its own temporary directory.
 
-Use it with `from tests.postgres_server import postgres  # noqa: F401` in a test module. The
-fixture skips only when `initdb` is not on PATH; any other failure to start is an error.
+tests/conftest.py registers the `postgres` fixture for every test module. It skips only
+when `initdb` is not on PATH; any other failure to start is an error.
 PostgreSQL refuses to run as root, so as root the server programs run as the `postgres` user
 (`runuser`), and the directory is handed to that user.
 """
@@ -110,16 +110,25 @@ def _read(path: str) -> str:
         return ""
 
 
-def start_server() -> PostgresServer:
-    """initdb + pg_ctl start in a fresh temporary directory; the caller must `stop_server`."""
-    server = PostgresServer(datadir=tempfile.mkdtemp(prefix="pg-"), port=free_port(),
-                            password=secrets.token_urlsafe(24), _as_postgres=os.geteuid() == 0)
-    try:
-        server.start()
-    except BaseException:
-        stop_server(server)
-        raise
-    return server
+def start_server(attempts: int = 3) -> PostgresServer:
+    """initdb + pg_ctl start in a fresh temporary directory; the caller must `stop_server`.
+    A port taken between choosing and binding it (another process was quicker) means a new
+    directory and port, up to `attempts` times."""
+    for attempt in range(attempts):
+        server = PostgresServer(datadir=tempfile.mkdtemp(prefix="pg-"), port=free_port(),
+                                password=secrets.token_urlsafe(24),
+                                _as_postgres=os.geteuid() == 0)
+        try:
+            server.start()
+            return server
+        except RuntimeError as e:
+            stop_server(server)
+            if "Address already in use" not in str(e) or attempt == attempts - 1:
+                raise
+        except BaseException:
+            stop_server(server)
+            raise
+    raise AssertionError("unreachable")
 
 
 def stop_server(server: PostgresServer) -> None:

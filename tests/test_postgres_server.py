@@ -8,10 +8,10 @@ import socket
 import psycopg
 import pytest
 
-from tests.postgres_server import PostgresServer, postgres  # noqa: F401
+from tests.postgres_server import PostgresServer
 
 
-def test_connects_with_password_and_creates_tables(postgres: PostgresServer) -> None:  # noqa: F811
+def test_connects_with_password_and_creates_tables(postgres: PostgresServer) -> None:
     with postgres.connect() as conn:
         conn.execute("CREATE TABLE probe_fixture (id bigint, s text)")
         conn.execute("INSERT INTO probe_fixture VALUES (1, 'a'), (2, 'b')")
@@ -22,7 +22,7 @@ def test_connects_with_password_and_creates_tables(postgres: PostgresServer) -> 
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
-def test_wrong_or_missing_password_is_refused(postgres: PostgresServer) -> None:  # noqa: F811
+def test_wrong_or_missing_password_is_refused(postgres: PostgresServer) -> None:
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(host=postgres.host, port=postgres.port, user=postgres.user,
                         password=postgres.password + "x", dbname=postgres.dbname)
@@ -54,7 +54,7 @@ def _other_addresses() -> list[str]:
     return sorted(found)
 
 
-def test_listens_on_loopback_only(postgres: PostgresServer) -> None:  # noqa: F811
+def test_listens_on_loopback_only(postgres: PostgresServer) -> None:
     with postgres.connect() as conn:
         assert conn.execute("SHOW listen_addresses").fetchone() == ("127.0.0.1",)
     with socket.create_connection((postgres.host, postgres.port), timeout=5):
