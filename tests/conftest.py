@@ -1,5 +1,6 @@
 """Shared test set-up: quiet TensorFlow, a helper writing TFRecord files with our framing, and
-the GCS emulator (one per session, a fresh bucket per test)."""
+the GCS emulator (one per session, a fresh bucket per test) and a PostgreSQL server (one per
+session, tests/postgres_server.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest  # noqa: E402
 
 from etl.formats.tfrecord import COMPRESSIONS, Compressor, frame_all  # noqa: E402
 from tests.gcs_emulator import GcsEmulator  # noqa: E402
+from tests.postgres_server import postgres  # noqa: E402, F401 - the session's PostgreSQL server
 
 
 def write_records(path: str | os.PathLike[str], records: Iterable[bytes],
