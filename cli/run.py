@@ -71,6 +71,7 @@ from etl.schedule.fingerprint import with_fingerprints
 from etl.schedule.progress import ProgressConfig, Tally
 from etl.schedule.run_log import RunLog
 from etl.shuffle import files, is_local, strategy_for
+from etl.sources import sql_source
 from etl.storage import fs, scratch
 from etl.storage.object_store import Store
 from transforms import progress_feed as live
@@ -151,9 +152,10 @@ def shares_process(options: PipelineOptions | list[str]) -> bool:
                                                                         "multi_threading"))
 
 
-def plan_reads(job: JobConfig) -> ReadPlan:
-    """Every input file of the job, with its stable identity (etl.job.read_plan)."""
-    return plan_units(job.sources, job.base_dir, job.path)
+def plan_reads(job: JobConfig, sources: dict[str, dict[str, Any]] | None = None) -> ReadPlan:
+    """Every input file of the job, with its stable identity (etl.job.read_plan); `sources`:
+    the job's sources as this run's readers get them (sql_source.held), when they differ."""
+    return plan_units(job.sources if sources is None else sources, job.base_dir, job.path)
 
 
 def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool = False,
@@ -174,9 +176,13 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
     waiting in quarantine is released), and the history says it was accepted."""
     attempt = Attempt(time.time(), idempotence.span_label(job), accept=accept)
     try:
-        result = _run(job, beam_args or [], attempt, force=force, break_lock=break_lock,
-                      lock_stale_after=lock_stale_after, capture_stderr=capture_stderr,
-                      progress=progress)
+        # a database source's one version of the data, held from its fingerprint to the
+        # pipeline's last read (etl.sources.sql_source): files need nothing held
+        with sql_source.held(job.sources, job.base_dir, job.path,
+                             _sql_schema(job)) as sources:
+            result = _run(job, beam_args or [], attempt, sources, force=force,
+                          break_lock=break_lock, lock_stale_after=lock_stale_after,
+                          capture_stderr=capture_stderr, progress=progress)
     except BaseException as e:
         failure = _as_interrupted(e, attempt)
         record_history(job, attempt, failure=failure)
@@ -185,6 +191,14 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
         raise failure from e
     record_history(job, attempt, result=result)
     return result
+
+
+def _sql_schema(job: JobConfig) -> Schema | None:
+    """The schema a database source's columns are checked against at launch (None: no such
+    source, the schema is loaded later as always)."""
+    if not any(isinstance(c, dict) and c.get("format") == "sql" for c in job.sources.values()):
+        return None
+    return load_schema(job.schema_path)
 
 
 def _as_interrupted(e: BaseException, attempt: Attempt) -> BaseException:
@@ -260,10 +274,11 @@ class _Plan:
     published: dict[str, Any] | None
     skip: bool
     origin: dict[str, Any] = field(default_factory=dict)  # the job the manifest names
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # as the readers get them
 
 
 def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
-          force: bool) -> _Plan:
+          force: bool, sources: dict[str, dict[str, Any]]) -> _Plan:
     """Refuse an output another job published (etl.output.origin: before the inputs are read
     for their fingerprints); list, check, pin and fingerprint the inputs; name the run;
     decide the skip (a current output that is damaged is rebuilt, and the attempt says why)."""
@@ -271,7 +286,7 @@ def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
     published = None if force else idempotence.published_manifest(job.output)
     origin = job_origin(job, schema.name)
     check_same_job(job.output, published, origin)  # another job's output: refused, unless --force
-    read_plan = plan_reads(job)
+    read_plan = plan_reads(job, sources)
     check_worker_access(job, read_plan.inputs, runner, given)  # before building for workers
     guard.check_inputs_readable([i["path"] for i in read_plan.inputs])
     # every input's content fingerprint: the skip check, the run key and the manifest;
@@ -293,7 +308,8 @@ def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
         skip = False
         attempt.rebuilt_reason = idempotence.DAMAGED.format(damaged)
         log.warning("%s; rebuilding it", attempt.rebuilt_reason)
-    return _Plan(schema, read_plan, pinned, inputs, ident, run_id, published, skip, origin)
+    return _Plan(schema, read_plan, pinned, inputs, ident, run_id, published, skip, origin,
+                 sources)
 
 
 @dataclass
@@ -308,7 +324,8 @@ class _Place:
     workdir: str | None  # local outputs: the work dir whose old logs are pruned after
 
 
-def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
+def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
+         sources: dict[str, dict[str, Any]], *, force: bool,
          break_lock: bool, lock_stale_after: float, capture_stderr: bool,
          progress: ProgressConfig | None = None) -> JobResult:
     """run_job's work; `attempt` collects what the history entry needs as it goes."""
@@ -318,7 +335,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt, *, force: bool,
     check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
     runner = given.view_as(StandardOptions).runner
     attempt.runner = str(getattr(runner, "__name__", runner) or "")
-    plan = _plan(job, runner, given, attempt, force)
+    plan = _plan(job, runner, given, attempt, force, sources)
 
     def skipped() -> JobResult:
         assert plan.published is not None
@@ -425,7 +442,8 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     then report a failure in one line (its traceback goes to the run's log)."""
     started, run_id, tmp, log_file = attempt.started, plan.run_id, place.tmp, place.log_file
     held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
-    spec = convert_spec(job, plan.schema, plan.read_plan, options, via, tmp, held)
+    spec = convert_spec(job, plan.schema, plan.read_plan, options, via, tmp, held,
+                        plan.sources)
     plan.read_plan.save(spec.read_plan)
     # this run's held spills: shared by its DoFns in this process, dropped when it ends
     held_handle = Shared() if held else None
@@ -519,12 +537,13 @@ def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
 
 
 def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: PipelineOptions,
-                 via: str, tmp: str, held: bool) -> ConvertSpec:
+                 via: str, tmp: str, held: bool,
+                 sources: dict[str, dict[str, Any]] | None = None) -> ConvertSpec:
     """What the pipeline is told: the job, its schema, where this run spills and stages, and
     how its inputs are read (`held`: spills may stay in this process's memory)."""
     split_bytes = read_split_bytes(job, options)
     return ConvertSpec(
-        schema_yaml=schema.to_yaml(), sources=job.sources, base_dir=job.base_dir,
+        schema_yaml=schema.to_yaml(), sources=sources or job.sources, base_dir=job.base_dir,
         fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
         staging_dir=fs.join(tmp, "staging"), compression=job.compression,
         format=job.format, index=job.index, stats=job.stats,

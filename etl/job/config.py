@@ -227,8 +227,9 @@ def templated(doc: Mapping[str, Any], output: str | None = None) -> list[str]:
     if "source" in doc:
         entries = {"*": doc["source"]}
     for name, cfg in entries.items():
-        if isinstance(cfg, Mapping) and any(placeholders(s) for s in strings_in(cfg.get("paths"))):
-            found.append("source.paths" if name == "*" else f"sources.{name}.paths")
+        for key in TEMPLATED_KEYS:
+            if isinstance(cfg, Mapping) and any(placeholders(s) for s in strings_in(cfg.get(key))):
+                found.append(f"source.{key}" if name == "*" else f"sources.{name}.{key}")
     out = output if output is not None else doc.get("output")
     if isinstance(out, str) and placeholders(out):
         found.append("--output" if output is not None else "output")
@@ -426,10 +427,14 @@ def _shuffle(shuffle: Any, path: str, span: Span | None) -> tuple[int | None, st
     return seed, via
 
 
+# a source's settings that may hold placeholders: its files, a database source's query (the
+# values are dates and day numbers etl.job.spans made itself, so nothing else reaches the SQL)
+TEMPLATED_KEYS = ("paths", "query")
+
+
 def _fill_paths(cfg: dict[str, Any], span: Span, where: str) -> dict[str, Any]:
-    if "paths" not in cfg:
-        return cfg
-    return {**cfg, "paths": fill_all(cfg["paths"], span, f"{where}.paths")}
+    return {**cfg, **{key: fill_all(cfg[key], span, f"{where}.{key}")
+                      for key in TEMPLATED_KEYS if key in cfg}}
 
 
 def _filled_seed(seed: str, span: Span, path: str) -> int:

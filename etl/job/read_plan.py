@@ -80,6 +80,7 @@ def plan_units(sources: dict[str, dict[str, Any]], base_dir: str, where: str = "
     per_source: dict[str, list[str]] = {}
     every_input: set[str] = set()
     known: dict[str, int] = {}  # sizes the listings already gave (image folders)
+    prints: dict[str, dict[str, str]] = {}  # fingerprints the sources give (database queries)
     for name, cfg in sources.items():
         reader = make_reader(cfg, base_dir, f"{where}: sources.{name}")
         found = reader.files()
@@ -89,13 +90,21 @@ def plan_units(sources: dict[str, dict[str, Any]], base_dir: str, where: str = "
         per_source[name] = found
         every_input.update(reader.inputs())
         known.update(reader.sizes())
+        prints.update(reader.fingerprints())
     all_files = sorted({f for found in per_source.values() for f in found})
     identity = keys.identities(all_files)
     ordinal = {p: i for i, p in enumerate(sorted(all_files, key=lambda p: identity[p]))}
     sizes = {p: known[p] if p in known else _size(p) for p in every_input | set(all_files)}
     units = [ReadUnit(name, f, identity[f], ordinal[f], sizes[f])
              for name, found in per_source.items() for f in found]
-    return ReadPlan(units, [{"path": p, "num_bytes": sizes[p]} for p in sorted(every_input)])
+    return ReadPlan(units, [{"path": p, "num_bytes": sizes[p], **_print(prints.get(p))}
+                            for p in sorted(every_input)])
+
+
+def _print(known: dict[str, str] | None) -> dict[str, str]:
+    """A source's own fingerprint as the input list's fields (etl.schedule.fingerprint)."""
+    return {} if known is None else {"fingerprint": known["value"],
+                                     "fingerprint_kind": known["kind"]}
 
 
 def tasks_of(unit: ReadUnit, reader: Source, split_bytes: int) -> Iterator[ReadTask]:

@@ -14,7 +14,9 @@ input file gets a checksum of its bytes:
 
 A fingerprint is `{"kind": "crc32c", "value": 8 hex digits}`. Pseudo-files (python sources)
 have none (`kind: "none"`): their records come from code, so a run reading them is never
-judged current (etl.schedule.idempotence).
+judged current (etl.schedule.idempotence). A database query's unit comes with its own
+(`kind: "rows"`: the row count and an order-independent hash of the rows, computed by the
+database: etl.sources.sql_source), which is kept.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ def fingerprints(paths: Iterable[str]) -> dict[str, dict[str, str]]:
 def with_fingerprints(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The read plan's input list ({"path", "num_bytes"}) with each file's fingerprint added
     (`fingerprint`, `fingerprint_kind`): what the manifest records as `input_files`."""
-    prints = fingerprints(i["path"] for i in inputs)
-    return [{**i, "fingerprint": prints[i["path"]]["value"],
+    prints = fingerprints(i["path"] for i in inputs if "fingerprint" not in i)
+    return [i if "fingerprint" in i else
+            {**i, "fingerprint": prints[i["path"]]["value"],
              "fingerprint_kind": prints[i["path"]]["kind"]} for i in inputs]

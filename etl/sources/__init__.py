@@ -22,6 +22,7 @@ READERS = {
     "text": "etl.sources.text_source:TextReader",
     "tfrecord": "etl.sources.tfrecord_source:TFRecordReader",
     "python": "etl.sources.python_source:PythonReader",
+    "sql": "etl.sources.sql_source:SqlReader",
 }
 
 

@@ -115,6 +115,12 @@ class Source:
         folder) says here what it stands for. Default: none known."""
         return {}
 
+    def fingerprints(self) -> dict[str, dict[str, str]]:
+        """Units whose fingerprint ({"kind", "value"}) the source knows better than a checksum
+        of a file's bytes (a database query: its rows, etl.sources.sql_source). Default: none,
+        every input is a file and etl.schedule.fingerprint reads it."""
+        return {}
+
     # records (lines, frames, image files) above this are rejected as oversized_record
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
