@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from etl.sources.base import Block
 
@@ -93,3 +95,16 @@ def as_python(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def wait_paused(proc: subprocess.Popen[str], pause_dir: Path, phase: str) -> None:
+    """Until `proc` (run with ETL_PAUSE_AT=phase, ETL_PAUSE_DIR=pause_dir) waits at `phase`
+    (etl.base.pause); fails the test with its stderr if it ends or never gets there."""
+    reached = pause_dir / (phase.replace(":", "-") + ".reached")
+    deadline = time.monotonic() + 120
+    while not (reached.exists() and len(reached.read_text().split()) == 2):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"never paused at {phase} (exit {proc.returncode}): {err[-2000:]}")
+        time.sleep(0.02)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.worker_pool import portable_flags, worker_pool
-from tests.helpers import IDS_SCHEMA, ROOT, RUN
+from tests.helpers import IDS_SCHEMA, ROOT, RUN, wait_paused
 
 RUN_IDS = [f"20261120T0000{i:02d}-abc{i:03d}-ids-0123456789ab" for i in range(12)]
 
@@ -116,17 +116,6 @@ def everything(*roots: Path) -> list[str]:
             for name in dirs + names:
                 found.append(str(Path(folder, name).relative_to(root.parent)))
     return sorted(found)
-
-
-def wait_paused(proc: subprocess.Popen[str], pause_dir: Path, phase: str) -> None:
-    reached = pause_dir / (phase.replace(":", "-") + ".reached")
-    deadline = time.monotonic() + 120
-    while not (reached.exists() and len(reached.read_text().split()) == 2):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            _, err = proc.communicate(timeout=30)
-            pytest.fail(f"never paused at {phase} (exit {proc.returncode}): {err[-2000:]}")
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "array_record"])
