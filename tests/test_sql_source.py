@@ -10,6 +10,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from decimal import Decimal
@@ -231,3 +232,155 @@ def test_one_snapshot_while_another_connection_writes(postgres, tmp_path):
     got = records_by_id(out)
     assert sorted(got) == sorted([i for i in range(5000) if i % 10 != 3] + list(range(5000, 6000)))
     assert {r["x"] for i, r in got.items() if i < 4000} == {-1.0}
+
+
+# ------------------------------------------------------------------------------ errors
+
+def error_cases(postgres) -> list[tuple[str, str, str, dict[str, Any], int, str]]:
+    """(name, url, query, source extras, exit code, what the line says)."""
+    good = postgres.url()
+    wrong = postgres.url().replace(postgres.password, "not-the-password")
+    from tests.postgres_server import free_port  # noqa: PLC0415
+
+    down = f"postgresql://etl:{postgres.password}@127.0.0.1:{free_port()}/warehouse"
+    nodb = postgres.url(dbname="nosuchdb")
+    reader = f"postgresql://reader:{postgres.password}@127.0.0.1:{postgres.port}/warehouse"
+    q = "SELECT id, x, s FROM plain_errors"
+    return [
+        ("wrong password", wrong, q, {}, 2, 'password authentication failed for user "etl"'),
+        ("server down", down, q, {}, 5, "Connection refused"),
+        ("unknown database", nodb, q, {}, 2, 'database "nosuchdb" does not exist'),
+        ("unknown table", good, "SELECT id, x, s FROM nope", {}, 2, 'relation "nope" does not exist'),
+        ("unknown column", good, "SELECT id, x, zz FROM plain_errors", {}, 2,
+         'column "zz" does not exist'),
+        ("syntax error", good, "SELEC id FROM plain_errors", {}, 2, 'syntax error at or near "SELEC"'),
+        ("permission denied", reader, q, {}, 2, "permission denied for table plain_errors"),
+        ("a column the schema does not know", good, "SELECT id, x, s, 1 AS extra FROM plain_errors",
+         {}, 2, "the query returns column(s) ['extra'] that no schema feature reads"),
+        ("a required column missing", good, "SELECT id, s FROM plain_errors", {}, 2,
+         "the query returns no column(s) ['x'], which required schema features read"),
+        ("a key that is not unique", good, "SELECT id % 3 AS id, x, s FROM plain_errors",
+         {"key": "id"}, 2, "key 'id' is not unique: 20 rows, 3 distinct values"),
+        ("a text split column", good, q, {"split_by": "s"}, 2,
+         "split_by 's' must be an integer or date column, it is string"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def error_table(postgres) -> None:
+    with postgres.connect() as conn:
+        conn.execute("DROP TABLE IF EXISTS plain_errors")
+        conn.execute("CREATE TABLE plain_errors AS SELECT g::bigint AS id, g::real AS x, "
+                     "'s' || g AS s FROM generate_series(0, 19) g")
+        conn.execute("DROP ROLE IF EXISTS reader")
+        conn.execute(f"CREATE ROLE reader LOGIN PASSWORD '{postgres.password}'")
+
+
+@pytest.mark.parametrize("case", range(11))
+def test_errors_say_one_line_without_the_password(postgres, error_table, tmp_path, case):
+    name, url, query, extra, code, says = error_cases(postgres)[case]
+    job = write_job(tmp_path / "job", url, query, PLAIN_SCHEMA, **extra)
+    done = run(job, ok=False)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == code, (name, done.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], (name, lines)
+    assert "Traceback" not in done.stderr and postgres.password not in done.stderr + done.stdout
+    assert "127.0.0.1" in lines[0]  # the server is named, as the URL shows it
+    assert not (tmp_path / "job" / "out").exists()
+
+
+# ------------------------------------------------------------------------------- spans
+
+def test_a_span_is_current_until_one_of_its_rows_changes(postgres, tmp_path):
+    with postgres.connect() as conn:
+        conn.execute("DROP TABLE IF EXISTS daily")
+        conn.execute("CREATE TABLE daily (id bigint, day date, x real, s text)")
+        conn.execute("INSERT INTO daily SELECT g, DATE '2026-01-01' + g % 3, g, 'r' || g "
+                     "FROM generate_series(0, 299) g")
+    job = write_job(tmp_path / "job", postgres.url(),
+                    "SELECT id, x, s FROM daily WHERE day = '{date}'", PLAIN_SCHEMA, key="id")
+    doc = json.loads(job.read_text())
+    job.write_text(json.dumps({**doc, "output": "out/{date}"}))
+    out = tmp_path / "job" / "out" / "2026-01-02"
+
+    def run_id() -> str:
+        return json.loads((out / "manifest.json").read_text())["run_id"]
+
+    run(job, "--date", "2026-01-02")
+    assert sorted(records_by_id(out)) == list(range(1, 300, 3))
+    first = run_id()
+    prints = json.loads((out / "manifest.json").read_text())["input_files"]
+    assert [p["fingerprint_kind"] for p in prints] == ["rows"]
+    assert prints[0]["fingerprint"].startswith("100:")
+    run(job, "--date", "2026-01-02")
+    assert run_id() == first  # current: skipped
+    with postgres.connect() as conn:  # another day's row: this span's rows are the same
+        conn.execute("UPDATE daily SET x = -5 WHERE id = 0")
+    run(job, "--date", "2026-01-02")
+    assert run_id() == first
+    with postgres.connect() as conn:
+        conn.execute("UPDATE daily SET s = 'changed' WHERE id = 4")
+    run(job, "--date", "2026-01-02")
+    assert run_id() != first
+    assert records_by_id(out)[4]["s"] == b"changed"
+
+
+def test_a_date_that_is_not_a_date_is_refused_before_any_sql(tmp_path):
+    """The URL points at a closed port: had any SQL run, the run would fail with exit 5."""
+    from tests.postgres_server import free_port  # noqa: PLC0415
+
+    job = write_job(tmp_path / "job", f"postgresql://etl@127.0.0.1:{free_port()}/warehouse",
+                    "SELECT id, x, s FROM daily WHERE day = '{date}'", PLAIN_SCHEMA)
+    for bad in ("2026-13-45", "2026-01-02'; DROP TABLE daily; --"):
+        done = run(job, "--date", bad, ok=False)
+        assert done.returncode == 2, done.stderr
+        assert "--date" in done.stderr and "Connection refused" not in done.stderr
+
+
+# ------------------------------------------------------------------- DuckDB and SQLite
+
+def test_duckdb_values_exact_and_split_by_gives_the_same_shards(tmp_path):
+    import duckdb  # noqa: PLC0415
+
+    db = tmp_path / "events.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE events (id BIGINT, x REAL, s VARCHAR, amount DECIMAL(10, 2), "
+                "day DATE)")
+    con.execute("INSERT INTO events SELECT g, g / 4, CASE WHEN g % 7 = 0 THEN NULL ELSE 'e' || g END, "
+                "g * 1.25, DATE '2020-01-01' + g::INTEGER FROM range(0, 5000) t(g)")
+    con.close()
+    schema = PLAIN_SCHEMA + "  amount: {dtype: int64, shape: [], source: cents}\n  day: {dtype: date}\n"
+    query = "SELECT id, x, s, CAST(amount * 100 AS BIGINT) AS cents, day FROM events"
+    url = "duckdb://events.duckdb"  # relative to the job file
+    whole = write_job(tmp_path / "whole", "duckdb://../events.duckdb", query, schema, key="id")
+    split = write_job(tmp_path / "split", "duckdb://../events.duckdb", query, schema, key="id",
+                      split_by="day", split_rows=700)
+    for job in (whole, split):
+        run(job)
+    assert shard_digests(tmp_path / "whole" / "out") == shard_digests(tmp_path / "split" / "out")
+    got = records_by_id(tmp_path / "whole" / "out")
+    assert sorted(got) == list(range(5000))
+    for i in (0, 1, 7, 4999):
+        r = got[i]
+        assert (r["x"], r["s"], r["amount"], r["day"]) == (
+            i / 4, b"none" if i % 7 == 0 else f"e{i}".encode(), i * 125, 18262 + i)
+    assert url  # the form the docs show
+
+
+def test_sqlite_reads_in_one_transaction_and_refuses_split_by(tmp_path):
+    db = tmp_path / "events.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, x REAL, s TEXT)")
+        con.executemany("INSERT INTO events VALUES (?, ?, ?)",
+                        [(i, i * 0.5, None if i % 4 == 0 else f"q{i}") for i in range(300)])
+    plain = write_job(tmp_path / "plain", f"sqlite://{db}", "SELECT id, x, s FROM events;",
+                      PLAIN_SCHEMA)
+    run(plain)
+    got = records_by_id(tmp_path / "plain" / "out")
+    assert {i: (r["x"], r["s"]) for i, r in got.items()} == {
+        i: (i * 0.5, b"none" if i % 4 == 0 else f"q{i}".encode()) for i in range(300)}
+    split = write_job(tmp_path / "split", f"sqlite://{db}", "SELECT id, x, s FROM events",
+                      PLAIN_SCHEMA, split_by="id")
+    done = run(split, ok=False)
+    assert done.returncode == 2
+    assert "split_by is for PostgreSQL and DuckDB; an SQLite file is read in one piece" in done.stderr

@@ -101,11 +101,23 @@ class Dialect:
     def error(self, e: BaseException, query: str) -> EtlError:
         """A driver's exception as our error: one line naming the database and the query's
         first line, never the password; exit 5 for connection and I/O, 2 for the rest."""
-        text = self.target.redact(" ".join(str(e).split()))
+        text = self.target.redact(_essential(str(e)))
         first = query.strip().splitlines()[0][:120] if query.strip() else ""
         where = f"{self.target.display}" + (f", query {first!r}" if first else "")
         kind = StorageError if _is_connection(e, text) else ConfigError
         return kind(f"{where}: {text[:400]}")
+
+
+def _essential(raw: str) -> str:
+    """What a driver's message says, on one line: the server's own ERROR/FATAL text when there
+    is one (ADBC wraps it in its status, the SQL it ran and a LINE excerpt), else its first
+    line without the driver's prefixes."""
+    found = re.search(r"(?:ERROR|FATAL):\s+([^\n]*)", raw)
+    if found:
+        return " ".join(found.group(1).split())
+    first = next((line for line in raw.splitlines() if line.strip()), raw)
+    first = re.sub(r"^(?:[A-Z_]+: )?(?:\[libpq\] )?(?:Failed to connect: )?", "", first.strip())
+    return " ".join(first.split())
 
 
 def _is_connection(e: BaseException, text: str) -> bool:
@@ -147,9 +159,9 @@ class Postgres(Dialect):
         self._cursor(conn, sql).close()
 
     def schema(self, conn: Any, sql: str) -> pa.Schema:
-        cur = self._cursor(conn, f"SELECT * FROM ({sql}) AS s LIMIT 0")
+        cur = conn.cursor()  # prepared, not run: the server's errors point into `sql` itself
         try:
-            return cur.fetch_arrow_table().schema
+            return cur.adbc_execute_schema(sql)
         finally:
             cur.close()
 
