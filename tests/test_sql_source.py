@@ -384,3 +384,25 @@ def test_sqlite_reads_in_one_transaction_and_refuses_split_by(tmp_path):
     done = run(split, ok=False)
     assert done.returncode == 2
     assert "split_by is for PostgreSQL and DuckDB; an SQLite file is read in one piece" in done.stderr
+
+
+def test_dropped_connections_are_tried_again_a_bounded_number_of_times(postgres, error_table,
+                                                                       tmp_path):
+    """The first two connections are closed by the network: the run connects at the third
+    (after 1 + 2 s) and succeeds; a network that drops every connection fails with exit 5
+    after 4 tries (1 + 2 + 4 s of waiting)."""
+    from tests.tcp_proxy import DroppingProxy  # noqa: PLC0415
+
+    with DroppingProxy(postgres.port, drop=2) as proxy:
+        url = postgres.url().replace(f":{postgres.port}/", f":{proxy.port}/")
+        job = write_job(tmp_path / "flaky", url, "SELECT id, x, s FROM plain_errors",
+                        PLAIN_SCHEMA, key="id")
+        run(job)
+        assert sorted(records_by_id(tmp_path / "flaky" / "out")) == list(range(20))
+        assert proxy.accepted >= 3
+    with DroppingProxy(postgres.port, drop=1000) as proxy:
+        url = postgres.url().replace(f":{postgres.port}/", f":{proxy.port}/")
+        job = write_job(tmp_path / "dead", url, "SELECT id, x, s FROM plain_errors", PLAIN_SCHEMA)
+        done = run(job, ok=False)
+        assert done.returncode == 5 and proxy.accepted == 4, done.stderr
+        assert "server closed the connection unexpectedly" in done.stderr.splitlines()[0]

@@ -177,8 +177,9 @@ class Postgres(Dialect):
             cur.close()
 
     def rows_hash(self, columns: Sequence[str]) -> str:
-        # 60 bits of each row's md5 (its text form: exact for every type), summed as numeric
-        return "coalesce(sum(('x' || left(md5(q::text), 15))::bit(60)::bigint), 0)::text"
+        # each row's text form (exact for every type) hashed to 64 bits by the hash PostgreSQL
+        # keeps stable for hash partitioning (about 5x cheaper than md5), summed as numeric
+        return "coalesce(sum(hashtextextended(q::text, 0)), 0)::text"
 
     def begin_held(self, conn: Any) -> str | None:
         self.execute(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")

@@ -259,7 +259,7 @@ class SqlReader(Source):
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
-        with self.dialect.connect() as conn:
+        with connected(self.dialect) as conn:
             yield conn
 
     def _end(self, conn: Any) -> None:
@@ -267,6 +267,22 @@ class SqlReader(Source):
             self.dialect.end_read(conn)
         except Exception:  # noqa: BLE001 - the connection closes next; its error says more
             pass
+
+
+@contextmanager
+def connected(dialect: Dialect) -> Iterator[Any]:
+    """A connection, tried again after 1, 2 and 4 s when the server cannot be reached or drops
+    it (StorageError: a refused or reset connection; a wrong password is not retried)."""
+    with ExitStack() as stack:
+        for attempt in range(RETRIES + 1):
+            try:
+                conn = stack.enter_context(dialect.connect())
+                break
+            except StorageError:
+                if attempt == RETRIES:
+                    raise
+                time.sleep(2 ** attempt)
+        yield conn
 
 
 def check_columns(survey: dict[str, Any], schema: Any, split_by: str | None, where: str) -> None:
@@ -304,7 +320,7 @@ def held(sources: Mapping[str, dict[str, Any]], base_dir: str, where: str = "job
                 out[name] = cfg
                 continue
             reader = SqlReader(dict(cfg), base_dir, f"{where}: sources.{name}")
-            conn = stack.enter_context(reader.dialect.connect())
+            conn = stack.enter_context(connected(reader.dialect))
             try:
                 snapshot = reader.dialect.begin_held(conn)
                 if reader.dialect.name == "sqlite":
