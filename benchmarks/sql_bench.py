@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split-rows", type=int,
                    help=f"ours_split's split_rows (default: ceil(rows / {RANGES}))")
     args = p.parse_args(argv)
-    if args.rows < 1 or args.repeat < 1:
-        p.error("--rows and --repeat must be at least 1")
+    if min(args.rows, args.repeat, args.shards, 1 if args.split_rows is None else args.split_rows) < 1:
+        p.error("--rows, --repeat, --shards and --split-rows must be at least 1")
     sys.path.insert(0, REPO)
     from tests.postgres_server import start_server, stop_server  # noqa: PLC0415
 
