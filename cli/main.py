@@ -14,6 +14,8 @@
     python run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output SCHEMA.yaml]
                                        [--job JOB.yaml] [--name NAME] [--checks]
                                        [--delimiter D] [--encoding E] [--no-header]
+    python run_pipeline.py infer-schema --sql-url URL --query Q [--password-env VAR] [--key COL]
+                                       [--sample N] [--output SCHEMA.yaml] [--job JOB.yaml]
     python run_pipeline.py report OUT [--against OUT2] [--out DIR]
     python run_pipeline.py quarantine list|release|drop OUT [--run RUN_ID] [--all]
 
@@ -177,8 +179,17 @@ def _add_tools(sub: Any, common: argparse.ArgumentParser) -> None:
                               "into DIR")
     infer = sub.add_parser("infer-schema", parents=[common],
                            help="write a schema (YAML) guessed from a sample of the source files")
-    infer.add_argument("sources", nargs="+", metavar="SOURCE",
+    infer.add_argument("sources", nargs="*", metavar="SOURCE",
                        help="files, globs or an image folder (IDX: NAME=FILE per feature)")
+    infer.add_argument("--sql-url", dest="sql_url", default=None, metavar="URL",
+                       help="infer from a database instead: postgresql://user@host:5432/db, "
+                            "duckdb:///file.duckdb or sqlite:///file.db (with --query)")
+    infer.add_argument("--query", default=None, metavar="Q",
+                       help="--sql-url: the SELECT whose rows are the records")
+    infer.add_argument("--password-env", dest="password_env", default=None, metavar="VAR",
+                       help="--sql-url: the environment variable holding the password")
+    infer.add_argument("--key", default=None, metavar="COL",
+                       help="--sql-url: an integer column unique per row (the job's key:)")
     infer.add_argument("--format", dest="format", default=None,
                        help="csv, jsonl, parquet, npy, npz, idx, images, text, tfrecord "
                             "(default: from the file names)")

@@ -1,5 +1,6 @@
 """`run_pipeline.py infer-schema SOURCE... [--format F] [--sample N] [--output S] [--job J]
-[--checks] [--delimiter D] [--encoding E] [--no-header]`.
+[--checks] [--delimiter D] [--encoding E] [--no-header]`, or for a database
+`infer-schema --sql-url URL --query Q [--password-env VAR] [--key COL] ...`.
 
 Reads the first N records of each input (etl.tools.infer.sample), guesses one feature per column
 (etl.tools.infer.guess) and writes a schema YAML in which every guess a person should check carries
@@ -8,6 +9,10 @@ it is written, so what is written always loads; `--job` also writes a job file c
 same inputs with it. `--checks` proposes a `checks:` block from the same sample
 (etl.tools.infer.checks): in the job file with `--job`, else on standard output after the
 `wrote` line. Existing files are never overwritten.
+
+A database (`--sql-url`) is sampled through the `format: sql` reader and each feature follows its
+column's declared type (etl.tools.infer.declared); the URL is only ever shown without its
+password (SqlTarget.display).
 
 CSV files are sniffed first (etl.tools.infer.dialect: encoding, delimiter, header row), null
 markers found in number and date columns (etl.tools.infer.values) become the source's
@@ -32,9 +37,10 @@ from etl.base.errors import BadInputError, ConfigError
 from etl.contract.schema import Schema, schema_from_dict
 from etl.formats.tfrecord import compression_of
 from etl.output.layout import SCHEMA_FILE
-from etl.sources import make_reader
+from etl.sources import make_reader, sql_url
 from etl.storage import fs
 from etl.tools.infer.checks import checks_yaml
+from etl.tools.infer.declared import declared
 from etl.tools.infer.dialect import Dialect, sniff
 from etl.tools.infer.examples import sample_examples
 from etl.tools.infer.guess import (
@@ -93,7 +99,14 @@ def command(args: Any) -> int:
         if path and fs.exists(path):
             raise ConfigError(f"{path} exists; infer-schema never overwrites a file: choose "
                               "another name or remove it")
-    fmt, source = plan(list(args.sources), args.format)
+    fmt, source = plan_sql(args) if getattr(args, "sql_url", None) else (None, {})
+    if fmt is None:
+        if getattr(args, "query", None) or getattr(args, "password_env", None) or \
+                getattr(args, "key", None):
+            raise ConfigError("--query, --password-env and --key go with --sql-url")
+        if not args.sources:
+            raise ConfigError("give SOURCE files, or --sql-url URL --query Q for a database")
+        fmt, source = plan(list(args.sources), args.format)
     opts = options_of(args)
     if fmt != "csv" and (opts.delimiter or opts.encoding or opts.header is not None):
         raise ConfigError(f"--delimiter, --encoding and --no-header are for CSV files, not {fmt}")
@@ -139,6 +152,10 @@ def output_name(name: str, fmt: str, source: dict[str, Any], job_dir: str) -> st
         return sorted(p for v in (paths.values() if isinstance(paths, dict) else [paths])
                       for p in ([v] if isinstance(v, str) else v))
 
+    if fmt == "sql":  # the database as shown (no password) and the query
+        shown = sql_url.parse(source["url"], ".", "infer-schema", source.get("password_env"))
+        key = json.dumps([shown.display, source["query"]])
+        return f"out/{name}_sql_{hashlib.sha1(key.encode()).hexdigest()[:6]}"
     written = flat(_relative_source(source, job_dir)["paths"])  # as the job file names them
     digest = hashlib.sha1(json.dumps(written).encode()).hexdigest()[:6]
     out = f"out/{name}_{fmt}_{digest}"
@@ -158,6 +175,23 @@ def _overlaps(output: str, path: str) -> bool:
 
 
 # ---- which inputs, which format ----------------------------------------------------------------
+def plan_sql(args: Any) -> tuple[str, dict[str, Any]]:
+    """`--sql-url URL --query Q [--password-env VAR] [--key COL]` as a job's `format: sql`
+    source entry; the URL is parsed here so a bad one is one line that never shows the
+    password."""
+    if args.sources or args.format not in (None, "sql"):
+        raise ConfigError("--sql-url reads a database: give no SOURCE files and no --format")
+    if not args.query:
+        raise ConfigError("--sql-url needs --query (an SQL SELECT whose rows are the records)")
+    source: dict[str, Any] = {"format": "sql", "url": args.sql_url, "query": args.query}
+    if args.password_env:
+        source["password_env"] = args.password_env
+    if args.key:
+        source["key"] = args.key
+    sql_url.parse(args.sql_url, ".", "infer-schema --sql-url", args.password_env)
+    return "sql", source
+
+
 def plan(sources: list[str], fmt: str | None) -> tuple[str, dict[str, Any]]:
     """The format and a job source entry (absolute paths) for the command-line SOURCEs."""
     named = [s.split("=", 1) for s in sources if "=" in s and not fs.exists(s)]
@@ -230,6 +264,10 @@ def _column_of(fmt: str, path: str) -> str:
 
 
 def default_name(fmt: str, source: dict[str, Any]) -> str:
+    if fmt == "sql":  # the first table the query reads from
+        found = re.search(r"\bfrom\s+([\w.\"]+)", source["query"], re.IGNORECASE)
+        table = found.group(1).replace('"', "").split(".")[-1] if found else "query"
+        return re.sub(r"\W+", "_", table).strip("_").lower() or "query"
     paths = source["paths"]
     files = [p for v in paths.values() for p in ([v] if isinstance(v, str) else v)] \
         if isinstance(paths, dict) else list(paths)
@@ -268,6 +306,7 @@ class Inferred:
     absent: dict[str, list[str]] = field(default_factory=dict)  # column -> files without it
     renamed: list[str] = field(default_factory=list)  # why a feature name differs
     names: list[str] = field(default_factory=list)  # the schema's feature names
+    nulls: dict[str, int] = field(default_factory=dict)  # sql: column -> sampled NULLs
 
 
 def infer(fmt: str, source: dict[str, Any], n: int, name: str) -> str:
@@ -285,8 +324,11 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
     notes: dict[str, str] = {}
     absent: dict[str, list[str]] = {}
     markers: dict[str, dict[str, int]] = {}
+    nulls: dict[str, int] = {}
     if fmt == "images":
         guesses, sampled, left_out = _image_folder(source, n)
+    elif fmt == "sql":
+        guesses, sampled, left_out, nulls, source, notes = _database(source, n)
     else:
         stored = fmt == "tfrecord"  # records pass through a run unchanged: describe them as is
         if stored:
@@ -347,7 +389,40 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
     text = schema_yaml(name, header, guesses)
     schema = _load(text)
     return Inferred(text, schema, guesses, sampled, source, notes, left_out, dialect, markers,
-                    absent, renamed, [g.name for g in guesses])
+                    absent, renamed, [g.name for g in guesses], nulls)
+
+
+def _database(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled, list[str],
+                                                        dict[str, int], dict[str, Any],
+                                                        dict[str, str]]:
+    """A `format: sql` source: the first `n` rows of the query through SqlReader; each
+    feature from its column's declared type (etl.tools.infer.declared), NULLs counted. The
+    job's source shows the URL without its password."""
+    target = sql_url.parse(source["url"], ".", "infer-schema", source.get("password_env"))
+    got = sample(source, n)
+    if not got.rows:
+        raise BadInputError(f"{target.display}: the query returns no rows to infer a schema "
+                            "from")
+    what = (f"all {got.rows} rows" if got.complete else f"the first {got.rows} rows") + \
+        f" of the query on {target.display}"
+    guesses: list[Guess] = []
+    left_out: list[str] = []
+    nulls: dict[str, int] = {}
+    for column, chunks in got.columns.items():
+        try:
+            g, k = declared(column, combine(chunks))
+        except Unsupported as e:
+            left_out.append(f"{column!r} ({e})")
+            continue
+        guesses.append(g)
+        if k:
+            nulls[column] = k
+    notes: dict[str, str] = {}
+    if target.password is not None and "password_env" not in source:
+        notes["url"] = ("the password given in --sql-url is not written here: name an "
+                        "environment variable holding it with password_env:")
+    return (guesses, Sampled(got.rows, got.complete, what), left_out, nulls,
+            {**source, "url": target.display}, notes)
 
 
 def _load(text: str) -> Schema:
@@ -427,6 +502,8 @@ def _short(path: str) -> str:
 
 
 def _listing(source: dict[str, Any]) -> str:
+    if source.get("format") == "sql":
+        return sql_url.parse(source["url"], ".", "infer-schema", source.get("password_env")).display
     paths = source["paths"]
     flat = [p for v in paths.values() for p in ([v] if isinstance(v, str) else v)] \
         if isinstance(paths, dict) else paths
@@ -543,4 +620,6 @@ def _relative_source(source: dict[str, Any], base: str) -> dict[str, Any]:
             return [rel(x) for x in v]
         return {k: rel(x) for k, x in v.items()}
 
+    if "paths" not in source:  # a database
+        return source
     return {**source, "paths": rel(source["paths"])}

@@ -104,8 +104,8 @@ def _block_sample(blocks: Iterator[Block], n: int, out: Sample) -> bool:
             if take:
                 out.add(block, take)
             taken += take
-            if taken >= n:
-                return next(blocks, None) is None
+            if taken >= n:  # complete only if this block's rest and the next are empty
+                return take == block.num_rows and next(blocks, None) is None
     finally:
         close = getattr(blocks, "close", None)
         if close:

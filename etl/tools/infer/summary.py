@@ -73,6 +73,10 @@ def summary_lines(inf: Any, fmt: str, output: str | None) -> list[str]:
                 if "default" in g.spec and g.fills]
     if defaults:
         lines.append(f"  defaults (a run fills and counts them): {_listed(defaults)}")
+    nulls = getattr(inf, "nulls", {})
+    if nulls:
+        lines.append("  NULLs in the sample: " + _listed(
+            [f"{c} {k} of {inf.sampled.rows}" for c, k in nulls.items()]))
     required = [f"{g.name} ({g.unfilled} of {inf.sampled.rows})" for g in gs if g.unfilled]
     if required:
         lines.append("  required, but values missing in the sample (a run rejects and counts "
