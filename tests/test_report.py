@@ -512,3 +512,30 @@ def test_sequence_steps_and_variable_length_strings(tmp_path):
                                {"value": "blue", "count": 10}]
     assert s["lengths"]["value_counts"] == [[0, 10], [1, 10], [2, 10], [3, 10]]
     assert tags["features"]["tags"]["categorical"] is True
+
+
+def test_values_near_the_float64_limit_publish_with_unknown_moments(tmp_path):
+    """1e300 is a legal float64: its square overflows, so stats.json says the sum, mean and
+    stddev are unknown (null) instead of failing the run on inf, the report says so, and a
+    mean check cannot pass on it."""
+    (tmp_path / "s.yaml").write_text(
+        "name: huge\nkind: example\nfeatures:\n"
+        "  v: {dtype: float64, shape: [], encoding: raw}\n")
+    rows = [1.7e308, 1.7e308, -1e300, 5.0]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"v": v}) + "\n" for v in rows))
+    job = {"schema": "s.yaml", "source": {"format": "jsonl", "paths": ["d.jsonl"]},
+           "output": "out", "shards": 1, "compression": "none", "shuffle": False, "stats": True}
+    (tmp_path / "job.yaml").write_text(json.dumps(job))
+    done = cli("run", str(tmp_path / "job.yaml"), "--runner=FnApiRunner")
+    assert done.returncode == 0, done.stderr[-2000:]
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    v = stats["features"]["v"]["splits"]["train"]
+    assert (v["min"], v["max"], v["values"]) == (-1e300, 1.7e308, 4)
+    assert (v["sum"], v["mean"], v["stddev"]) == (None, None, None)
+    report = cli("report", str(tmp_path / "out"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    job["checks"] = {"block": {"features": {"v": {"mean": [-1, 1]}}}}
+    (tmp_path / "job.yaml").write_text(json.dumps(job))
+    blocked = cli("run", str(tmp_path / "job.yaml"), "--runner=FnApiRunner", "--force")
+    assert blocked.returncode == 6, blocked.stderr[-2000:]
+    assert "the mean overflows float64" in blocked.stderr

@@ -143,6 +143,10 @@ def _one(c: Check, stats: dict[str, Any], manifest: dict[str, Any],
                 out.append(result(None, True, split, nonfinite_note(bad, total, c.feature)))
                 continue
             measured = s.get(c.kind)
+            if measured is None and s.get("values"):  # a sum beyond float64: not in range
+                out.append(result(None, True, split, "the mean overflows float64 (values near "
+                                                     "its limit): it cannot be in range"))
+                continue
             if measured is None:
                 out.append(result(None, False, split, "no values to measure"))
                 continue

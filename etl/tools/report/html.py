@@ -160,9 +160,13 @@ def summary(f: dict[str, Any]) -> str:
         lo = min(s["min"] for s in splits)
         hi = max(s["max"] for s in splits)
         values = sum(s["values"] for s in splits)
-        mean = sum(s["mean"] * s["values"] for s in splits) / values
+        measured = [s for s in splits if s["values"]]
+        if any(s["mean"] is None for s in measured):  # values near float64's limit
+            said = "overflows float64"
+        else:
+            said = _fmt(sum(s["mean"] * s["values"] for s in measured) / values)
         what = "pixels " if f.get("image") else ""
-        parts.append(f"{what}{_fmt(lo)}..{_fmt(hi)}, mean {_fmt(mean)}")
+        parts.append(f"{what}{_fmt(lo)}..{_fmt(hi)}, mean {said}")
     lengths = [s["lengths"] for s in splits if s.get("lengths") and s["lengths"].get("min")
                is not None]
     if lengths:

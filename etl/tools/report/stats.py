@@ -174,9 +174,11 @@ class Numeric:
             "values": self.count,
             "min": _num(self.min) if self.count else None,
             "max": _num(self.max) if self.count else None,
-            "sum": self.sum,
-            "mean": self.mean if self.count else None,
-            "stddev": std,
+            # values near float64's limit overflow a sum or a square: such a moment is None
+            # (unknown), never inf, which stats.json (strict JSON) cannot hold
+            "sum": _finite(self.sum),
+            "mean": _finite(self.mean) if self.count else None,
+            "stddev": _finite(std),
             "zeros": self.zeros,
             "distinct": distinct,
             "value_counts_exact": exact,
@@ -201,6 +203,10 @@ def _clear(pairs: list[Any], exact: bool, total: int) -> list[Any]:
         return pairs[:TOP_K]
     bound = total / (CAPACITY + 1)
     return [p for p in pairs if p[1] > 2 * bound][:TOP_K]
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
 def _num(x: float) -> float | int:
