@@ -156,6 +156,9 @@ class SqlReader(Source):
         if key is not None:
             present, distinct, low, high = row[2:6]
             role = "key" if self.key is not None else "split_by"
+            if rows and not (isinstance(low, int) and isinstance(high, int)):  # SQLite: untyped
+                raise ConfigError(f"{where}: {role} {key!r} must be an integer column unique per "
+                                  f"row; it holds {type(low).__name__} values")
             if present != rows:
                 raise ConfigError(f"{where}: {role} {key!r} is NULL in {rows - present} of "
                                   f"{rows} rows; a key must name every row")
