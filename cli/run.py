@@ -176,6 +176,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
     waiting in quarantine is released), and the history says it was accepted."""
     attempt = Attempt(time.time(), idempotence.span_label(job), accept=accept)
     try:
+        refuse_template_of_snapshot(job, beam_args or [])
         # a database source's one version of the data, held from its fingerprint to the
         # pipeline's last read (etl.sources.sql_source): files need nothing held
         with sql_source.held(job.sources, job.base_dir, job.path,
@@ -191,6 +192,23 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
         raise failure from e
     record_history(job, attempt, result=result)
     return result
+
+
+def refuse_template_of_snapshot(job: JobConfig, beam_args: list[str]) -> None:
+    """A classic template runs after its launcher has exited, and a PostgreSQL source's
+    snapshot lives only in the launcher's open transaction (sql_source.held): its readers
+    would all fail. A direct run or the Flex Template (whose launcher waits for the job)
+    holds it while the job runs."""
+    if not PipelineOptions(beam_args).view_as(GoogleCloudOptions).template_location:
+        return
+    for name, cfg in job.sources.items():
+        if isinstance(cfg, dict) and cfg.get("format") == "sql" \
+                and str(cfg.get("url", "")).lower().startswith(("postgresql:", "postgres:")):
+            where = "source" if name == "*" else f"sources.{name}"
+            raise ConfigError(f"{job.path}: {where} reads PostgreSQL in a snapshot the launcher "
+                              "holds while the job runs; a classic template (--template_location) "
+                              "runs after its launcher exits: run the job directly, or through "
+                              "the Flex Template (templates/)")
 
 
 def _sql_schema(job: JobConfig) -> Schema | None:
@@ -604,7 +622,8 @@ def announce_job(result: Any, options: PipelineOptions, run_log: RunLog) -> str 
     waiting for it (Beam logs this only at INFO level, which the console does not show).
     Returns its id (for the run history), None for a local run."""
     job_id = getattr(result, "job_id", None)
-    if not callable(job_id) or is_local(options.view_as(StandardOptions).runner):
+    if not callable(job_id) or is_local(options.view_as(StandardOptions).runner) \
+            or launch_only(options):  # a template build's result has no job to ask
         return None
     ident = job_id()
     if not ident:  # a dry run or template build: nothing submitted
@@ -668,7 +687,7 @@ def check_worker_access(job: JobConfig, inputs: list[dict[str, Any]], runner: An
         log.info("workers of runner %s run on this host (%s): local inputs and output allowed",
                  runner, _environment(options))
         return
-    local = [i["path"] for i in inputs if not fs.is_remote(i["path"])]
+    local = [i["path"] for i in inputs if not _workers_reach(i["path"])]
     if local:
         raise ConfigError(f"{job.path}: runner {runner} runs on other machines, which cannot "
                           f"read {len(local)} local input file(s), e.g. {local[0]}; copy the "
@@ -679,6 +698,13 @@ def check_worker_access(job: JobConfig, inputs: list[dict[str, Any]], runner: An
 
 
 _THIS_HOST = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def _workers_reach(path: str) -> bool:
+    """Whether workers elsewhere can read an input: a bucket's object, or a database server's
+    query (etl.sources.sql_source: workers connect to it themselves; a DuckDB or SQLite file
+    is on this machine's disk)."""
+    return fs.is_remote(path) or path.startswith("sql:postgresql://")
 
 
 def workers_on_this_host(options: PipelineOptions) -> bool:

@@ -191,7 +191,16 @@ class Postgres(Dialect):
         if snapshot is not None:
             if not _SNAPSHOT.match(snapshot):
                 raise ConfigError(f"{self.target.display}: not a snapshot id: {snapshot!r}")
-            self.execute(conn, f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+            try:
+                self.execute(conn, f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+            except self.driver_errors() as e:
+                if "invalid snapshot identifier" not in str(e):
+                    raise
+                # its exporting transaction ended: the launcher stopped before the readers
+                raise ConfigError(
+                    f"{self.target.display}: the run's snapshot {snapshot} is gone: the "
+                    "launcher holds it only while it runs, and it stopped before this read; "
+                    "nothing was published, run the job again") from None
 
     def end_read(self, conn: Any) -> None:
         self.execute(conn, "COMMIT")

@@ -334,7 +334,9 @@ def held(sources: Mapping[str, dict[str, Any]], base_dir: str, where: str = "job
                                   f"{reader.where} ({reader.target.display})")
             except reader.dialect.driver_errors() as e:
                 raise reader.dialect.error(e, reader.query) from None
-            variable = "ETL_SQL_PASSWORD_" + _NAME.sub("_", name).upper()
+            # ETL_SQL_PASSWORD for a job's one `source:`, ETL_SQL_PASSWORD_<NAME> in `sources:`
+            variable = "ETL_SQL_PASSWORD" + ("" if name == "*" else
+                                             "_" + _NAME.sub("_", name).upper())
             if variable not in os.environ:
                 set_here.append(variable)
             out[name] = sql_url.for_workers(
