@@ -42,7 +42,15 @@ from etl.base.errors import ConfigError, StorageError
 from etl.sources import sql_url
 from etl.sources.base import Block, Source, Split, options
 from etl.sources.files import block_rows, int_option
-from etl.sources.sql_dialects import ROWS, Dialect, dialect_of, exact_columns, ident, subquery
+from etl.sources.sql_dialects import (
+    ROWS,
+    Dialect,
+    convert,
+    dialect_of,
+    exact_columns,
+    ident,
+    subquery,
+)
 
 MAX_KEY = 1 << 40  # etl.shuffle.keys.ID_POSITION_BITS: a position is below 2**40
 DEFAULT_SPLIT_ROWS = 1_000_000
@@ -256,8 +264,6 @@ class SqlReader(Source):
             raise self.dialect.error(e, self.query) from None
 
     def _columns(self, batch: pa.RecordBatch, survey: dict[str, Any]) -> dict[str, Any]:
-        from etl.sources.sql_dialects import convert  # noqa: PLC0415
-
         return convert(batch, survey["how"])
 
     @contextmanager
@@ -316,7 +322,7 @@ def held(sources: Mapping[str, dict[str, Any]], base_dir: str, where: str = "job
     the source settings its readers get (the snapshot, the survey made in it, the URL without
     its password). Other sources pass through unchanged."""
     out: dict[str, dict[str, Any]] = {}
-    set_here: list[str] = []
+    before: dict[str, str | None] = {}  # the launcher's variables we set: restored at the end
     with ExitStack() as stack:
         for name, cfg in sources.items():
             if not isinstance(cfg, Mapping) or cfg.get("format") != "sql":
@@ -337,12 +343,14 @@ def held(sources: Mapping[str, dict[str, Any]], base_dir: str, where: str = "job
             # ETL_SQL_PASSWORD for a job's one `source:`, ETL_SQL_PASSWORD_<NAME> in `sources:`
             variable = "ETL_SQL_PASSWORD" + ("" if name == "*" else
                                              "_" + _NAME.sub("_", name).upper())
-            if variable not in os.environ:
-                set_here.append(variable)
+            before.setdefault(variable, os.environ.get(variable))
             out[name] = sql_url.for_workers(
                 {**cfg, "snapshot": snapshot, "survey": survey}, reader.target, variable)
         try:
             yield out
         finally:
-            for variable in set_here:
-                os.environ.pop(variable, None)
+            for variable, value in before.items():
+                if value is None:
+                    os.environ.pop(variable, None)
+                else:
+                    os.environ[variable] = value
