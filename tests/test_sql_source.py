@@ -263,6 +263,9 @@ def error_cases(postgres) -> list[tuple[str, str, str, dict[str, Any], int, str]
          {"key": "id"}, 2, "key 'id' is not unique: 20 rows, 3 distinct values"),
         ("a text split column", good, q, {"split_by": "s"}, 2,
          "split_by 's' must be an integer or date column, it is string"),
+        ("a type we do not map", good, "SELECT id, x, s, interval '1 day' AS x2 FROM plain_errors",
+         {}, 2, "column 'x2' has type interval (month_day_nano_interval), which has no exact "
+         "TFRecord form here; cast it in the query"),
     ]
 
 
@@ -276,7 +279,7 @@ def error_table(postgres) -> None:
         conn.execute(f"CREATE ROLE reader LOGIN PASSWORD '{postgres.password}'")
 
 
-@pytest.mark.parametrize("case", range(11))
+@pytest.mark.parametrize("case", range(12))
 def test_errors_say_one_line_without_the_password(postgres, error_table, tmp_path, case):
     name, url, query, extra, code, says = error_cases(postgres)[case]
     job = write_job(tmp_path / "job", url, query, PLAIN_SCHEMA, **extra)
