@@ -16,7 +16,7 @@ TORCH_TESTS := tests/test_torch.py tests/test_reading_elsewhere.py::test_pytorch
   tests/test_reading_elsewhere.py::test_many_hosts_random_access_block \
   tests/test_split_slicing.py::test_torch_dataset_takes_slices tests/test_many_hosts.py::test_torch_dataset_shard
 
-.PHONY: run test test-torch bench lint clean
+.PHONY: run test test-fast test-torch bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ run: $(STAMP)
 test: $(STAMP) $(AIRFLOW_STAMP) $(TORCH_STAMP)
 	ETL_AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV))/bin/python $(PY) -m pytest -q $(ARGS)
 	$(if $(ARGS),,$(TORCH_VENV)/bin/python -m pytest -q $(TORCH_TESTS))
+
+# The quick tier: no test marked `slow` (those start our CLI, a server or another venv, or run a
+# Beam pipeline; pyproject.toml's markers, tests/conftest.py). Under 2 minutes on the 2-core CI machine.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(ARGS)
 
 test-torch: $(TORCH_STAMP)
 	$(TORCH_VENV)/bin/python -m pytest -q $(TORCH_TESTS) $(ARGS)

@@ -16,6 +16,16 @@ from etl.formats.tfrecord import COMPRESSIONS, Compressor, frame_all  # noqa: E4
 from tests.gcs_emulator import GcsEmulator  # noqa: E402
 from tests.postgres_server import postgres  # noqa: E402, F401 - the session's PostgreSQL server
 
+# Tests using these fixtures start a server (gcp-storage-emulator, PostgreSQL): marked slow
+# here, whatever module they sit in (`make test-fast` runs `pytest -m "not slow"`).
+_SERVER_FIXTURES = frozenset({"gcs_emulator", "gcs_bucket", "postgres"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 def write_records(path: str | os.PathLike[str], records: Iterable[bytes],
                   compression: str = "none") -> str:

@@ -34,6 +34,8 @@ import pytest
 
 from tests.helpers import ROOT, RUN
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 AIRFLOW_PYTHON = os.environ.get("ETL_AIRFLOW_PYTHON") or os.path.join(ROOT, ".venv-airflow", "bin", "python")
 DAG_DIR = os.path.join(ROOT, "examples", "airflow")
 JOB = os.path.join(ROOT, "examples", "daily.yaml")

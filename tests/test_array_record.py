@@ -25,6 +25,8 @@ from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import IDS_SCHEMA, cli
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 BEAM = ["--runner=FnApiRunner"]
 ROWS = 2000
 

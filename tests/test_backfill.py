@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from cli.ranges import worst
 from etl.base.errors import EXIT_BAD_INPUT, EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_OTHER, EXIT_STORAGE
 from tests.helpers import IDS_SCHEMA, ROOT, cli
@@ -103,6 +105,7 @@ def test_worst_code_order() -> None:
     assert worst([EXIT_OK, 130]) == EXIT_OTHER  # a code we do not know: as bad as 1
 
 
+@pytest.mark.slow
 def test_three_day_backfill_oldest_first_then_skipped_then_reverse(tmp_path: Any) -> None:
     base = str(tmp_path)
     job = make_job(base, DAYS[:3])
@@ -152,6 +155,7 @@ def test_three_day_backfill_oldest_first_then_skipped_then_reverse(tmp_path: Any
     assert (r.returncode, r.stdout.strip()) == (0, f"no runs recorded in {base}/nothing-here")
 
 
+@pytest.mark.slow
 def test_failed_spans_do_not_stop_the_range_worst_code_and_only_failed(tmp_path: Any) -> None:
     base = str(tmp_path)
     job = make_job(base, DAYS[:3], max_bad_fraction=0.1)
@@ -191,6 +195,7 @@ def test_failed_spans_do_not_stop_the_range_worst_code_and_only_failed(tmp_path:
     assert not os.path.exists(outs[DAYS[3]])
 
 
+@pytest.mark.slow
 def test_dry_run_runs_nothing_and_says_why(tmp_path: Any) -> None:
     base = str(tmp_path)
     job = make_job(base, DAYS[:3])
@@ -219,6 +224,7 @@ def test_dry_run_runs_nothing_and_says_why(tmp_path: Any) -> None:
     assert listing(base) == before  # nothing written, not even the history
 
 
+@pytest.mark.slow
 def test_only_missing_reruns_only_the_deleted_span(tmp_path: Any) -> None:
     base = str(tmp_path)
     job = make_job(base, DAYS[:3])
@@ -237,6 +243,7 @@ def test_only_missing_reruns_only_the_deleted_span(tmp_path: Any) -> None:
     assert {d: success_ns(outs[d]) for d in (DAYS[0], DAYS[2])} == kept
 
 
+@pytest.mark.slow
 def test_parallel_gives_the_same_shards(tmp_path: Any) -> None:
     base = str(tmp_path)
     job = make_job(base, DAYS)
@@ -254,6 +261,7 @@ def test_parallel_gives_the_same_shards(tmp_path: Any) -> None:
     print(f"4 spans: --parallel 1 {seconds[1]:.1f}s, --parallel 2 {seconds[2]:.1f}s")
 
 
+@pytest.mark.slow
 def test_a_current_span_is_skipped_without_importing_beam(tmp_path: Any) -> None:
     """A daily rerun that has nothing to do decides so before importing Beam (~1 s of
     start-up): the CLI's one-span path, checked in a fresh interpreter."""

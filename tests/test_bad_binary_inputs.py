@@ -373,6 +373,7 @@ def test_npy_bad_header_and_truncated_data(tmp_path: Path) -> None:
         make_reader(config, str(tmp_path), WHERE).files()
 
 
+@pytest.mark.slow
 def test_npy_truncated_while_it_is_read_is_counted_not_a_crash(tmp_path: Path) -> None:
     """An input cut short between two blocks of a running read: the rows after the cut are one
     counted unreadable_rest, the reading process lives (a memory map would die of SIGBUS)."""

@@ -248,6 +248,7 @@ HUGE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_300mb_record_is_rejected_with_bounded_memory(tmp_path: Path, fmt: str) -> None:
     path = tmp_path / f"huge.{fmt}"
@@ -272,6 +273,7 @@ def test_300mb_record_is_rejected_with_bounded_memory(tmp_path: Path, fmt: str) 
 
 
 # ---- through the pipeline: read = written + rejected -------------------------------------------
+@pytest.mark.slow
 def test_pipeline_counts_every_bad_csv_row(tmp_path: Path) -> None:
     import yaml  # noqa: PLC0415
 

@@ -12,6 +12,8 @@ import pytest
 from benchmarks import data
 from benchmarks.run import SHARDS, run_once
 
+pytestmark = pytest.mark.slow  # runs the benchmark's Beam pipelines
+
 ROWS = 2_000
 
 

@@ -91,6 +91,7 @@ def project(folder: Path, max_bad: float) -> str:
     return str(folder / "job.yaml")
 
 
+@pytest.mark.slow
 def test_a_10mb_field_in_the_cli_error_and_the_history(tmp_path: Path) -> None:
     proc = cli("run", project(tmp_path, 0.0))
     assert proc.returncode == 3, proc.stderr[:2000]
@@ -115,6 +116,7 @@ def test_a_10mb_field_in_the_cli_error_and_the_history(tmp_path: Path) -> None:
     assert doc["reason"] == f"cannot parse {CUT} as int64"
 
 
+@pytest.mark.slow
 def test_a_10mb_field_allowed_through_is_published_with_a_bounded_reason(tmp_path: Path) -> None:
     proc = cli("run", project(tmp_path, 1.0))
     assert proc.returncode == 0, proc.stderr[:2000]

@@ -33,6 +33,7 @@ def _cpu(fn, repeat: int = 3) -> float:
     return best
 
 
+@pytest.mark.slow  # 100k files/features: ~10 s
 def test_estimate_of_100k_files_is_linear(tmp_path: Path) -> None:
     """100k one-row files: planning and estimating 100k costs about 10x what 10k costs (it was
     quadratic: a sum over every file recomputed for each file, 489 s at 100k)."""
@@ -74,6 +75,7 @@ def _features_yaml(n: int) -> str:
         f"  f{i}: {{dtype: int64, shape: []}}\n" for i in range(n))
 
 
+@pytest.mark.slow  # 100k files/features: ~10 s
 def test_schema_of_100k_features_loads_in_linear_time(tmp_path: Path) -> None:
     """`load_schema` was quadratic (`names.count` per name: 40k features 46 s, 100k never
     ended); a 100k-feature schema (3.5 MB) now costs about 10x a 10k one. Duplicate names
@@ -139,6 +141,7 @@ def _sparse_job(tmp_path: Path, name: str, head: bytes, size: int, **source: obj
         "sources": {"train": {"format": "csv", "paths": [name], **source}}}))
 
 
+@pytest.mark.slow
 def test_a_1gb_first_line_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     """A CSV that is one 1 GB line without a newline (NULs) took 1.8-16 GB and ended in
     `unexpected ArrowInvalid`. Now the header is read up to max_record_bytes (64 MiB) and

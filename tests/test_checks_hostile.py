@@ -17,6 +17,8 @@ import pytest
 
 from tests.helpers import cli
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 BEAM = ["--runner=FnApiRunner"]
 STRINGS = """\
 name: strings

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import palmerpenguins
+import pytest
 
 from etl.formats.tfrecord import frame_all
 from etl.tools.inspect import inspect
@@ -67,6 +68,7 @@ def test_inspect_shows_labels_beside_ids_and_utf8_text_as_text(tmp_path: Path) -
     assert 'value: "\\377\\376\\000ok"' in raw[2]
 
 
+@pytest.mark.slow
 def test_inspect_on_a_csv_says_not_a_tfrecord_file(tmp_path: Path) -> None:
     done = cli("inspect", PENGUINS_RAW)
     assert done.returncode == 2, done.stderr
@@ -82,6 +84,7 @@ def test_inspect_on_a_csv_says_not_a_tfrecord_file(tmp_path: Path) -> None:
     assert "corrupted record header" in damaged.stderr
 
 
+@pytest.mark.slow
 def test_spec_prints_no_tensorflow_start_up_lines(tmp_path: Path) -> None:
     schema = tmp_path / "birds.yaml"
     schema.write_text(SCHEMA)
@@ -102,6 +105,7 @@ def _read_back(out: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
                           env=env, cwd=ROOT, timeout=180)
 
 
+@pytest.mark.slow
 def test_make_dataset_prints_no_tensorflow_start_up_lines(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(IDS_SCHEMA)
     (tmp_path / "d.csv").write_text("id,a,b\n" + "".join(f"{i},{i},{i}\n" for i in range(9)))
@@ -119,6 +123,7 @@ def test_make_dataset_prints_no_tensorflow_start_up_lines(tmp_path: Path) -> Non
     assert START_UP.search(loud.stderr), loud.stderr  # the user's own setting wins
 
 
+@pytest.mark.slow
 def test_array_record_summary_names_its_reader(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(IDS_SCHEMA)
     (tmp_path / "d.csv").write_text("id,a,b\n" + "".join(f"{i},{i},{i}\n" for i in range(9)))
@@ -133,6 +138,7 @@ def test_array_record_summary_names_its_reader(tmp_path: Path) -> None:
     assert "make_dataset" not in done.stdout
 
 
+@pytest.mark.slow
 def test_estimate_says_when_the_sample_would_fail_the_run(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(IDS_SCHEMA)
     rows = [f"{i},{i},{i}" if i % 3 else f"{i},x{i},{i}" for i in range(23)]

@@ -73,6 +73,7 @@ def test_good_values_still_read() -> None:
         parse_duration("soon", "--lock-stale-after")
 
 
+@pytest.mark.slow
 def test_cli_wrong_typed_value_and_removed_spill_exit_2(tmp_path) -> None:
     job = project(tmp_path, """\
         schema: s.yaml
@@ -88,6 +89,7 @@ def test_cli_wrong_typed_value_and_removed_spill_exit_2(tmp_path) -> None:
     assert proc.returncode == 2 and "--lock-stale-after: cannot read duration" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_missing_input_exit_2_naming_it(tmp_path) -> None:
     job = project(tmp_path, """\
         schema: s.yaml
@@ -111,6 +113,7 @@ def _mount(path: str, options: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow
 def test_cli_read_only_output_location_exit_5_before_any_work(tmp_path) -> None:
     ro = str(tmp_path / "ro")
     if os.geteuid() == 0:
@@ -136,6 +139,7 @@ def test_cli_read_only_output_location_exit_5_before_any_work(tmp_path) -> None:
             subprocess.run(["umount", ro], capture_output=True, timeout=20)
 
 
+@pytest.mark.slow
 def test_cli_not_enough_space_exit_5_with_both_numbers(tmp_path) -> None:
     small = str(tmp_path / "small")
     if os.geteuid() != 0 or not _mount(small, "size=256k"):
@@ -167,6 +171,7 @@ GENERATOR = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["multi_threading", "multi_processing"])
 def test_error_inside_a_worker_is_one_line_with_its_exit_code(tmp_path, mode) -> None:
     (tmp_path / "gen_bad.py").write_text(GENERATOR)

@@ -55,6 +55,7 @@ def project(tmp_path, job: str, schema: str = SCHEMA) -> str:
     return str(tmp_path / "job.yaml")
 
 
+@pytest.mark.slow
 def test_billion_laughs_job_is_one_line_in_bounded_memory(tmp_path) -> None:
     job = project(tmp_path, LAUGHS + "schema: s.yaml\nsource: {format: csv, paths: [d.csv]}\n"
                                      "output: out\n")
@@ -89,6 +90,7 @@ def test_alias_bombs_and_loops_are_refused_before_any_object_is_built(text, line
     assert e.value.exit_code == 2
 
 
+@pytest.mark.slow
 def test_duplicate_key_in_a_job_names_both_lines(tmp_path) -> None:
     job = project(tmp_path, textwrap.dedent("""\
         schema: s.yaml
@@ -111,6 +113,7 @@ def test_duplicate_key_in_a_job_names_both_lines(tmp_path) -> None:
         load_yaml("yes: 1\ntrue: 2\n", "j.yaml", "job file")
 
 
+@pytest.mark.slow
 def test_duplicate_feature_in_a_schema_names_both_lines(tmp_path) -> None:
     schema = SCHEMA + "  id: {dtype: float32, shape: []}\n"  # line 6 again declares `id` (line 4)
     job = project(tmp_path, "schema: s.yaml\nsource: {format: csv, paths: [d.csv]}\noutput: out\n",
@@ -124,6 +127,7 @@ def test_duplicate_feature_in_a_schema_names_both_lines(tmp_path) -> None:
     assert str(e.value) == f"{path}:6: duplicate key 'id' (first at line 4)"
 
 
+@pytest.mark.slow
 def test_tab_indented_schema_is_one_line(tmp_path) -> None:
     path = tmp_path / "schema.yaml"
     path.write_text("kind: example\nfeatures:\n\tid: {dtype: int64, shape: []}\n")
@@ -153,6 +157,7 @@ def test_other_yaml_errors_are_one_line_with_line_and_column(text, message) -> N
     assert str(e.value) == f"s.yaml: not valid YAML: {message}"
 
 
+@pytest.mark.slow
 def test_oversized_job_file_is_refused_before_parsing(tmp_path) -> None:
     job = project(tmp_path, "schema: s.yaml\nsource: {format: csv, paths: [d.csv]}\noutput: out\n"
                   "description: " + "x" * (17 * 2**20) + "\n")
@@ -175,6 +180,7 @@ def test_a_10000_feature_schema_is_well_within_the_bound(tmp_path) -> None:
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow
 def test_anchors_and_merge_keys_used_as_intended_still_run(tmp_path) -> None:
     job = project(tmp_path, textwrap.dedent("""\
         schema: s.yaml

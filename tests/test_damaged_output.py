@@ -34,6 +34,8 @@ from tests.gcs_emulator import GcsEmulator
 from tests.helpers import ROOT, RUN, cli
 from tests.test_heal import SHARD, flip_byte, job_file, shas
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 CURRENT = "already published and current (inputs, schema and job unchanged)"
 INDEX = SHARD + ".index"
 

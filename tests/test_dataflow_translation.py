@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import apache_beam as beam
+import pytest
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.pipeline_context import PipelineContext
@@ -67,6 +68,7 @@ def only(values):
     return value
 
 
+@pytest.mark.slow
 def test_dataflow_translation_of_the_engine_path(tmp_path) -> None:
     steps, _ = _translate(tmp_path, 3)
     top = sorted(n.split("/")[1] for n in steps if n.count("/") == 1)
@@ -98,6 +100,7 @@ def test_dataflow_translation_of_the_engine_path(tmp_path) -> None:
     assert isinstance(context.coders[tasks], PlainDataclassCoder)  # into DistributeReads
 
 
+@pytest.mark.slow
 def test_job_graph_does_not_grow_with_the_number_of_input_files(tmp_path) -> None:
     _, few = _translate(tmp_path / "few", 10)
     _, many = _translate(tmp_path / "many", 10_000)
@@ -107,6 +110,7 @@ def test_job_graph_does_not_grow_with_the_number_of_input_files(tmp_path) -> Non
     assert len(many) < 200_000  # Dataflow's limit on a job request is 10 MB
 
 
+@pytest.mark.slow
 def test_files_strategy_translates_without_a_flatten(tmp_path) -> None:
     steps, _ = _translate(tmp_path, 3, via=files.NAME)
     top = {n.split("/")[1] for n in steps if n.count("/") == 1}
@@ -124,6 +128,7 @@ def _cli_job(folder: Path, inputs: str, output: str) -> str:
     return str(folder / "job.yaml")
 
 
+@pytest.mark.slow
 def test_cli_dry_run_on_dataflow_translates_and_publishes_nothing(tmp_path, gcs_emulator,
                                                                  gcs_bucket) -> None:
     """The user's command with `--dry_run=True`: inputs in a bucket, output in a bucket; the job
@@ -138,6 +143,7 @@ def test_cli_dry_run_on_dataflow_translates_and_publishes_nothing(tmp_path, gcs_
     assert not [u for u in gcs_emulator.list(f"{gcs_bucket}/out") if u.endswith("_SUCCESS")]
 
 
+@pytest.mark.slow
 def test_dataflow_refuses_inputs_on_this_machine(tmp_path) -> None:
     (tmp_path / "a.csv").write_text("id\n1\n")
     job = _cli_job(tmp_path, "a.csv", "gs://my-bucket/out")

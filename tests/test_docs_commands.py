@@ -301,14 +301,17 @@ def module_problems(shown: Shown) -> list[str]:
     return []
 
 
+@pytest.mark.slow
 def test_run_pipeline_commands_use_real_subcommands_and_flags() -> None:
     assert [p for s in SHOWN for p in cli_problems(s)] == []
 
 
+@pytest.mark.slow
 def test_module_commands_exist_with_their_flags() -> None:
     assert [p for s in SHOWN for p in module_problems(s)] == []
 
 
+@pytest.mark.slow
 def test_the_checks_catch_wrong_commands() -> None:
     """The checks cannot pass by finding nothing: planted mistakes are all reported."""
     def shown(text: str, block: str = "sh") -> Shown:
@@ -377,6 +380,7 @@ def test_no_command_hides_in_an_unchecked_block() -> None:
     assert hidden == []
 
 
+@pytest.mark.slow
 def test_run_help_prints_the_exit_codes() -> None:
     """README: "`run --help` prints this table (codes 0-6)"."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
@@ -535,6 +539,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", list(RUNS))
 def test_shown_commands_run_for_real(workspace: Path, text: str) -> None:
     shown = _find(text)

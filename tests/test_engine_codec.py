@@ -190,6 +190,7 @@ def test_a_damaged_run_index_is_an_error_naming_its_split() -> None:
             SortedRunCoder().decode(bytes(damaged))
 
 
+@pytest.mark.slow
 def test_a_chunk_damaged_in_the_runner_stops_the_run_naming_the_shard(tmp_path,
                                                                       monkeypatch) -> None:
     """Through the whole pipeline (in-process runner): the grouped chunks come back damaged,
@@ -207,6 +208,7 @@ def test_a_chunk_damaged_in_the_runner_stops_the_run_naming_the_shard(tmp_path,
         convert(tmp_path / "engine", src, via="engine", shards=2)
 
 
+@pytest.mark.slow
 def test_engine_and_files_write_the_same_shards(tmp_path) -> None:
     for via in ("files", "engine"):
         os.makedirs(tmp_path / via)

@@ -89,6 +89,7 @@ def test_a_failed_half_written_attempt_leaves_nothing_and_the_retry_matches(tmp_
     assert _files(staging) == _files(tmp_path / "ref")
 
 
+@pytest.mark.slow
 def test_a_killed_attempts_leftover_is_removed_by_finalize_and_counts_stay_exact(tmp_path,
                                                                                  monkeypatch) -> None:
     """A worker killed mid-shard cannot clean up: its attempt file stays in staging. The

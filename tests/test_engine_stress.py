@@ -79,6 +79,7 @@ def reference(stress_dir) -> dict[str, str]:
     return shards
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "beam_args", "pairs"),
                          [("threads", THREADS, 2), ("processes", PROCESSES, 2)])
 def test_two_engine_runs_at_once_write_exactly_the_files_shards(stress_dir, reference, mode,

@@ -21,6 +21,8 @@ from etl.job.read_plan import plan_units
 from etl.shuffle import engine
 from tests.test_pipeline import write_yaml
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = 300_000
 DATAFLOW = ["--runner=DataflowRunner", "--project=my-project-123", "--region=us-central1",

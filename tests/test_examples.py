@@ -16,6 +16,8 @@ from cli.run import run_job
 from etl.job.config import load_job
 from etl.output.manifest import verify
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

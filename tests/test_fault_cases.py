@@ -15,6 +15,8 @@ import pytest
 from benchmarks.fault_cases import CASES, Runner
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 
 def _ok(read: int, written: int, code: str, where: int, files: list[str]) -> dict[str, Any]:
     return {"exit": 0, "stderr_lines": 0, "traceback": False, "first": "", "read": read,

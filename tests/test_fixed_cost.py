@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import IDS_SCHEMA, ROOT, RUN
+
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
 # run_pipeline.py as __main__ (signals, exit code and all), then sys.modules written at exit
 _LOADED = ("import atexit, json, runpy, sys\n"

@@ -142,6 +142,7 @@ def test_expand_matches_like_beam_locally(tmp_path) -> None:
 
 
 # ---- remote files through the GCS emulator ------------------------------------------------------
+@pytest.mark.slow
 def test_remote_read_write_match_isdir(gcs_bucket: str) -> None:
     fs.write_bytes(f"{gcs_bucket}/d/a.bin", b"abc")
     fs.write_bytes(f"{gcs_bucket}/d/sub/b.txt", "é\n".encode())
@@ -155,6 +156,7 @@ def test_remote_read_write_match_isdir(gcs_bucket: str) -> None:
     assert fs.exists(f"{gcs_bucket}/d/a.bin") and not fs.exists(f"{gcs_bucket}/d")
 
 
+@pytest.mark.slow
 def test_missing_remote_objects_raise_file_not_found(gcs_bucket: str) -> None:
     for path in (f"{gcs_bucket}/nope.yaml", "gs://no-such-bucket-fs/x.yaml"):
         with pytest.raises(FileNotFoundError) as e:
@@ -171,6 +173,7 @@ def _credentials_state(env: dict[str, str]) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow
 def test_beams_credential_lookup_is_skipped_only_for_an_emulator() -> None:
     """With STORAGE_EMULATOR_HOST, Beam is told there are no credentials (its lookup would
     wait ~25 s per process); without it Beam's own lookup stays untouched."""
@@ -179,6 +182,7 @@ def test_beams_credential_lookup_is_skipped_only_for_an_emulator() -> None:
     assert _credentials_state({**env, "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9"}) == "True None"
 
 
+@pytest.mark.slow
 def test_remote_gs_access_in_a_fresh_process_takes_seconds(gcs_emulator, gcs_bucket: str) -> None:
     fs.write_bytes(f"{gcs_bucket}/x.bin", b"12345")
     code = f"from etl.storage import fs; print(fs.read_bytes('{gcs_bucket}/x.bin').decode())"

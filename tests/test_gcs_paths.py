@@ -175,6 +175,7 @@ def _read_all(config: dict[str, Any], base: str, target_bytes: int) -> tuple[lis
     return units, blocks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_every_format_reads_the_same_blocks_from_a_bucket(
         fmt: str, tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
@@ -194,6 +195,7 @@ def test_every_format_reads_the_same_blocks_from_a_bucket(
             sum(len(f["bad"]) for f in plain.values())) == COUNTS[fmt]
 
 
+@pytest.mark.slow
 def test_image_folders_in_a_bucket_keep_exactly_class_and_file(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     config = _images(tmp_path)
@@ -203,6 +205,7 @@ def test_image_folders_in_a_bucket_keep_exactly_class_and_file(
                                f"{gcs_bucket}/imgs/dog/c.png"]  # not cat/deeper/x.png
 
 
+@pytest.mark.slow
 def test_a_glob_matching_nothing_in_a_bucket_names_the_pattern(gcs_bucket: str) -> None:
     reader = make_reader({"format": "csv", "paths": ["data/*.csv"]}, f"{gcs_bucket}/jobs", WHERE)
     with pytest.raises(ConfigError) as e:
@@ -211,6 +214,7 @@ def test_a_glob_matching_nothing_in_a_bucket_names_the_pattern(gcs_bucket: str) 
                             f"({gcs_bucket}/jobs/data/*.csv)")
 
 
+@pytest.mark.slow
 def test_a_missing_bucket_is_a_config_error(gcs_emulator: GcsEmulator) -> None:
     reader = make_reader({"format": "csv", "paths": ["gs://no-such-bucket-x/*.csv"]}, ".", WHERE)
     with pytest.raises(ConfigError, match=r"^job.yaml: sources.train: cannot list "
@@ -219,6 +223,7 @@ def test_a_missing_bucket_is_a_config_error(gcs_emulator: GcsEmulator) -> None:
 
 
 # ---- job and schema files in a bucket ---------------------------------------------------------
+@pytest.mark.slow
 def test_job_file_in_a_bucket_resolves_relative_paths_against_its_folder(
         gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     gcs_emulator.upload_bytes(b"id,a,b\n1,2,3\n", f"{gcs_bucket}/data/x.csv")
@@ -239,6 +244,7 @@ def test_job_file_in_a_bucket_resolves_relative_paths_against_its_folder(
     assert load_job(f"{gcs_bucket}/jobs/job.yaml", output="gs://other/o").output == "gs://other/o"
 
 
+@pytest.mark.slow
 def test_job_file_in_a_bucket_cannot_leave_its_bucket(gcs_emulator: GcsEmulator,
                                                        gcs_bucket: str) -> None:
     gcs_emulator.upload_bytes(json.dumps({
@@ -250,6 +256,7 @@ def test_job_file_in_a_bucket_cannot_leave_its_bucket(gcs_emulator: GcsEmulator,
         load_job(f"{gcs_bucket}/jobs/job.yaml")
 
 
+@pytest.mark.slow
 def test_missing_job_and_schema_files_in_a_bucket(gcs_bucket: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_job(f"{gcs_bucket}/jobs/nope.yaml")
@@ -259,6 +266,7 @@ def test_missing_job_and_schema_files_in_a_bucket(gcs_bucket: str) -> None:
     assert str(s.value) == f"cannot read schema file '{gcs_bucket}/nope.yaml': no such file"
 
 
+@pytest.mark.slow
 def test_schema_in_a_bucket_reads_its_vocabulary_file_beside_it(
         gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     gcs_emulator.upload_bytes(b"red\ngreen\n\nblue\n", f"{gcs_bucket}/s/vocab/colors.txt")
@@ -309,6 +317,7 @@ def shard_hashes(out: str) -> dict[str, str]:
             for s in split["shards"]}
 
 
+@pytest.mark.slow
 def test_raw_files_in_a_bucket_give_the_same_shards_as_local_files(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     job_file = make_job_folder(tmp_path / "job")
@@ -364,6 +373,7 @@ def _one_line_error(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_cli_errors_on_gs_paths_exit_2_with_one_line(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     env = gcs_emulator.env()

@@ -28,6 +28,8 @@ from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 RETRY = "3"  # ETL_STORAGE_RETRY_SECONDS in these runs: a dead store fails within seconds
 
 

@@ -20,6 +20,8 @@ flags.FLAGS.mark_as_parsed()
 
 from etl.read.random_access import open_records  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a Beam run for its fixture, then Grain's worker processes
+
 
 @pytest.fixture(scope="module")
 def sentences(tmp_path_factory: pytest.TempPathFactory) -> str:

@@ -17,7 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks import data
+
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL, LARGE = 1_000_000, 5_000_000

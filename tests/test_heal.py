@@ -13,11 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from etl.output.layout import SUCCESS
 from etl.output.manifest import dataset_dir, verify
 from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
+
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
 SHARD = "train-00001-of-00002.tfrecord"
 

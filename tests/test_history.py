@@ -45,6 +45,7 @@ def test_history_root() -> None:
     assert history.history_root("gs://b/day") == "gs://b"
 
 
+@pytest.mark.slow
 def test_entries_of_ok_skipped_and_failed_runs(tmp_path: Path) -> None:
     good = "".join(f"{i},{i * 0.5},{-i}\n" for i in range(40))
     path = project(tmp_path, good)
@@ -86,6 +87,7 @@ def test_entries_of_ok_skipped_and_failed_runs(tmp_path: Path) -> None:
     assert "matched no input files" in last["error"] or "no input files match" in last["error"]
 
 
+@pytest.mark.slow
 def test_a_misconfigured_first_run_creates_nothing(tmp_path: Path) -> None:
     path = project(tmp_path, "1,2,3\n")
     (tmp_path / "d.csv").unlink()
@@ -105,6 +107,7 @@ for i in range(50):
 """
 
 
+@pytest.mark.slow
 def test_concurrent_appends_keep_every_line_whole(tmp_path: Path) -> None:
     root = str(tmp_path / "h")
     at = str(time.time() + 2)
@@ -183,6 +186,7 @@ def test_a_torn_last_line_loses_only_itself(tmp_path: Path, caplog) -> None:
     assert (tmp_path / history.RUNS_FILE).read_bytes().endswith(b"\n")
 
 
+@pytest.mark.slow
 def test_history_command_says_how_many_lines_it_skipped(tmp_path: Path) -> None:
     entry = history.entry(run_id="r1", span="2026-11-21", start="2026-11-21T00:00:00.000+00:00",
                           end="2026-11-21T00:00:01.000+00:00", status="ok", exit_code=0,
@@ -204,6 +208,7 @@ def test_error_is_bounded_in_the_history(tmp_path: Path) -> None:
         "e" * 970 + "… (5000 bytes)", "e" * 1000]
 
 
+@pytest.mark.slow
 def test_gs_history_skips_a_damaged_object_and_keeps_the_others(gcs_bucket, gcs_emulator) -> None:
     """On gs:// each run writes its own object, whole or not at all: nothing can be glued.
     An object that is not JSON (written by hand, another tool) is skipped and counted."""

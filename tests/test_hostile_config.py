@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.test_pipeline import write_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +35,7 @@ def _job(d: Path, source: dict, **extra: object) -> Path:
                                                  **extra}))
 
 
+@pytest.mark.slow
 def test_estimate_runs_no_user_code(tmp_path: Path) -> None:
     """`--estimate` of a `format: python` source called the user's function to sample it,
     although it launches nothing; now it says the source is not sampled and runs nothing."""
@@ -49,6 +52,7 @@ def test_estimate_runs_no_user_code(tmp_path: Path) -> None:
     assert left == ["job.yaml", "schema.yaml", "usergen.py"]  # no CALLED, no output
 
 
+@pytest.mark.slow
 def test_fifo_and_directory_inputs_are_refused_by_name(tmp_path: Path) -> None:
     """A FIFO input hung `--estimate` (and the run) for good; a directory named `x.csv` gave
     `unexpected IsADirectoryError`. Both are refused at listing, by name, exit 2, whether
@@ -70,6 +74,7 @@ def test_fifo_and_directory_inputs_are_refused_by_name(tmp_path: Path) -> None:
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_yaml_that_builds_objects_or_includes_files_is_refused(tmp_path: Path) -> None:
     """`!!python/object...` tags in a job or schema file, and `!include`-style tags (the
     loader has no include mechanism: a YAML SafeLoader, unknown tags refused), are refused in
@@ -100,6 +105,7 @@ def test_yaml_that_builds_objects_or_includes_files_is_refused(tmp_path: Path) -
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_outputs_that_would_replace_what_is_not_ours_are_refused(tmp_path: Path) -> None:
     """`output:` naming `/`, a home directory, `~...` (never expanded), `..`, `.`, the job's
     folder or a parent of it, the checkout of this program or a parent of it, an input's
@@ -165,6 +171,7 @@ def test_outputs_that_would_replace_what_is_not_ours_are_refused(tmp_path: Path)
     assert sorted(p.name for p in proj.iterdir()) == ["data", "job.yaml", "schema.yaml"]
 
 
+@pytest.mark.slow
 def test_input_names_with_shell_characters_convert_and_line_breaks_are_refused(
         tmp_path: Path) -> None:
     """Input files named with `$`, `;`, spaces, quotes, a literal `*`, `$(...)` or a leading

@@ -35,6 +35,8 @@ from etl.storage import fs
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, cli
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 BEAM = ["--runner=FnApiRunner"]
 
 

@@ -70,6 +70,7 @@ _PYPI_READER = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow
 def test_run_writes_indexes_that_the_pypi_tfrecord_reader_reads(tmp_path: Path) -> None:
     job = load_job(make_project(tmp_path))
     assert job.index and job.format == "tfrecord"
@@ -106,6 +107,7 @@ def test_run_writes_indexes_that_the_pypi_tfrecord_reader_reads(tmp_path: Path) 
     assert sorted(ids) == list(range(3000))  # every record once, values as written
 
 
+@pytest.mark.slow
 def test_random_reads_through_the_index_equal_a_sequential_read(tmp_path: Path) -> None:
     run_job(load_job(make_project(tmp_path, rows=8000, shards=2)), BEAM)
     out = tmp_path / "out"
@@ -132,6 +134,7 @@ def flip_line(path: Path, line: int) -> None:
     path.write_bytes(b"\n".join(lines))
 
 
+@pytest.mark.slow
 def test_a_flipped_index_line_fails_verify_naming_file_and_line(tmp_path: Path) -> None:
     run_job(load_job(make_project(tmp_path)), BEAM)
     out = tmp_path / "out"
@@ -169,6 +172,7 @@ def test_a_flipped_index_line_fails_verify_naming_file_and_line(tmp_path: Path) 
     assert verify(str(out))["records"] == 3000
 
 
+@pytest.mark.slow
 def test_a_missing_index_file_fails_quick_verify_and_is_healed(tmp_path: Path) -> None:
     job = load_job(make_project(tmp_path))
     run_job(job, BEAM)
@@ -184,6 +188,7 @@ def test_a_missing_index_file_fails_quick_verify_and_is_healed(tmp_path: Path) -
     assert index.exists() and verify(str(out))["records"] == 3000
 
 
+@pytest.mark.slow
 def test_an_output_from_before_index_files_verifies_and_is_rebuilt_once(tmp_path: Path) -> None:
     """Manifests written before this change list no index: still ours, still verified; the
     next run (same job: it now writes indexes by default) replaces it, once."""
@@ -205,6 +210,7 @@ def test_an_output_from_before_index_files_verifies_and_is_rebuilt_once(tmp_path
     assert run_job(job, BEAM).skipped == idempotence.SKIPPED
 
 
+@pytest.mark.slow
 def test_compressed_shards_get_no_index_and_index_true_is_refused(tmp_path: Path) -> None:
     job = load_job(make_project(tmp_path / "gz", compression="gzip"))
     assert not job.index
@@ -224,6 +230,7 @@ def test_compressed_shards_get_no_index_and_index_true_is_refused(tmp_path: Path
     assert not (tmp_path / "refused" / "out").exists()
 
 
+@pytest.mark.slow
 def test_index_false_and_bad_values(tmp_path: Path) -> None:
     job = load_job(make_project(tmp_path, index=False))
     assert not job.index
@@ -257,6 +264,7 @@ def test_a_retried_write_leaves_one_shard_and_one_index(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ gs://
 
 
+@pytest.mark.slow
 def test_gs_output_publishes_and_verifies_index_files(tmp_path: Path, gcs_emulator: GcsEmulator,
                                                      gcs_bucket: str) -> None:
     out = f"{gcs_bucket}/data/out"
@@ -290,6 +298,7 @@ def test_gs_output_publishes_and_verifies_index_files(tmp_path: Path, gcs_emulat
 
 
 
+@pytest.mark.slow
 def test_make_dataset_globs_skip_index_files(tmp_path: Path) -> None:
     """`out/train-*` and a folder without its manifest match the index files too: they hold
     no records and are left out."""

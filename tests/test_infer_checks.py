@@ -85,6 +85,7 @@ def test_iris_block_is_the_sampled_ranges_with_a_margin() -> None:
     assert len({r["species"] for r in rows}) == 3
 
 
+@pytest.mark.slow
 def test_iris_job_with_checks_runs_and_data_beyond_a_range_blocks(tmp_path: Path) -> None:
     shutil.copy(IRIS, tmp_path / "iris.csv")
     r = cli("infer-schema", "iris.csv", "-o", "schema.yaml", "--job", "job.yaml", "--checks",
@@ -141,6 +142,7 @@ def test_iris_job_with_checks_runs_and_data_beyond_a_range_blocks(tmp_path: Path
     assert Path(out, "manifest.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_checks_without_job_are_printed_after_the_schema(tmp_path: Path) -> None:
     shutil.copy(IRIS, tmp_path / "iris.csv")
     schema = str(tmp_path / "schema.yaml")
@@ -172,6 +174,7 @@ checks:
 """
 
 
+@pytest.mark.slow
 def test_defaults_nan_negative_and_large_values(tmp_path: Path) -> None:
     """A default (-1 for a missing int, below the sampled range: the range is not widened to
     take it in, so the proposal has no min for that feature), NaN (its

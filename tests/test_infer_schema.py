@@ -46,6 +46,7 @@ def _cat(a, b):
     return a + b if isinstance(a, list) else np.concatenate([a, b])
 
 
+@pytest.mark.slow
 def test_iris_csv(tmp_path) -> None:
     text, rec = infer_and_run(tmp_path, os.path.join(DATA, "iris.csv"))
     assert "      - Iris-setosa      # 50 seen\n      - Iris-versicolor  # 50 seen\n" \
@@ -73,6 +74,7 @@ def _idx(path: str) -> np.ndarray:
     return np.frombuffer(data[4 + 4 * ndim :], np.uint8).reshape(dims)
 
 
+@pytest.mark.slow
 def test_digits_idx(tmp_path) -> None:
     files = sorted(os.path.join(DATA, f) for f in os.listdir(DATA) if "idx" in f)
     text, rec = infer_and_run(tmp_path, *files)
@@ -89,6 +91,7 @@ def test_digits_idx(tmp_path) -> None:
     assert got == want and len(got) == 1797
 
 
+@pytest.mark.slow
 def test_sentences_jsonl(tmp_path) -> None:
     path = os.path.join(DATA, "sentences.jsonl")
     text, rec = infer_and_run(tmp_path, path)
@@ -102,6 +105,7 @@ def test_sentences_jsonl(tmp_path) -> None:
     assert got == {r["id"]: (r["length"], r["tokens"]) for r in rows}
 
 
+@pytest.mark.slow
 def test_parquet_missing_values_lists_and_vocabulary(tmp_path) -> None:
     rng = np.random.default_rng(13)
     n = 40
@@ -149,6 +153,7 @@ def test_parquet_missing_values_lists_and_vocabulary(tmp_path) -> None:
         assert int(rec["count"][k]) == (-1 if row["count"] is None else row["count"])
 
 
+@pytest.mark.slow
 def test_npy_pairs_and_npz(tmp_path) -> None:
     rng = np.random.default_rng(7)
     n = 30
@@ -187,6 +192,7 @@ def test_npy_pairs_and_npz(tmp_path) -> None:
     assert got == want
 
 
+@pytest.mark.slow
 def test_image_folder(tmp_path) -> None:
     from PIL import Image  # noqa: PLC0415
 
@@ -213,6 +219,7 @@ def test_image_folder(tmp_path) -> None:
         assert np.array_equal(img, pixels[name]), name
 
 
+@pytest.mark.slow
 def test_sample_limit_stdout_and_refusals(tmp_path) -> None:
     path = tmp_path / "big.csv"
     path.write_text("a,b\n" + "".join(f"{i},{i % 2}\n" for i in range(5000)))
@@ -240,6 +247,7 @@ def test_sample_limit_stdout_and_refusals(tmp_path) -> None:
     assert "[wrong_field_count]" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["x.dat"])
 def test_unknown_format_asks_for_format(tmp_path, name) -> None:
     (tmp_path / name).write_text("1\n")
@@ -260,6 +268,7 @@ def _shard_records(out: str) -> list[bytes]:
                   and not f.endswith(".index") for r in _frames(os.path.join(out, f)))
 
 
+@pytest.mark.slow
 def test_tfrecord_reshard_of_the_demo_output(tmp_path) -> None:
     """The realistic use: re-shuffle/re-shard existing TFRecords (here the demo's output)."""
     from etl.read.dataset import load_records  # noqa: PLC0415
@@ -332,6 +341,7 @@ def _mixed_examples() -> tuple[list[bytes], list[dict]]:
     return records, rows
 
 
+@pytest.mark.slow
 def test_tfrecord_gzip_examples_with_missing_features(tmp_path) -> None:
     """Images, flags, strings, fixed and ragged lists, raw-looking bytes, and features some
     records lack, in one gzip file: inferred, run, every record read back exactly."""
@@ -381,6 +391,7 @@ def test_tfrecord_gzip_examples_with_missing_features(tmp_path) -> None:
         assert float(rec["weight"][k]) == (0.0 if missing else row["weight"])
 
 
+@pytest.mark.slow
 def test_tfrecord_refusals(tmp_path) -> None:
     """A SequenceExample file is refused (exit 2), not given a wrong Example schema; records
     that are not Examples name their file, record and byte offset (exit 3)."""
@@ -421,6 +432,7 @@ def test_tfrecord_refusals(tmp_path) -> None:
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_tfrecord_inference_imports_no_tensorflow(tmp_path) -> None:
     """infer-schema on TFRecords decodes with tfx_bsl's C++ decoder: no TensorFlow import
     (~4 s, 600 MB); also the file names it takes as tfrecord."""
@@ -450,6 +462,7 @@ def test_tfrecord_inference_imports_no_tensorflow(tmp_path) -> None:
 _SPEC = re.compile(r"^  (\S+):\n(?:    #.*\n)*((?:    \w+: .*\n)+)", re.M)  # name, spec lines
 
 
+@pytest.mark.slow
 def test_tfrecord_on_gcs(tmp_path, gcs_emulator, gcs_bucket) -> None:
     """gs:// TFRecords (glob, gzip) are sampled through etl.storage.fs like local ones."""
     from etl.formats.tfrecord import frame_all  # noqa: PLC0415
@@ -516,6 +529,7 @@ def test_sniff_delimiters_header_encoding(tmp_path) -> None:
                                                             ["column_0", "column_1"])
 
 
+@pytest.mark.slow
 def test_duplicate_and_trailing_empty_columns_are_named(tmp_path) -> None:
     (tmp_path / "d.csv").write_text("id,name,name,\n1,a,b,\n2,c,d,\n3,a,b,\n4,c,d,\n")
     schema, job, out = _infer(tmp_path, "d.csv")
@@ -534,6 +548,7 @@ def test_duplicate_and_trailing_empty_columns_are_named(tmp_path) -> None:
     assert r.returncode == 0 and "written 4, rejected 0" in r.stdout, r.stderr + r.stdout
 
 
+@pytest.mark.slow
 def test_null_markers_dates_and_thousands(tmp_path) -> None:
     (tmp_path / "m.csv").write_text(
         "when,at,x,n,label,big\n"
@@ -580,6 +595,7 @@ def test_null_markers_dates_and_thousands(tmp_path) -> None:
         "  output: out/m_csv_6c37dc (the job's; named after its inputs and format)\n")
 
 
+@pytest.mark.slow
 def test_colliding_names_get_distinct_features_with_source(tmp_path) -> None:
     (tmp_path / "c.csv").write_text("Species,species,SPECIES\n1,2,3\n4,5,6\n")
     schema, job, out = _infer(tmp_path, "c.csv")
@@ -593,6 +609,7 @@ def test_colliding_names_get_distinct_features_with_source(tmp_path) -> None:
     assert r.returncode == 0 and "written 2, rejected 0" in r.stdout, r.stderr + r.stdout
 
 
+@pytest.mark.slow
 def test_files_with_different_columns_give_optional_features(tmp_path) -> None:
     from etl.read.dataset import load_records  # noqa: PLC0415
 
@@ -631,6 +648,7 @@ def test_outputs_are_named_after_inputs_and_never_an_input(tmp_path) -> None:
     assert output_name("x", "csv", {"paths": [f"{root}/x.csv"]}, root).startswith("out/x_csv_")
 
 
+@pytest.mark.slow
 def test_json_array_is_sampled_like_json_lines(tmp_path) -> None:
     """A JSON array file (`[{...}, ...]`) is read by the jsonl source element by element:
     infer-schema samples it like JSON Lines and the proposed job reads it back."""
@@ -643,6 +661,7 @@ def test_json_array_is_sampled_like_json_lines(tmp_path) -> None:
     assert "read 2 records" in r.stdout and "written 2, rejected 0" in r.stdout
 
 
+@pytest.mark.slow
 def test_mixed_size_images_propose_variable_shape(tmp_path) -> None:
     from PIL import Image  # noqa: PLC0415
 
@@ -659,6 +678,7 @@ def test_mixed_size_images_propose_variable_shape(tmp_path) -> None:
     assert "  images: image (png, shape [null, null, 3])\n" in out
 
 
+@pytest.mark.slow
 def test_schema_on_stdout_keeps_the_summary_on_stderr(tmp_path) -> None:
     (tmp_path / "s.csv").write_text("a;b\n1;x\n2;y\n")
     r = cli("infer-schema", str(tmp_path / "s.csv"))
@@ -674,6 +694,7 @@ def test_schema_on_stdout_keeps_the_summary_on_stderr(tmp_path) -> None:
         2, "error: --delimiter, --encoding and --no-header are for CSV files, not jsonl")
 
 
+@pytest.mark.slow
 def test_parquet_dates_timestamps_and_decimals(tmp_path) -> None:
     import datetime as dt  # noqa: PLC0415
     from decimal import Decimal  # noqa: PLC0415
@@ -757,6 +778,7 @@ def test_values_dates_markers_thousands() -> None:
     assert thousands(s("1,200", "abc")) is None
 
 
+@pytest.mark.slow
 def test_dialect_option_refusals(tmp_path) -> None:
     (tmp_path / "a.csv").write_text("a,b\n1,2\n")
     r = cli("infer-schema", str(tmp_path / "a.csv"), "--encoding", "klingon")
@@ -768,6 +790,7 @@ def test_dialect_option_refusals(tmp_path) -> None:
         2, "error: --delimiter must be one character, got ';;'")
 
 
+@pytest.mark.slow
 def test_json_lines_date_strings(tmp_path) -> None:
     """JSON date strings reach infer-schema as text (the jsonl source never lets Arrow type them):
     ISO dates, and date-times with the unit of their finest fraction."""

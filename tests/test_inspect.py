@@ -75,6 +75,7 @@ def tree(folder: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_pngs_hold_the_source_pixels_named_by_shard_and_position(demo, tmp_path) -> None:
     source = idx_images("test")
     with open(os.path.join(demo, "manifest.json")) as fh:
@@ -105,6 +106,7 @@ def test_pngs_hold_the_source_pixels_named_by_shard_and_position(demo, tmp_path)
     assert marker["files"] == {name: tree(images)[name] for name in names}
 
 
+@pytest.mark.slow
 def test_cli_prints_where_they_went_and_reuses_only_its_own_folder(demo, tmp_path) -> None:
     source = idx_images("train")
     images = str(tmp_path / "png")
@@ -146,6 +148,7 @@ def test_cli_prints_where_they_went_and_reuses_only_its_own_folder(demo, tmp_pat
     assert tree(images) == state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("occupant", ["notes.txt", "train-00000-of-00008-record0-image.png"])
 def test_a_folder_with_files_not_ours_is_refused(demo, tmp_path, occupant) -> None:
     images = tmp_path / "mine"
@@ -166,6 +169,7 @@ def test_a_folder_with_files_not_ours_is_refused(demo, tmp_path, occupant) -> No
                      images=str(images)))
 
 
+@pytest.mark.slow
 def test_other_refusals(demo, tmp_path) -> None:
     shard = os.path.join(demo, "train-00000-of-00008.tfrecord")
     inside = os.path.join(demo, "png")
@@ -221,6 +225,7 @@ def test_which_features_are_images_and_their_pngs(tmp_path) -> None:
         assert png_bytes(arr) == png_bytes(arr.copy())  # same pixels, same bytes (checksums)
 
 
+@pytest.mark.slow
 def test_inspect_a_gs_output_with_images_in_the_bucket(demo, tmp_path,
                                                        gcs_emulator: GcsEmulator,
                                                        gcs_bucket: str) -> None:

@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT
 
 # package -> layer; a module belongs to the longest package prefix listed here
@@ -185,6 +187,7 @@ def test_etl_never_imports_beam() -> None:
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_importing_etl_loads_no_beam() -> None:
     """Every module under etl/ imported in a fresh interpreter: apache_beam stays unloaded."""
     names = sorted(m for m in MODS if m.split(".")[0] == "etl")

@@ -23,6 +23,8 @@ import pytest
 from benchmarks.worker_pool import portable_flags, worker_pool
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, wait_paused
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 RUN_IDS = [f"20261120T0000{i:02d}-abc{i:03d}-ids-0123456789ab" for i in range(12)]
 
 

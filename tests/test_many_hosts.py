@@ -13,6 +13,8 @@ import pytest
 from etl.read.random_access import RecordsError, open_records
 from tests.helpers import TEST, TRAIN, ids_output, record_ids
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> str:

@@ -70,6 +70,7 @@ def penguins(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_penguins_csv_and_parquet_jobs_never_replace_each_other(penguins: Path) -> None:
     out = penguins / "out" / "penguins_raw"
     first = cli("run", str(penguins / "csv_job.yaml"))
@@ -101,6 +102,7 @@ def test_penguins_csv_and_parquet_jobs_never_replace_each_other(penguins: Path) 
         "to replace it")
 
 
+@pytest.mark.slow
 def test_new_content_in_the_same_inputs_rebuilds(penguins: Path) -> None:
     out = str(penguins / "out" / "penguins_raw")
     assert cli("run", str(penguins / "csv_job.yaml")).returncode == 0
@@ -115,6 +117,7 @@ def test_new_content_in_the_same_inputs_rebuilds(penguins: Path) -> None:
     assert sum(s["num_records"] for s in manifest(out)["splits"].values()) == 343
 
 
+@pytest.mark.slow
 def test_an_output_of_an_older_version_is_taken_as_ours(penguins: Path) -> None:
     """No `published_by` (published before this check existed): nothing to compare, no
     refusal; the run records its own."""
@@ -143,6 +146,7 @@ def write_ids(path: Path, n: int, start: int = 0) -> None:
     path.write_text("id,a,b\n" + "".join(f"{i},{i}.5,{-i}\n" for i in range(start, start + n)))
 
 
+@pytest.mark.slow
 def test_another_schema_name_is_another_job(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     write_ids(tmp_path / "a" / "data" / "x.csv", 5)
@@ -157,6 +161,7 @@ def test_another_schema_name_is_another_job(tmp_path: Path) -> None:
         "(csv, schema ids_v2): use another output, or --force to replace it")
 
 
+@pytest.mark.slow
 def test_same_file_names_in_other_folders_are_named_in_full(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     for name in ("a", "b"):
@@ -170,6 +175,7 @@ def test_same_file_names_in_other_folders_are_named_in_full(tmp_path: Path) -> N
         "replace it")
 
 
+@pytest.mark.slow
 def test_date_spans_are_one_job_and_another_job_is_refused_per_span(tmp_path: Path) -> None:
     """Every span of a dated job is that job (its paths before the date is filled): spans
     into one output replace each other as before; another job into a span's output is
@@ -203,6 +209,7 @@ def test_date_spans_are_one_job_and_another_job_is_refused_per_span(tmp_path: Pa
     assert tree(tmp_path / "job" / "out") == before
 
 
+@pytest.mark.slow
 def test_a_gs_output_of_another_job_is_refused(tmp_path: Path, gcs_emulator: GcsEmulator,
                                                gcs_bucket: str) -> None:
     env = gcs_emulator.env()
@@ -226,6 +233,7 @@ def test_a_gs_output_of_another_job_is_refused(tmp_path: Path, gcs_emulator: Gcs
     assert manifest(out)["splits"]["train"]["num_records"] == 6
 
 
+@pytest.mark.slow
 def test_quarantine_release_publishes_the_job_it_holds(tmp_path: Path) -> None:
     """Another job blocked by a check is refused before its checks run (nothing quarantined);
     forced, it is quarantined, and `quarantine release` publishes it with its own

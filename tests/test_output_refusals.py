@@ -62,6 +62,7 @@ def refused(proc: Any, line: str) -> None:
 # ------------------------------------------------------- outputs inside outputs (local)
 
 
+@pytest.mark.slow
 def test_output_inside_a_published_output_is_refused_and_the_outer_still_verifies(
         tmp_path: Path) -> None:
     outer = tmp_path / "data" / "outer"
@@ -78,6 +79,7 @@ def test_output_inside_a_published_output_is_refused_and_the_outer_still_verifie
     assert (checked.returncode, checked.stdout) == (0, f"OK {outer}: 60 records train=60\n")
 
 
+@pytest.mark.slow
 def test_output_holding_a_published_output_is_refused(tmp_path: Path) -> None:
     """Refused before this fix too (as a folder without a manifest of ours); now the line
     names the dataset inside."""
@@ -94,6 +96,7 @@ def test_output_holding_a_published_output_is_refused(tmp_path: Path) -> None:
     assert (checked.returncode, checked.stdout) == (0, f"OK {inner}: 60 records train=60\n")
 
 
+@pytest.mark.slow
 def test_a_polluted_output_names_the_dataset_inside_it(tmp_path: Path) -> None:
     """An outer output already holding another one (made before this fix, or by hand) is
     refused by its next run naming what is inside, not only "a file its manifest lacks"."""
@@ -111,6 +114,7 @@ def test_a_polluted_output_names_the_dataset_inside_it(tmp_path: Path) -> None:
 # ------------------------------------------------------ outputs inside outputs (gs://)
 
 
+@pytest.mark.slow
 def test_gcs_output_inside_or_around_a_published_output_is_refused(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     env = gcs_emulator.env()
@@ -166,6 +170,7 @@ def _temp_option(bucket: str) -> tuple[dict[str, Any], list[str], str]:
     return {"output": f"{bucket}/out"}, [f"--temp_location={temp}"], f"temp location {temp}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [_output, _input, _input_glob, _temp_in_job, _temp_option],
                          ids=["output", "input", "input_glob", "temp_in_job", "temp_option"])
 def test_a_missing_bucket_is_one_line_and_creates_nothing(
@@ -183,6 +188,7 @@ def test_a_missing_bucket_is_one_line_and_creates_nothing(
     assert objects(gcs_emulator, gcs_bucket) == {}
 
 
+@pytest.mark.slow
 def test_a_range_with_inputs_in_a_missing_bucket_fails_each_span(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     """Dated inputs in a bucket that does not exist are not "no input files for the span":
@@ -205,6 +211,7 @@ def test_a_range_with_inputs_in_a_missing_bucket_fails_each_span(
 # ------------------------------------------------ local inputs to a gs:// output
 
 
+@pytest.mark.slow
 def test_local_inputs_are_refused_when_workers_run_elsewhere(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     """Already so before issue 20 (cli.run.check_worker_access): pinned here. Dataflow
@@ -222,6 +229,7 @@ def test_local_inputs_are_refused_when_workers_run_elsewhere(
 # ------------------------------------------------------------------------ the summary
 
 
+@pytest.mark.slow
 def test_summary_names_the_published_version_and_its_rejected_records(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str) -> None:
     env = gcs_emulator.env()
@@ -248,6 +256,7 @@ def test_summary_names_the_published_version_and_its_rejected_records(
     assert lines[-1] == f"Read it back: etl.make_dataset({out!r}, split='train')"
 
 
+@pytest.mark.slow
 def test_summary_of_a_local_run_names_its_rejected_file(tmp_path: Path) -> None:
     """Local outputs have no versions: no `published` line; the rejected file is named whole."""
     out = tmp_path / "out"

@@ -123,6 +123,7 @@ def _case_cwd(tmp: str) -> tuple[list[str], str]:
     return ["run", job, "--output", ROOT], r"--output: refusing output '.*': it is the checkout"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [_case_dot, _case_input_dir, _case_parent_of_input, _case_file,
                                   _case_foreign, _case_cwd],
                          ids=["output_dot", "input_dir", "parent_of_input", "existing_file",
@@ -143,6 +144,7 @@ def test_refused_output_changes_nothing(tmp_path, case) -> None:
         assert sorted(os.listdir(ROOT)) == root_before
 
 
+@pytest.mark.slow
 def test_sibling_dirs_with_our_old_names_survive_runs(tmp_path) -> None:
     job = make_job(str(tmp_path / "proj"), "../OUT")
     for name in ("OUT.old-keep", "OUT.tmp-20200101T000000-abcdef01"):
@@ -162,6 +164,7 @@ def test_sibling_dirs_with_our_old_names_survive_runs(tmp_path) -> None:
     assert len(os.listdir(tmp_path / ".OUT.etl" / "logs")) == 2
 
 
+@pytest.mark.slow
 def test_rerun_replaces_our_output_but_a_user_file_inside_is_refused(tmp_path) -> None:
     out = tmp_path / "OUT"
     job = make_job(str(tmp_path / "proj"), str(out), rows=300, shards=8)
@@ -187,6 +190,7 @@ def test_rerun_replaces_our_output_but_a_user_file_inside_is_refused(tmp_path) -
     assert _without_history(listing(str(tmp_path))) == _without_history(before)
 
 
+@pytest.mark.slow
 def test_verify_and_the_next_run_agree_on_what_is_intact(tmp_path) -> None:
     """An empty directory (or a link to one) inside a published output: verify fails (exit 3)
     with the run's own reason, and the next run refuses the output for it; removed, both
@@ -277,6 +281,7 @@ def test_leftover_run_dirs_go_only_with_our_marker_and_a_dead_run(tmp_path) -> N
 # ----------------------------------------------------------------------------------- lock
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_one_publishes_the_other_exits_4(tmp_path) -> None:
     job = make_job(str(tmp_path / "proj"), "../OUT", rows=600_000, spill_in_memory=0)
     args = ["run", job, "--direct_num_workers=1"]
@@ -298,6 +303,7 @@ def test_two_runs_started_together_one_publishes_the_other_exits_4(tmp_path) -> 
     assert os.listdir(tmp_path / ".OUT.etl") == ["logs"]  # lock released
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_rerun_recovers_lock_and_matches_a_clean_run(tmp_path) -> None:
     job = make_job(str(tmp_path / "proj"), "../OUT", rows=600_000, spill_in_memory=0)
     work = tmp_path / ".OUT.etl"
@@ -330,6 +336,7 @@ def test_kill_9_mid_run_then_rerun_recovers_lock_and_matches_a_clean_run(tmp_pat
         k: v for k, v in listing(str(tmp_path / "CLEAN")).items() if ".tfrecord" in k}
 
 
+@pytest.mark.slow
 def test_lock_names_a_live_holder_and_break_lock_takes_it(tmp_path) -> None:
     job = make_job(str(tmp_path / "proj"), "../OUT")
     work = str(tmp_path / ".OUT.etl")
@@ -435,6 +442,7 @@ def _mount_tmpfs(path: str, size: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["tmpfs", "injected"])
 def test_disk_full_exits_5_naming_the_path_and_keeps_the_old_output(tmp_path, how) -> None:
     parent = str(tmp_path / "disk")

@@ -76,6 +76,7 @@ def write_csv(path, n: int, start: int = 0) -> None:
             fh.write(f"{i},{i * 0.5},{-i}\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_csv_end_to_end_exact_and_verified(tmp_path, via) -> None:
     for k in range(3):
@@ -101,6 +102,7 @@ def test_csv_end_to_end_exact_and_verified(tmp_path, via) -> None:
     assert verify(out)["records"] == 3000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_jsonl_to_sequence_example(tmp_path, via) -> None:
     rows = [{"id": i, "length": i % 5, "tokens": list(range(i, i + i % 5))} for i in range(300)]
@@ -120,6 +122,7 @@ def test_jsonl_to_sequence_example(tmp_path, via) -> None:
     verify(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_idx_train_test(tmp_path, via) -> None:
     from etl.formats.idx import write_idx
@@ -145,6 +148,7 @@ def test_idx_train_test(tmp_path, via) -> None:
     assert verify(out)["splits"] == {"train": 500, "test": 120}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_parquet_npy_npz_text_python_tfrecord_sources(tmp_path, via) -> None:
     import pyarrow as pa
@@ -181,6 +185,7 @@ def test_parquet_npy_npz_text_python_tfrecord_sources(tmp_path, via) -> None:
     assert len(manifest(out)["splits"]["train"]["shards"]) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_text_source_to_sequence_example(tmp_path, via) -> None:
     lines = [" ".join(str(t) for t in range(i % 7)) for i in range(200)]
@@ -199,6 +204,7 @@ def test_text_source_to_sequence_example(tmp_path, via) -> None:
     assert got == want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_images_folder_with_vocabulary(tmp_path, via) -> None:
     from PIL import Image
@@ -228,6 +234,7 @@ def _ids_job(tmp_path, n=20_000, **job) -> str:
     return convert(tmp_path, {"train": {"format": "csv", "paths": ["ids.csv"]}}, **job)
 
 
+@pytest.mark.slow
 def test_same_bytes_across_reruns_and_runner_modes(tmp_path) -> None:
     first = shard_hashes(_ids_job(tmp_path))
     assert shard_hashes(_ids_job(tmp_path)) == first
@@ -238,6 +245,7 @@ def test_same_bytes_across_reruns_and_runner_modes(tmp_path) -> None:
     assert shard_hashes(_ids_job(tmp_path, shuffle={"seed": 43})) != first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", [{}, {"shuffle": False}, {"compression": "zlib", "shards": 3}])
 def test_spill_path_and_in_memory_paths_write_identical_shards(tmp_path, job,
                                                               monkeypatch) -> None:
@@ -265,6 +273,7 @@ def test_spill_path_and_in_memory_paths_write_identical_shards(tmp_path, job,
     assert shard_hashes(convert(tmp_path, src, beam_args=multi, **job)) == on_disk
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_shuffle_is_uniform_and_balanced(tmp_path, via) -> None:
     n = 100_000
@@ -280,6 +289,7 @@ def test_shuffle_is_uniform_and_balanced(tmp_path, via) -> None:
     assert np.histogram(first_shard, bins=10, range=(0, n))[0].min() > counts[0] / 10 * 0.8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_no_shuffle_keeps_input_order_in_contiguous_shards(tmp_path, via) -> None:
     for k in range(2):
@@ -289,6 +299,7 @@ def test_no_shuffle_keeps_input_order_in_contiguous_shards(tmp_path, via) -> Non
     assert read_all(out, ordered=True)["id"].tolist() == list(range(3000))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", VIAS)
 def test_split_fractions_are_stable(tmp_path, via) -> None:
     write_csv(tmp_path / "ids.csv", 10_000)
@@ -302,6 +313,7 @@ def test_split_fractions_are_stable(tmp_path, via) -> None:
     assert {s: sorted(read_all(again, s)["id"].tolist()) for s in first} == first
 
 
+@pytest.mark.slow
 def test_verify_catches_flipped_byte_and_missing_shard(tmp_path) -> None:
     out = _ids_job(tmp_path, n=2000)
     shard = os.path.join(out, "train-00001-of-00004.tfrecord")
@@ -315,6 +327,7 @@ def test_verify_catches_flipped_byte_and_missing_shard(tmp_path) -> None:
         verify(out)
 
 
+@pytest.mark.slow
 def test_rerun_replaces_output_and_failed_run_keeps_it(tmp_path) -> None:
     out = _ids_job(tmp_path, n=2000, shards=8)
     out = _ids_job(tmp_path, shards=5)

@@ -22,6 +22,8 @@ from benchmarks.worker_pool import worker_pool as start_pool
 from tests.helpers import cli
 from tests.test_pipeline import write_yaml
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

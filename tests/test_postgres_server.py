@@ -10,6 +10,8 @@ import pytest
 
 from tests.postgres_server import PostgresServer
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 
 def test_connects_with_password_and_creates_tables(postgres: PostgresServer) -> None:
     with postgres.connect() as conn:

@@ -45,6 +45,7 @@ def _screen(raw: str) -> list[str]:
     return [line for line in ANSI.sub("", raw).replace("\r", "\n").split("\n") if line.strip()]
 
 
+@pytest.mark.slow
 def test_bar_under_a_pseudo_terminal(big_job) -> None:
     job, out = big_job
     cmd = shlex.join([sys.executable, RUN, "run", job, "--force", "--direct_num_workers=1"])
@@ -91,6 +92,7 @@ def _run_held_until_lines(job: str, pause_dir: str, lines_wanted: int) -> tuple[
     return proc.returncode, out, "".join(err) + rest
 
 
+@pytest.mark.slow
 def test_plain_lines_when_piped_and_none_on_request(big_job, tmp_path) -> None:
     job, out = big_job
     code, stdout, stderr = _run_held_until_lines(job, str(tmp_path), 2)
@@ -169,6 +171,7 @@ def test_metrics_feed_polls_a_running_job() -> None:
     assert "500 B of 1.0 KB" in lines[-1]
 
 
+@pytest.mark.slow
 def test_metrics_feed_reads_the_local_runners_counters(tmp_path, monkeypatch) -> None:
     """multi_processing: no shared memory, so the run is watched on the clock and the runner's
     real result is read once p.run() returns: its counters equal the manifest's."""
@@ -271,6 +274,7 @@ def _bytes_steps(job_path: str, monkeypatch) -> tuple[list[int], dict[str, int]]
     return steps, tallies[0].counts()[1]
 
 
+@pytest.mark.slow
 def test_image_folder_bytes_are_its_image_files(tmp_path, monkeypatch) -> None:
     """A folder is one read unit: its bytes are its image files' (not a directory entry's),
     credited block by block as the files are read."""
@@ -305,6 +309,7 @@ def test_image_folder_bytes_are_its_image_files(tmp_path, monkeypatch) -> None:
     assert counts["bytes"] == sum(sizes) and counts["read"] == 10
 
 
+@pytest.mark.slow
 def test_gzip_csv_and_idx_bytes_move_within_a_file(tmp_path, monkeypatch) -> None:
     """gzip inputs: progress follows the compressed bytes (what the total counts), block by
     block, and ends exactly at the compressed size."""
@@ -344,6 +349,7 @@ def test_gzip_csv_and_idx_bytes_move_within_a_file(tmp_path, monkeypatch) -> Non
     assert max(steps) < train / 10
 
 
+@pytest.mark.slow
 def test_a_warning_while_the_bar_is_live_prints_whole_above_it(tmp_path) -> None:
     """A log record emitted while the bar is on screen (here the manifest's note on a raised
     shard count, logged while the run is checked) is printed on its own line, intact, and

@@ -25,6 +25,8 @@ from etl.quality.evaluate import Result, evaluate
 from etl.quality.stats import published_stats
 from tests.helpers import cli
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 BEAM = ["--runner=FnApiRunner"]
 SCHEMA = """\
 name: checked

@@ -30,6 +30,8 @@ from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import ROOT, cli
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 IRIS = Path(ROOT, "examples", "data", "daily", "2026-11-19", "iris.csv")
 CHECKS_YAML = """\
 checks:

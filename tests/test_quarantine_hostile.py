@@ -34,6 +34,8 @@ from tests.gcs_proxy import GcsProxy
 from tests.helpers import ROOT, RUN, cli
 from tests.test_quarantine import CHECKS_YAML, make_job, write_input
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 DAY1, DAY2 = "2026-11-20", "2026-11-21"
 DOCUMENTED = {0, 2, 3, 4, 5, 6, 130, 143}
 

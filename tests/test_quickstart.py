@@ -18,6 +18,8 @@ import pytest
 
 from tests.helpers import ROOT, RUN, cli
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 README = os.path.join(ROOT, "README.md")
 MIN_ACCURACY = 0.92  # measured 0.946 on 3 runs out of 3 (seeded: the same every run here)
 

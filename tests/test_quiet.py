@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.helpers import cli
+
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
 START_UP = re.compile(r"absl::InitializeLog|^[IWE]0000 |oneDNN custom operations|cuInit|"
                       r"cuda drivers", re.M)

@@ -158,6 +158,7 @@ def assert_matches_tf(records: Records, expected: dict[str, list[Any]], idx: np.
 
 
 # ---- reading -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_digits_every_record_as_make_dataset_reads_it(digits):
     for split in ("train", "test"):
         records = open_records(digits, split)
@@ -169,6 +170,7 @@ def test_digits_every_record_as_make_dataset_reads_it(digits):
         assert batch["label"].shape == (4,) and batch["label"].dtype == np.int64
 
 
+@pytest.mark.slow
 def test_random_positions_equal_the_sequential_read(digits):
     """1,000 random `[i]` per shard equal the i-th record of a sequential read."""
     records = open_records(digits, "train")
@@ -182,6 +184,7 @@ def test_random_positions_equal_the_sequential_read(digits):
             assert got["image"].tolist() == expected["image"][i]
 
 
+@pytest.mark.slow
 def test_sentences_int64_steps_exact(sentences):
     """A real SequenceExample run: int64 token ids per step (tfx_bsl would cut them to 32
     bits, see etl.read.decode), context features, both splits."""
@@ -220,6 +223,7 @@ def test_sequence_example_every_kind(tmp_path):
     assert records[0]["vec"].shape == (0, 2)
 
 
+@pytest.mark.slow
 def test_indexing_forms(digits):
     records = open_records(digits, "test")
     n = len(records)
@@ -235,6 +239,7 @@ def test_indexing_forms(digits):
         records["label"]
 
 
+@pytest.mark.slow
 def test_pickles_names_not_handles(digits):
     records = open_records(digits, "train")
     first = records[0]
@@ -244,6 +249,7 @@ def test_pickles_names_not_handles(digits):
     assert again[0]["label"] == first["label"] and len(again) == 1500
 
 
+@pytest.mark.slow
 def test_no_tensorflow_needed(digits, sentences):
     """A process where TensorFlow cannot be imported reads every record of both outputs."""
     script = textwrap.dedent(f"""
@@ -278,6 +284,7 @@ def copy_of(src: str, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_output_without_index_files(digits, tmp_path):
     out = copy_of(digits, tmp_path / "old")
     manifest = json.loads((out / "manifest.json").read_text())
@@ -308,6 +315,7 @@ def test_compressed_output(tmp_path):
                             "convert with `compression: none`")
 
 
+@pytest.mark.slow
 def test_damaged_index(digits, tmp_path):
     out = copy_of(digits, tmp_path / "damaged")
     index = out / "train-00001-of-00004.tfrecord.index"
@@ -329,6 +337,7 @@ def test_damaged_index(digits, tmp_path):
         open_records(str(out))
 
 
+@pytest.mark.slow
 def test_corrupt_record_is_named(digits, tmp_path):
     out = copy_of(digits, tmp_path / "corrupt")
     shard = out / "train-00002-of-00004.tfrecord"
@@ -346,6 +355,7 @@ def test_corrupt_record_is_named(digits, tmp_path):
                             "at is corrupt (length or CRC mismatch); run `verify` on the output")
 
 
+@pytest.mark.slow
 def test_other_refusals(digits, tmp_path):
     with pytest.raises(RecordsError, match=r"split 'nope' not in manifest.json; available "
                                            r"splits: \['test', 'train'\]"):
@@ -381,6 +391,7 @@ def test_jpeg_pixels_are_libjpeg_accurate(tmp_path):
         assert np.array_equal(np.array(theirs[name]), ours[name]), name
 
 
+@pytest.mark.slow
 def test_array_record_output(tmp_path):
     """`format: array_record`: the same decoded records as the TFRecord output of the same
     job, read through ArrayRecordReader; Grain's own ArrayRecordDataSource sees them too."""
@@ -422,6 +433,7 @@ _GS_READ = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.slow
 def test_gs_output_reads_as_the_local_one(tmp_path: Path, gcs_emulator, gcs_bucket) -> None:
     rows = "id,a,b\n" + "".join(f"{i},{i * 0.25},{-i}\n" for i in range(900))
     (tmp_path / "d.csv").write_text(rows)

@@ -330,6 +330,7 @@ def test_spec_text():
             "# -> Tensor uint8[batch, 28, 28, 1], decoded from raw") in text
 
 
+@pytest.mark.slow
 def test_import_etl_does_not_import_tensorflow():
     code = ("import sys, etl; assert 'tensorflow' not in sys.modules; "
             "etl.load_schema; etl.Schema; etl.Feature; etl.Encoder; "

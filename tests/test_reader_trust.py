@@ -25,6 +25,8 @@ from etl.job.config import load_job
 from etl.read.random_access import RecordsError, Republished, open_records
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 # every feature optional: a damaged shard read as empty records would decode as the defaults
 OPTIONAL_SCHEMA = SCHEMA
 

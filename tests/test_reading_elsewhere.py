@@ -69,12 +69,14 @@ def test_the_section_shows_the_four_loaders():
     assert sorted(blocks()) == ["ArrayRecord", "Grain", "NVIDIA", "PyTorch"]
 
 
+@pytest.mark.slow
 def test_grain_block(workspace):
     out = run_block(workspace, blocks()["Grain"],
                     "print(batch['image'].shape[1:], batch['image'].dtype, batch['label'].dtype)")
     assert out == "(8, 8, 1) uint8 int64\n"
 
 
+@pytest.mark.slow
 def test_pytorch_block(workspace):
     pytest.importorskip("torch")
     out = run_block(workspace, blocks()["PyTorch"],
@@ -82,6 +84,7 @@ def test_pytorch_block(workspace):
     assert out == "47 torch.Size([8, 8, 1]) torch.int64\n"
 
 
+@pytest.mark.slow
 def test_dali_block_index_contract(workspace):
     """The block's shard and index lists, read with the PyPI `tfrecord` reader through those
     index files (split in 3 parts by index entries), give exactly open_records' records."""
@@ -110,6 +113,7 @@ print(len(shards), len(labels))
     assert run_block(workspace, "", check) == "4 1500\n"
 
 
+@pytest.mark.slow
 def test_array_record_block(workspace):
     if not (workspace / "out" / "demo-ar").exists():
         pytest.skip("the ArrayRecord writer (issue 22, writer side) is not in this checkout yet")
@@ -173,6 +177,7 @@ def assert_every_record_once(parts: list[list[int]], count: int) -> None:
     assert all(p != sorted(p) for p in parts)  # shuffled
 
 
+@pytest.mark.slow
 def test_tfds_block(workspace):
     """docs/reading.md's TFDS block as written (out/demo), and on the ArrayRecord output."""
     (block,) = doc_blocks("TFDS")
@@ -184,6 +189,7 @@ def test_tfds_block(workspace):
         assert run_block(workspace, ar, check.replace("out/demo", "out/demo-ar")) == "1500\n"
 
 
+@pytest.mark.slow
 def test_many_hosts_tf_distribute_block(workspace):
     """The tf.distribute lines, 2 workers of MultiWorkerMirroredStrategy in 2 processes."""
     code = many_hosts()["tf.distribute"]
@@ -205,6 +211,7 @@ print(json.dumps(ids))
     assert parts == host_ids(workspace, 2, batch_size=512)  # the same seed, the same order per host
 
 
+@pytest.mark.slow
 def test_many_hosts_jax_block(workspace):
     """The JAX line in 3 processes joined by jax.distributed.initialize on loopback."""
     pytest.importorskip("jax")
@@ -224,6 +231,7 @@ print(json.dumps([i for batch in ds for i in batch["id"].numpy().tolist()]))
     assert parts == host_ids(workspace, 3)
 
 
+@pytest.mark.slow
 def test_many_hosts_random_access_block(workspace):
     """The random-access lines for each rank of 3 (torch: in `make test`'s .venv-torch)."""
     pytest.importorskip("torch")

@@ -150,6 +150,7 @@ def idx(name: str) -> np.ndarray:
 # ---------------------------------------------------------------------- exact numbers
 
 
+@pytest.mark.slow
 def test_demo_report_numbers_are_exact_and_page_shows_plots_and_digits(outputs, tmp_path):
     out = outputs["demo"]
     proc = ok(cli("report", out))  # as a user runs it
@@ -249,6 +250,7 @@ def test_demo_report_numbers_are_exact_and_page_shows_plots_and_digits(outputs, 
     assert bars[400:, :600].sum() > 10_000 and bars[400:, 600:].sum() > 10_000
 
 
+@pytest.mark.slow
 def test_iris_report_matches_the_csv(outputs):
     rep = report(outputs["iris"])
     with open(os.path.join(DATA, "iris.csv")) as fh:
@@ -337,6 +339,7 @@ def test_label_feature_is_chosen_from_the_schema():
 # ---------------------------------------------------------------------------- drift
 
 
+@pytest.mark.slow
 def test_against_an_identical_copy_flags_nothing_and_a_drifted_one_flags_drift(outputs):
     tmp = outputs["tmp"]
     same = report(outputs["iris"], against=outputs["iris"], out=os.path.join(tmp, "same"))
@@ -372,6 +375,7 @@ def test_against_an_identical_copy_flags_nothing_and_a_drifted_one_flags_drift(o
     assert not os.path.exists(os.path.join(outputs["drifted"], "report.json"))  # --out honoured
 
 
+@pytest.mark.slow
 def test_against_reuses_the_other_outputs_current_report(outputs, capsys):
     """Yesterday's span has its report.json beside its data: `--against` compares with it
     instead of reading that output again, and finds what a fresh pass finds; a report.json
@@ -401,6 +405,7 @@ def test_against_reuses_the_other_outputs_current_report(outputs, capsys):
 # --------------------------------------------------- beside the data: still our output
 
 
+@pytest.mark.slow
 def test_report_files_keep_the_output_ours_and_foreign_ones_are_never_replaced(outputs, tmp_path):
     out = str(tmp_path / "iris")
     shutil.copytree(outputs["iris"], out)
@@ -439,6 +444,7 @@ def test_report_files_keep_the_output_ours_and_foreign_ones_are_never_replaced(o
     assert sorted(os.listdir(tmp_path / "elsewhere")) == ["report.html", "report.json"]
 
 
+@pytest.mark.slow
 def test_report_of_something_that_is_not_an_output_names_it(tmp_path):
     proc = cli("report", str(tmp_path))
     assert proc.returncode == 2
@@ -450,6 +456,7 @@ def test_report_of_something_that_is_not_an_output_names_it(tmp_path):
 # ---------------------------------------------------------------------------- gs://
 
 
+@pytest.mark.slow
 def test_gcs_output_report_beside_the_current_version(tmp_path, gcs_emulator, gcs_bucket):
     """The report goes into the current version, claimed by its run's marker: verify passes,
     and a later run removes it with its version instead of refusing the prefix."""
@@ -473,6 +480,7 @@ def test_gcs_output_report_beside_the_current_version(tmp_path, gcs_emulator, gc
 # --------------------------------------------- sequences, variable lengths and strings
 
 
+@pytest.mark.slow
 def test_sequence_steps_and_variable_length_strings(tmp_path):
     """Sentences (SequenceExample): tokens per record as exact length counts against the
     JSONL; a ragged string feature: top values and values per record, empty rows missing."""
@@ -514,6 +522,7 @@ def test_sequence_steps_and_variable_length_strings(tmp_path):
     assert tags["features"]["tags"]["categorical"] is True
 
 
+@pytest.mark.slow
 def test_values_near_the_float64_limit_publish_with_unknown_moments(tmp_path):
     """1e300 is a legal float64: its square overflows, so stats.json says the sum, mean and
     stddev are unknown (null) instead of failing the run on inf, the report says so, and a

@@ -18,7 +18,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT, cli
+
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
 DAILY = Path(ROOT, "examples", "data", "daily")
 D0, D1, D2, D3 = "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-21"

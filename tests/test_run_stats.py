@@ -26,6 +26,8 @@ from etl.output.manifest import load_manifest
 from etl.tools import report
 from etl.tools.report.dataset_stats import describe_features, load_stats
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 BEAM = ["--runner=FnApiRunner"]
 
 EXAMPLE_SCHEMA = """\

@@ -19,6 +19,8 @@ from etl.job.config import job_from_dict
 from tests.test_pipeline import RUNNER, convert, manifest, shard_hashes, write_csv, write_yaml
 from transforms.convert import ConvertSpec, ConvertToShards
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 MULTI = RUNNER + ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 

@@ -31,6 +31,8 @@ from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import IDS_SCHEMA, ROOT, RUN
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 STACKS = Path(__file__).parent / "stacks"
 
 SIGNALS = [signal.SIGINT, signal.SIGTERM]

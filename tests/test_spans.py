@@ -164,6 +164,7 @@ def test_unquoted_placeholder_in_a_flow_list_gets_a_hint(tmp_path: Any) -> None:
 
 # --- through the command line (subprocesses) ---
 
+@pytest.mark.slow
 def test_cli_errors_name_the_problem_exit_2(tmp_path: Any) -> None:
     base = str(tmp_path)
     typo = write_job(base, {"source": {"format": "csv", "paths": ["raw/{date}/*.csv"]},
@@ -199,6 +200,7 @@ def test_cli_errors_name_the_problem_exit_2(tmp_path: Any) -> None:
     assert not os.path.exists(os.path.join(base, "out"))
 
 
+@pytest.mark.slow
 def test_missing_span_fails_naming_it_or_is_skipped(tmp_path: Any) -> None:
     base = str(tmp_path)
     write_day(base, "2026-11-20")
@@ -229,6 +231,7 @@ def test_missing_span_fails_naming_it_or_is_skipped(tmp_path: Any) -> None:
     assert os.path.exists(os.path.join(out20, "_SUCCESS"))
 
 
+@pytest.mark.slow
 def test_help_lists_the_exit_codes() -> None:
     r = cli("run", "--help")
     assert r.returncode == 0

@@ -111,6 +111,7 @@ def _run(d: Path, make: Callable[[Path], dict[str, Any]], schema: dict[str, Any]
     return shard_hashes(out), bad, len(tasks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", ["files", "engine"])
 @pytest.mark.parametrize("fmt", list(CASES))
 def test_one_vs_many_splits_write_identical_shards(tmp_path: Path, fmt: str, via: str) -> None:
@@ -124,6 +125,7 @@ def test_one_vs_many_splits_write_identical_shards(tmp_path: Path, fmt: str, via
     assert len(whole_bad) == expected_bad
 
 
+@pytest.mark.slow
 def test_several_large_files_are_cut_on_several_workers(tmp_path: Path) -> None:
     """Two CSV files over split_bytes: their cut points are found after the files are spread
     over workers (DistributeFiles); the shards equal those of reading both whole."""

@@ -30,11 +30,13 @@ def tf_ids(out: str, split: str, **kw: Any) -> list[int]:
     return got
 
 
+@pytest.mark.slow
 def test_layout_is_uneven(out: str) -> None:
     counts = [s.num_records for s in open_records(out, "train").shards]
     assert len(counts) == 5 and sum(counts) == TRAIN and len(set(counts)) > 1
 
 
+@pytest.mark.slow
 def test_halves_are_the_split_exactly(out: str) -> None:
     whole = record_ids(open_records(out, "train"))
     assert sorted(whole) == list(range(TRAIN))
@@ -47,6 +49,7 @@ def test_halves_are_the_split_exactly(out: str) -> None:
     assert tf_ids(out, "train") == whole
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,cut", [
     ("train[:1000]", slice(0, 1000)),
     ("train[-5%:]", slice(-50, None)),  # round(5 * 1003 / 100) = 50
@@ -61,6 +64,7 @@ def test_slices_pick_exact_records(out: str, spec: str, cut: slice) -> None:
     assert tf_ids(out, spec) == want
 
 
+@pytest.mark.slow
 def test_plus_joins_in_order(out: str) -> None:
     train, test = record_ids(open_records(out, "train")), record_ids(open_records(out, "test"))
     assert sorted(test) == list(range(10_000, 10_000 + TEST))
@@ -72,6 +76,7 @@ def test_plus_joins_in_order(out: str) -> None:
     assert records[[0, 6]]["id"].tolist() == [train[0], test[-1]]
 
 
+@pytest.mark.slow
 def test_torch_dataset_takes_slices(out: str) -> None:
     pytest.importorskip("torch")
     from etl.read.torch_dataset import torch_dataset  # noqa: PLC0415
@@ -112,6 +117,7 @@ def test_rounding_by_the_formula() -> None:
     assert absolute(Slice("train", -5.0, None, "%"), [1003]) == (953, 1003)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,message", [
     ("nope[:10%]", r"split 'nope' not in manifest.json; available splits: \['test', 'train'\]"),
     ("train+nope", r"split 'nope' not in manifest.json; available splits: \['test', 'train'\]"),

@@ -15,6 +15,8 @@ import pytest
 
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 
 def test_the_sql_benchmark_runs_its_four_variants_and_checks_them(tmp_path: Path) -> None:
     if shutil.which("initdb") is None or shutil.which("pg_ctl") is None:

@@ -151,6 +151,7 @@ CASES = [("in_url", True, {}, "ETL_SQL_PASSWORD"),
          ("by_env", False, {"password_env": "MY_PG_SECRET"}, "MY_PG_SECRET")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "in_url", "extra", "variable"), CASES)
 def test_dataflow_translation_carries_no_password(postgres, leaky, emulated_gcs, gcs_bucket,
                                                   tmp_path, monkeypatch, name, in_url, extra,
@@ -226,6 +227,7 @@ def test_dataflow_translation_carries_no_password(postgres, leaky, emulated_gcs,
                               "nothing was published, run the job again")
 
 
+@pytest.mark.slow
 def test_dataflow_dry_run_holds_the_snapshot_and_writes_no_password(
         postgres, leaky, emulated_gcs, gcs_bucket, tmp_path, caplog, capfd) -> None:
     """The user's run with `--dry_run=True` (translated, nothing submitted): the run's log,
@@ -257,6 +259,7 @@ def test_dataflow_dry_run_holds_the_snapshot_and_writes_no_password(
     assert "ETL_SQL_PASSWORD" not in os.environ  # the launcher's copy left with the run
 
 
+@pytest.mark.slow
 def test_a_classic_template_of_a_postgres_source_is_refused(postgres, leaky, tmp_path) -> None:
     """Its job would run after the launcher, and the snapshot with it, are gone."""
     job = write_job(tmp_path, leaky, "gs://my-bucket/out")
@@ -270,6 +273,7 @@ def test_a_classic_template_of_a_postgres_source_is_refused(postgres, leaky, tmp
     assert leaks((proc.stdout + proc.stderr).encode()) == []
 
 
+@pytest.mark.slow
 def test_a_local_run_with_the_password_in_the_url_writes_and_prints_it_nowhere(
         postgres, leaky, tmp_path) -> None:
     """A run, a rerun (current: skipped), a forced run with a report, a failing run, and the

@@ -16,6 +16,8 @@ import yaml
 from etl.read.random_access import open_records
 from tests.helpers import as_python, cli
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 TABLE = """

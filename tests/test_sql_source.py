@@ -23,6 +23,8 @@ import pytest
 from etl.read.random_access import open_records
 from tests.helpers import ROOT, RUN, as_python, cli, wait_paused
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 TYPES_TABLE = """

@@ -130,6 +130,7 @@ def test_a_failed_build_names_the_way_out(tmp_path) -> None:
     assert os.listdir(tmp_path / "cache" / "staging") == []  # no half build left
 
 
+@pytest.mark.slow
 def test_template_build_against_the_emulator_stages_our_package(gcs_emulator, gcs_bucket,
                                                                  monkeypatch, tmp_path) -> None:
     import apache_beam as beam

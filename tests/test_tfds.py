@@ -113,6 +113,7 @@ def theirs(out: str, split: str) -> dict[str, list[Any]]:
     return got
 
 
+@pytest.mark.slow
 def test_every_record_equals_make_dataset(rich):
     features = json.loads(Path(rich, "features.json").read_text())["featuresDict"]["features"]
     assert sorted(features) == sorted(ours(rich, "train"))
@@ -123,6 +124,7 @@ def test_every_record_equals_make_dataset(rich):
             assert got[name] == want[name], (split, name)
 
 
+@pytest.mark.slow
 def test_feature_kinds_and_labels(rich):
     info = tfds.builder_from_directory(rich).info
     f = info.features
@@ -136,6 +138,7 @@ def test_feature_kinds_and_labels(rich):
     assert f["half"].shape == (2,) and f["half"].dtype == np.float16
 
 
+@pytest.mark.slow
 def test_split_info_equals_the_manifest(rich):
     info = tfds.builder_from_directory(rich).info
     manifest = load_manifest(rich)
@@ -149,10 +152,12 @@ def test_split_info_equals_the_manifest(rich):
     assert info.file_format.value == "tfrecord"
 
 
+@pytest.mark.slow
 def test_an_example_output_names_nothing(rich):
     assert [n for n in load_manifest(rich)["notes"] if "TFDS" in n] == []
 
 
+@pytest.mark.slow
 def test_metadata_is_listed_and_verify_catches_damage(rich, tmp_path):
     manifest = load_manifest(rich)
     for name in ("dataset_info.json", "features.json", "color.labels.txt"):
@@ -175,6 +180,7 @@ def test_metadata_is_listed_and_verify_catches_damage(rich, tmp_path):
         3, [f"error: {info}: missing file listed in the manifest"])
 
 
+@pytest.mark.slow
 def test_sequence_example_context_reads_sequence_named(tmp_path):
     rows = [{"id": i, "title": f"t{i}", "tok": list(range(i % 4))} for i in range(ROWS)]
     out = run(tmp_path, SEQ, rows)
@@ -189,6 +195,7 @@ def test_sequence_example_context_reads_sequence_named(tmp_path):
         assert got["id"] == want["id"] and got["title"] == want["title"]
 
 
+@pytest.mark.slow
 def test_array_record_as_data_source(tmp_path):
     out = run(tmp_path, RICH, rich_rows(), format="array_record")
     builder = tfds.builder_from_directory(out)
@@ -204,6 +211,7 @@ def test_array_record_as_data_source(tmp_path):
                 assert as_python(got[name]) == as_python(want[name]), (split, i, name)
 
 
+@pytest.mark.slow
 def test_a_compressed_output_has_no_metadata_and_says_why(tmp_path):
     out = run(tmp_path, SEQ, [{"id": i, "title": "t", "tok": [i]} for i in range(ROWS)],
               compression="gzip")
@@ -232,6 +240,7 @@ def test_images_of_any_size_and_jpeg_map_to_tfds_image():
     assert deep.encoding_format == "png" and deep.dtype == np.uint16
 
 
+@pytest.mark.slow
 def test_a_gs_output_carries_the_metadata_tfds_reads(rich, tmp_path, gcs_emulator, gcs_bucket):
     """Published to gs:// (the emulator): the TFDS files are among the objects, byte for byte
     the local run's, and TFDS reads the published objects to the same records. TFDS cannot

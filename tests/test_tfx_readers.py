@@ -260,6 +260,7 @@ def test_defaults_fill_missing_values_in_tfx_readers(tmp_path):
     assert got["kind"].numpy().tolist()[1] == 1  # default "y" is id 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schema", [EVERY_KIND, SEQUENCE_KINDS], ids=["example", "sequence"])
 def test_beam_source(tmp_path, schema):
     path = tmp_path / "train-00000-of-00001.tfrecord"

@@ -25,6 +25,8 @@ from tests.gcs_emulator import GcsEmulator
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
 from tests.test_signals import digest, leftovers, write_rows
 
+pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
+
 
 def job_file(folder: Path, output: str, source: str, **extra: object) -> str:
     folder.mkdir(parents=True, exist_ok=True)

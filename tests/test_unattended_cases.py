@@ -69,6 +69,7 @@ def publishing_line(out: str, proc: subprocess.Popen[str], run_id: object) -> st
             "again when it has finished")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["publish:start", "publish:aside", "publish:renamed",
                                    "publish:success"])
 def test_report_and_verify_while_a_run_publishes_the_output(tmp_path: Path, phase: str) -> None:
@@ -98,6 +99,7 @@ def test_report_and_verify_while_a_run_publishes_the_output(tmp_path: Path, phas
     assert leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_a_report_whose_output_was_replaced_under_it_reads_the_new_version(
         tmp_path: Path) -> None:
     """The report read the old manifest, then a run published (same shard names, other
@@ -118,6 +120,7 @@ def test_a_report_whose_output_was_replaced_under_it_reads_the_new_version(
     assert cli("verify", out).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_report_that_finds_the_output_half_published_exits_4(tmp_path: Path) -> None:
     job, out = published(tmp_path, 300)
     report = paused_run(["report", out], "report:read", tmp_path / "report-pause")
@@ -132,6 +135,7 @@ def test_a_report_that_finds_the_output_half_published_exits_4(tmp_path: Path) -
     assert verify(out)["records"] == 500 and leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_an_incomplete_output_nobody_publishes_is_still_reported_as_such(
         tmp_path: Path) -> None:
     """No live run holds the lock: what is missing is missing (exit 2 / 3 as before)."""
@@ -165,6 +169,7 @@ def taken_over_line(out: str, taker: dict[str, object], reason: str) -> str:
             "published by this run")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["write", "publish:start"])
 def test_a_stopped_run_whose_lock_went_stale_exits_4_and_publishes_nothing(
         tmp_path: Path, phase: str) -> None:
@@ -201,6 +206,7 @@ def test_a_stopped_run_whose_lock_went_stale_exits_4_and_publishes_nothing(
     assert (entry["status"], entry["exit_code"]) == ("failed", EXIT_LOCKED)
 
 
+@pytest.mark.slow
 def test_a_stopped_run_whose_lock_was_broken_exits_4_at_publish(tmp_path: Path) -> None:
     """Stopped inside the publish, after its last lock check: the publish checks again."""
     job, out = published(tmp_path, 300)
@@ -232,6 +238,7 @@ def gzip_job(folder: Path) -> str:
     return job_file(folder, "../out", "ids.csv.gz")
 
 
+@pytest.mark.slow
 def test_an_error_names_the_run_log_only_when_it_is_there(tmp_path: Path) -> None:
     job = gzip_job(tmp_path / "job")
     out = str(tmp_path / "out")
@@ -276,6 +283,7 @@ REFUSED = ("error: too many open files: the limit is 20 (ulimit -n), below the 6
            "needs; raise it (e.g. ulimit -n 4096) and run again")
 
 
+@pytest.mark.slow
 def test_ulimit_20_is_one_line_and_exit_5_before_any_work(tmp_path: Path) -> None:
     demo = limited(20, "demo", "--output", str(tmp_path / "demo"))
     assert (demo.returncode, demo.stderr.splitlines(), demo.stdout) == (EXIT_STORAGE,
@@ -291,6 +299,7 @@ def test_ulimit_20_is_one_line_and_exit_5_before_any_work(tmp_path: Path) -> Non
     assert dry.returncode == 0, dry.stderr
 
 
+@pytest.mark.slow
 def test_running_out_of_descriptors_mid_run_names_the_limit(tmp_path: Path) -> None:
     """150 inputs: a shard's merge opens each input's spill file at once, more than 64."""
     folder = tmp_path / "job"

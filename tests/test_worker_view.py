@@ -93,6 +93,7 @@ def fresh(staged_wheel: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     return fresh_venv(str(tmp_path_factory.mktemp("fresh") / "venv"), staged_wheel)
 
 
+@pytest.mark.slow
 def test_the_staged_wheel_alone_runs_a_job_outside_the_source_tree(fresh, tmp_path) -> None:
     python, env = fresh
     venv_dir = os.path.dirname(os.path.dirname(python))
@@ -142,6 +143,7 @@ def test_the_staged_wheel_holds_every_module_of_the_source_tree(staged_wheel) ->
                     assert rel in names, f"{rel} is not in {os.path.basename(staged_wheel)}"
 
 
+@pytest.mark.slow
 def test_an_installed_copy_stages_the_same_files(fresh, staged_wheel, tmp_path) -> None:
     """A launcher without a source tree (e.g. a Flex Template image) repacks the installed
     distribution: same files, same bytes as the wheel built from pyproject.toml."""

@@ -26,6 +26,8 @@ from etl.job.config import load_job
 from etl.output.manifest import load_manifest, verify
 from tests.helpers import cli
 
+pytestmark = pytest.mark.slow  # real data sets end to end: CLI runs and Beam pipelines
+
 vega = pytest.importorskip("vega_datasets")
 penguins_pkg = pytest.importorskip("palmerpenguins")
 VEGA = os.path.join(os.path.dirname(vega.__file__), "_data")

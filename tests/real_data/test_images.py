@@ -25,6 +25,8 @@ from etl.base.errors import ConfigError, SchemaError
 from etl.contract.schema import schema_from_dict
 from etl.sources import make_reader
 
+pytestmark = pytest.mark.slow  # real data sets end to end: CLI runs and Beam pipelines
+
 DATA = Path(skimage.__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]
 PHOTOS = {  # class/file -> skimage file (different sizes, PNG grey and colour, JPEG)

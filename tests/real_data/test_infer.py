@@ -21,6 +21,8 @@ import pytest
 
 from tests.helpers import cli
 
+pytestmark = pytest.mark.slow  # real data sets end to end: CLI runs and Beam pipelines
+
 vega = pytest.importorskip("vega_datasets")
 penguins_pkg = pytest.importorskip("palmerpenguins")
 sklearn_pkg = pytest.importorskip("sklearn")

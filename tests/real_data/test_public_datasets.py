@@ -13,6 +13,8 @@ import pytest
 
 from tests.real_data import harness as h
 
+pytestmark = pytest.mark.slow  # real data sets end to end: CLI runs and Beam pipelines
+
 VEGA = ("vega_datasets", "_data")
 SKLEARN = ("sklearn", "datasets", "data")
 PENGUINS = ("palmerpenguins", "data")

@@ -18,6 +18,8 @@ import pytest
 import etl
 from tests.helpers import cli
 
+pytestmark = pytest.mark.slow  # real data sets end to end: CLI runs and Beam pipelines
+
 vega = pytest.importorskip("vega_datasets")
 penguins_pkg = pytest.importorskip("palmerpenguins")
 sklearn = pytest.importorskip("sklearn")
