@@ -48,12 +48,11 @@ from typing import Any
 import numpy as np
 
 from etl.base.errors import VerifyError
+from etl.formats.tfrecord import FOOTER, HEADER
 from etl.storage import fs, scratch
 
 WRITER_OPTIONS = "group_size:1,uncompressed"  # see the table above
 COPY_CHUNK = 8 << 20
-HEADER = 12  # TFRecord frame: uint64 length + uint32 length CRC before the payload
-FOOTER = 4
 
 
 def _module() -> Any:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,14 +48,12 @@ from etl.base.errors import EXIT_BAD_INPUT, EtlError, StorageError
 from etl.contract.schema import Schema, load_schema
 from etl.formats.array_record import riegeli_reason, signature_problem
 from etl.formats.record_index import IndexFileError, check_index, parse_index
-from etl.formats.tfrecord import masked_crc
+from etl.formats.tfrecord import unframe
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.read.decode import RecordDecoder, check_decodable
 from etl.read.splits import Piece, SplitError, host_part, plan, split_names
 from etl.storage import fs
 
-_HEADER = struct.Struct("<QI")
-_FOOTER = struct.Struct("<I")
 ARRAY_RECORD = "array_record"
 _ARRAY_RECORD_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"  # tuned for random reads
 
@@ -464,11 +461,9 @@ def _index(shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _payload(frame: bytes, path: str, record: int, offset: int) -> bytes:
-    """A TFRecord frame's payload, its length and both CRCs checked."""
-    length, header_crc = _HEADER.unpack_from(frame)
-    payload = frame[12:-4]
-    if (length != len(frame) - 16 or masked_crc(frame[:8]) != header_crc
-            or masked_crc(payload) != _FOOTER.unpack_from(frame, len(frame) - 4)[0]):
+    """A TFRecord frame's payload, its length and both CRCs checked (etl.formats.tfrecord)."""
+    payload = unframe(frame)
+    if payload is None:
         raise RecordsError(f"{path}: record {record} (byte {offset}): the frame the index points "
                            f"at is corrupt (length or CRC mismatch); run `verify` on the output")
     return payload
