@@ -48,12 +48,12 @@ from typing import Any
 import numpy as np
 
 from etl.base.errors import VerifyError
+from etl.formats.tfrecord import FOOTER, HEADER
 from etl.storage import fs, scratch
 
 WRITER_OPTIONS = "group_size:1,uncompressed"  # see the table above
+RANDOM_READ_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"  # tuned for random reads
 COPY_CHUNK = 8 << 20
-HEADER = 12  # TFRecord frame: uint64 length + uint32 length CRC before the payload
-FOOTER = 4
 
 
 def _module() -> Any:
@@ -159,6 +159,13 @@ def riegeli_reason(e: BaseException) -> str:
     """The first clause of a Riegeli error, without its hash values."""
     text = str(e).split(";")[0].replace("Corrupted Riegeli/records file: ", "")
     return re.sub(r" \(computed 0x[0-9a-f]+, stored 0x[0-9a-f]+\)", "", text)[:200]
+
+
+def open_random(local_path: str) -> Any:
+    """The package's own reader of a local ArrayRecord file, set for random reads (what
+    etl.read.random_access holds open per shard; it checks `ok()`, the record count and each
+    read itself). RuntimeError when its footer does not read."""
+    return _module().ArrayRecordReader(local_path, RANDOM_READ_OPTIONS)
 
 
 class Reader:

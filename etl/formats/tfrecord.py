@@ -23,6 +23,8 @@ from etl.storage import fs
 _MASK_DELTA = 0xA282EAD8
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
+HEADER = 12  # uint64 length + uint32 masked CRC of it, before the data
+FOOTER = 4  # uint32 masked CRC of the data, after it
 COMPRESSIONS = {"none": "", "gzip": ".gz", "zlib": ".zz"}
 
 
@@ -34,6 +36,17 @@ def masked_crc(data: bytes | memoryview) -> int:
 def frame(record: bytes) -> bytes:
     header = _U64.pack(len(record))
     return header + _U32.pack(masked_crc(header)) + record + _U32.pack(masked_crc(record))
+
+
+def unframe(framed: bytes) -> bytes | None:
+    """The data of one whole frame (`framed`: its header, data and footer, nothing more);
+    None when its length header does not match its size or either CRC does not match."""
+    length, header_crc = _U64.unpack_from(framed)[0], _U32.unpack_from(framed, 8)[0]
+    data = framed[HEADER:-FOOTER]
+    if (length != len(framed) - HEADER - FOOTER or masked_crc(framed[:8]) != header_crc
+            or masked_crc(data) != _U32.unpack_from(framed, len(framed) - FOOTER)[0]):
+        return None
+    return data
 
 
 def frame_all(records: Iterable[bytes]) -> bytes:

@@ -15,7 +15,7 @@ size and sha256 the manifest's), so a record costs one pread of the shard (local
 ranged GET (gs://), nearby records of a batch sharing a read (etl.storage.fs.RangedFile),
 its framing CRCs, and its share of one C++ decode per batch. ArrayRecord outputs (`format:
 array_record`) are read with ArrayRecordReader, which has random access by record number
-built in.
+built in, opened by etl.formats.array_record.open_random.
 
 Never wrong data (issue 28; docs/reading.md "What open_records checks"): the manifest's
 identity (one stat) is pinned on open and checked after the indexes are read and on the
@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,18 +46,15 @@ import numpy as np
 
 from etl.base.errors import EXIT_BAD_INPUT, EtlError, StorageError
 from etl.contract.schema import Schema, load_schema
-from etl.formats.array_record import riegeli_reason, signature_problem
+from etl.formats.array_record import open_random, riegeli_reason, signature_problem
 from etl.formats.record_index import IndexFileError, check_index, parse_index
-from etl.formats.tfrecord import masked_crc
+from etl.formats.tfrecord import unframe
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.read.decode import RecordDecoder, check_decodable
 from etl.read.splits import Piece, SplitError, host_part, plan, split_names
 from etl.storage import fs
 
-_HEADER = struct.Struct("<QI")
-_FOOTER = struct.Struct("<I")
 ARRAY_RECORD = "array_record"
-_ARRAY_RECORD_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"  # tuned for random reads
 
 
 class RecordsError(EtlError, ValueError):
@@ -278,7 +274,7 @@ class Records:
                 self._check_pin()
                 raise RecordsError(f"{shard.path}: {problem}; run `verify` on the output")
             try:
-                handle: Any = _array_record_reader(shard.path)
+                handle: Any = open_random(shard.path)
             except RuntimeError as e:  # its footer (the record index) does not read
                 self._check_pin()
                 raise RecordsError(f"{shard.path}: not a readable ArrayRecord file, its footer "
@@ -464,11 +460,9 @@ def _index(shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _payload(frame: bytes, path: str, record: int, offset: int) -> bytes:
-    """A TFRecord frame's payload, its length and both CRCs checked."""
-    length, header_crc = _HEADER.unpack_from(frame)
-    payload = frame[12:-4]
-    if (length != len(frame) - 16 or masked_crc(frame[:8]) != header_crc
-            or masked_crc(payload) != _FOOTER.unpack_from(frame, len(frame) - 4)[0]):
+    """A TFRecord frame's payload, its length and both CRCs checked (etl.formats.tfrecord)."""
+    payload = unframe(frame)
+    if payload is None:
         raise RecordsError(f"{path}: record {record} (byte {offset}): the frame the index points "
                            f"at is corrupt (length or CRC mismatch); run `verify` on the output")
     return payload
@@ -495,12 +489,6 @@ def _local_only(path: str) -> None:
     if fs.is_remote(path):
         raise RecordsError(f"{path}: ArrayRecordReader reads local files only; copy the output "
                            "to a local disk first (gsutil -m cp -r)")
-
-
-def _array_record_reader(path: str) -> Any:
-    from array_record.python.array_record_module import ArrayRecordReader  # noqa: PLC0415 - optional dependency
-
-    return ArrayRecordReader(path, _ARRAY_RECORD_OPTIONS)
 
 
 def _manifest(root: str) -> dict[str, Any]:
