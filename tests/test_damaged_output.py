@@ -29,7 +29,7 @@ from etl.base.errors import VerifyError
 from etl.output.layout import SUCCESS
 from etl.output.manifest import NOT_SEALED, dataset_dir, verify
 from etl.schedule import history
-from etl.tools.report.dataset_stats import STATS_MAX_BYTES, load_stats
+from etl.stats.dataset import STATS_MAX_BYTES, load_stats
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import ROOT, RUN, cli
 from tests.test_heal import SHARD, flip_byte, job_file, shas

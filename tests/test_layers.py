@@ -31,9 +31,10 @@ LAYERS = {
     "etl.output": 5,
     "etl.read": 6,  # reads what etl.output writes
     "etl.job": 6,
-    "etl.tools": 6,
+    "etl.stats": 6,  # the statistics the conversion gathers, the report shows and the gate checks
+    "etl.tools": 7,  # infer-schema, inspect, and the report (rendering etl.stats)
     "etl.schedule": 7,
-    "etl.quality": 7,  # quality gates: the report's statistics (etl.tools) against checks:
+    "etl.quality": 8,  # quality gates: etl.stats against checks:, the page drawn by etl.tools
     "etl": 8,  # the public face (etl/__init__.py): nothing inside etl imports it
     "transforms": 8,
     "cli": 9,

@@ -24,9 +24,9 @@ from etl.base.errors import ConfigError, VerifyError
 from etl.contract.schema import Feature
 from etl.output.manifest import dataset_dir, load_manifest, verify
 from etl.output.ownership import foreign_content
+from etl.stats.accumulators import SAMPLE_IMAGES, caption, label_feature
 from etl.tools.report import command
 from etl.tools.report.html import BAR, GRID_BG
-from etl.tools.report.stats import SAMPLE_IMAGES, caption, label_feature
 from tests import chromium
 from tests.helpers import ROOT, cli
 

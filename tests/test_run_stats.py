@@ -23,8 +23,8 @@ from cli.run import run_job
 from etl.contract.schema import load_schema
 from etl.job.config import load_job
 from etl.output.manifest import load_manifest
-from etl.tools import report
-from etl.tools.report.dataset_stats import describe_features, load_stats
+from etl.stats import document as report
+from etl.stats.dataset import describe_features, load_stats
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 

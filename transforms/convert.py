@@ -51,9 +51,9 @@ from etl.shuffle.shard_writer import ShardResult
 from etl.sources import make_reader
 from etl.sources.base import Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
+from etl.stats.accumulators import SplitStats
+from etl.stats.dataset import stats_document
 from etl.storage import fs
-from etl.tools.report.dataset_stats import stats_document
-from etl.tools.report.stats import SplitStats
 from transforms import beam_fixes
 from transforms import coders as _coders  # noqa: F401 - registers the shuffle's coders
 from transforms.prefetch import ordered_map, prefetch
@@ -249,7 +249,7 @@ def _tally(handle: Shared | None) -> Tally | None:
 
 class _StatsFeed:
     """Statistics of the records a block sends to a split: the report's accumulators
-    (etl.tools.report.stats) fed by the TensorFlow-free decoder (etl.read.decode), so a run
+    (etl.stats.accumulators) fed by the TensorFlow-free decoder (etl.read.decode), so a run
     gathers them without importing TensorFlow; schemas that decoder refuses (16-bit colour
     PNG) take the report's TensorFlow path."""
 

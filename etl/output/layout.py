@@ -22,7 +22,7 @@ REPORT_FILES = ("report.json", "report.html")  # written by `report` beside the 
 # TFDS metadata (etl.output.tfds_info), listed; plus one NAME.labels.txt per labelled feature
 TFDS_INFO_FILE = "dataset_info.json"
 TFDS_FEATURES_FILE = "features.json"
-STATS_FILE = "stats.json"  # the statistics the run gathered (etl.tools.report.dataset_stats), listed
+STATS_FILE = "stats.json"  # the statistics the run gathered (etl.stats.dataset), listed
 
 MARKER = "_ETL_RUN.json"
 RUN_PREFIX = "run-"

@@ -1,8 +1,8 @@
 """Checks against statistics: one Result per check, split and feature.
 
-The measures are the report's (etl.tools.report): counts from the manifest, min / max / mean /
+The measures are the report's (etl.stats): counts from the manifest, min / max / mean /
 missing / NaN / distinct from the per-split feature statistics, drift from
-etl.tools.report.drift.compare (L-infinity of the value shares for categorical features,
+etl.stats.drift.compare (L-infinity of the value shares for categorical features,
 Jensen-Shannon divergence for numeric ones) against the previous published span. A measured
 value is kept exact (the number the statistics hold), so the message shows what the data has.
 
@@ -10,7 +10,7 @@ NaN and infinite values (`nan_or_inf`: only a float feature with `allow_nan: tru
 are never "in range": min, max and mean are measured over the finite values, and a split with
 any NaN or inf fails its min, max and mean checks unless a `nan:` check of the same feature (at
 either level) names them; that check then says how many may be. Drift counts them as one more
-bin (etl.tools.report.drift), so a feed that turns to NaN drifts.
+bin (etl.stats.drift), so a feed that turns to NaN drifts.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from etl.job.checks import ALL_FEATURES, Check, Checks
-from etl.tools.report.drift import compare
+from etl.stats.drift import compare
 
 NO_PREVIOUS = "no previous span to compare with"
 

@@ -25,7 +25,7 @@ from etl.job.config import JobConfig
 from etl.output import quarantine
 from etl.quality.evaluate import NO_PREVIOUS, Result, evaluate, fmt
 from etl.quality.stats import baseline, staged_stats
-from etl.tools.report.drift import compare
+from etl.stats.drift import compare
 from etl.tools.report.html import render
 
 log = logging.getLogger(__name__)

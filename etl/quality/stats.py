@@ -1,10 +1,10 @@
-"""The statistics the checks read: report-shaped documents (etl.tools.report) of the staged
+"""The statistics the checks read: report-shaped documents (etl.stats.document) of the staged
 dataset and of the previous published span.
 
 `staged_stats` is the one place that gets a staged dataset's statistics: the `stats.json` the
-conversion gathered in its own pass (etl.tools.report.dataset_stats.load_stats: no second read
+conversion gathered in its own pass (etl.stats.dataset.load_stats: no second read
 of the data); for a staged dataset without one, it reads the staged shards once with the
-report's accumulators (etl.tools.report.stats), exactly as `report` reads a published output.
+report's accumulators (etl.stats.accumulators), exactly as `report` reads a published output.
 Either way the numbers a check measures are the report's numbers (the same document shape).
 """
 
@@ -23,9 +23,9 @@ from etl.job.config import JobConfig, job_from_dict
 from etl.job.spans import Span, parse_date, placeholders
 from etl.output.layout import SCHEMA_FILE, SUCCESS
 from etl.output.manifest import load_manifest, verify
+from etl.stats.dataset import load_stats
+from etl.stats.document import build, current_report, gather, split_sizes
 from etl.storage import fs
-from etl.tools.report import build, current_report, gather, split_sizes
-from etl.tools.report.dataset_stats import load_stats
 
 LOOK_BACK_DAYS = 31  # how far back a dated job looks for its last published span
 
@@ -34,7 +34,7 @@ def staged_stats(staging: str, output: str) -> tuple[dict[str, Any],
                                                      dict[tuple[str, str], list[np.ndarray]]]:
     """(report-shaped statistics, sample images) of the dataset staged in `staging` (its
     manifest written, no `_SUCCESS` yet); `output` is what the report names. From its
-    stats.json when the run gathered one, else read from its shards (etl.tools.report.gather)."""
+    stats.json when the run gathered one, else read from its shards (etl.stats.document.gather)."""
     manifest = load_manifest(staging)
     schema = load_schema(fs.join(staging, SCHEMA_FILE))
     splits = split_sizes(manifest)
@@ -115,7 +115,7 @@ def baseline(job: JobConfig) -> Baseline:
 
 def published_stats(output: str) -> dict[str, Any]:
     """The statistics of a published output: its stats.json, else its own current
-    report.json, else one read of its shards (etl.tools.report.build)."""
+    report.json, else one read of its shards (etl.stats.document.build)."""
     gathered = load_stats(output)
     if gathered is not None:
         return gathered.doc

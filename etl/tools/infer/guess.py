@@ -347,7 +347,7 @@ def observe_numbers(numbers: np.ndarray, rows: int, missing: int) -> Observed:
 def _without_value(levels: list[np.ndarray], present: np.ndarray, valid: np.ndarray,
                    variable: bool) -> int:
     """Records a run's statistics count as missing: no value, or an empty list of a
-    variable-length feature (etl.tools.report.stats counts those too)."""
+    variable-length feature (etl.stats.accumulators counts those too)."""
     if variable:
         return int((~valid | (np.diff(levels[0]) == 0)).sum())
     return int((~present).sum())

@@ -353,7 +353,7 @@ def bars_svg(labels: list[str], counts: list[float], title: str, width: int = 36
 def _grid(images: list[np.ndarray], feature: dict[str, Any], labels: list[str],
           label_feature: str | None) -> str:
     """The first images of a split, each over the label of its record (when the schema has a
-    label: see etl.tools.report.stats.label_feature), so mislabelled data shows at a glance."""
+    label: see etl.stats.accumulators.label_feature), so mislabelled data shows at a glance."""
     e = html.escape
     peak = feature.get("pixel_max") or 255
     tags = []

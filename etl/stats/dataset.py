@@ -1,7 +1,7 @@
 """`stats.json`: the statistics a run gathers while it converts, and `load_stats` to read them.
 
 The conversion pipeline feeds every record it WRITES (rejected records never reach it) into
-the report's own accumulators (etl.tools.report.stats.SplitStats), one per split, merged by a
+the report's own accumulators (etl.stats.accumulators.SplitStats), one per split, merged by a
 Beam CombineFn (transforms/convert.py, step "GatherStats"); the finalize step writes the result
 as `stats.json` into the staged output, listed under the manifest's `files` (size and sha256:
 `verify` covers it) and published with the shards. `report OUT` and `run --report` build the
@@ -24,7 +24,7 @@ strings: `values`, `distinct`, `top_values`, `value_counts`, `byte_length`; vari
 sequence features add `lengths`; small fixed vectors add `components` (one FEATURE_STATS each).
 
 Exact: counts, missing, NaN, min, max, sum, mean, stddev, zeros; value counts, distinct and
-histograms while a feature has fewer than stats.CAPACITY distinct values (small integer
+histograms while a feature has fewer than accumulators.CAPACITY distinct values (small integer
 dtypes: always). Estimated (tfx_bsl sketches, the report's): distinct above that (KMV), top
 values (Misra-Gries), quantiles and the histograms drawn from them.
 
@@ -38,7 +38,7 @@ The Python API (for the checks of issue 23 and anyone else):
     stats.drift(previous, "x", "train")  # {"metric": "linf"|"jensen_shannon", "value": v,
                                          #  "threshold", "flagged"} or None (nothing to compare)
 
-Drift uses the report's measures (etl.tools.report.drift): the L-infinity distance of value
+Drift uses the report's measures (etl.stats.drift): the L-infinity distance of value
 shares for categorical features (a vocabulary, strings, integers with few distinct values),
 the Jensen-Shannon divergence of histograms on shared bins for numbers.
 """
@@ -55,9 +55,9 @@ from etl.contract.images import is_image
 from etl.contract.schema import Schema
 from etl.output.layout import STATS_FILE
 from etl.output.manifest import dataset_dir, load_manifest
+from etl.stats.accumulators import SplitStats
+from etl.stats.drift import feature_drift, is_categorical
 from etl.storage import fs
-from etl.tools.report.drift import feature_drift, is_categorical
-from etl.tools.report.stats import SplitStats
 
 STATS_FORMAT = 1
 STATS_GENERATOR = "tfrecord-etl stats"

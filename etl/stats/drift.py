@@ -3,10 +3,10 @@
 Computed from the two reports' statistics only, split by split (a split present on one side
 only is flagged):
 - counts: |n - n_against| / n_against above COUNT_CHANGE (10%);
-- categorical features (a vocabulary, strings, or integers with at most stats.BARS_MAX
+- categorical features (a vocabulary, strings, or integers with at most accumulators.BARS_MAX
   distinct values): the L-infinity distance of the two value distributions (the largest
   difference of a value's share), as TFDV's `infinity_norm`, above LINF (0.1). Exact when
-  both sides have exact value counts (fewer than stats.CAPACITY distinct values); else
+  both sides have exact value counts (fewer than accumulators.CAPACITY distinct values); else
   (`linf_top_values`) over the values either side lists as frequent (its top values) plus
   one bucket for "the rest" (1 - their shares): high-cardinality strings drift when a
   frequent value appears, vanishes or changes its share, or when the rest grows or shrinks;
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from etl.tools.report.stats import BARS_MAX, bin_edges, bin_mass, quantile_mass
+from etl.stats.accumulators import BARS_MAX, bin_edges, bin_mass, quantile_mass
 
 COUNT_CHANGE = 0.10
 LINF = 0.10
