@@ -148,7 +148,7 @@ class SqlReader(Source):
         parts = ["count(*)", d.rows_hash(columns)]
         if key is not None:
             k = f"q.{ident(key)}"
-            parts += [f"count({k})", f"count(DISTINCT {k})", f"min({k})", f"max({k})"]
+            parts += [f"count({k})", f"min({k})", f"max({k})"]
         if self.split_by is not None:
             s = f"q.{ident(self.split_by)}"
             expr = d.days(s) if temporal else s
@@ -156,13 +156,18 @@ class SqlReader(Source):
         sql = f"SELECT {', '.join(parts)} FROM {subquery(self.query)}"
         try:
             row = d.scalar_row(conn, sql)
+            # a query of its own: beside count(DISTINCT) PostgreSQL would not run the pass in
+            # parallel (benchmarks/README.md, "Databases": the survey as one query or two)
+            distinct = (d.scalar_row(conn, f"SELECT count(DISTINCT q.{ident(key)}) FROM "
+                                           f"{subquery(self.query)}")[0]
+                        if key is not None and row[2] == row[0] else None)
         except d.driver_errors() as e:
             raise d.error(e, self.query) from None
         rows, digest = int(row[0]), str(row[1])
         survey: dict[str, Any] = {"rows": rows, "hash": digest, "how": how, "columns": columns,
                                   "key": key, "temporal": temporal}
         if key is not None:
-            present, distinct, low, high = row[2:6]
+            present, low, high = row[2:5]
             role = "key" if self.key is not None else "split_by"
             if rows and not (isinstance(low, int) and isinstance(high, int)):  # SQLite: untyped
                 raise ConfigError(f"{where}: {role} {key!r} must be an integer column unique per "
