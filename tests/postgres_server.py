@@ -65,6 +65,17 @@ class PostgresServer:
         return psycopg.connect(host=self.host, port=self.port, user=self.user,
                                password=self.password, dbname=dbname or self.dbname, **kwargs)
 
+    def table(self, name: str, ddl: str, rows: list[tuple[Any, ...]]) -> str:
+        """(Re)create table `name` with `ddl` and insert `rows`; returns `SELECT * FROM name`."""
+        with self.connect() as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
+            conn.execute(ddl)
+            if rows:
+                with conn.cursor() as cur:
+                    marks = ", ".join(["%s"] * len(rows[0]))
+                    cur.executemany(f"INSERT INTO {name} VALUES ({marks})", rows)
+        return f"SELECT * FROM {name}"
+
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         cmd = ["runuser", "-u", "postgres", "--", *args] if self._as_postgres else list(args)
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)

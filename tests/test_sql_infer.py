@@ -63,12 +63,7 @@ NULL_LINE = "  NULLs in the sample: i 10 of 40, t 8 of 40, b 8 of 40, flag 6 of 
 
 @pytest.fixture(scope="module")
 def table(postgres) -> str:
-    with postgres.connect() as conn:
-        conn.execute("DROP TABLE IF EXISTS infer_me")
-        conn.execute(TABLE)
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO infer_me VALUES (" + ", ".join(["%s"] * 10) + ")",
-                            rows())
+    postgres.table("infer_me", TABLE, rows())
     assert sum(r[1] is None for r in rows()) == NULLS["i"]
     assert sum(r[6] is None for r in rows()) == NULLS["flag"]
     assert sum(r[9] is None for r in rows()) == NULLS["ints"]

@@ -106,13 +106,7 @@ def records_by_id(out: Path) -> dict[int, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def kinds(postgres) -> str:
-    with postgres.connect() as conn:
-        conn.execute("DROP TABLE IF EXISTS kinds")
-        conn.execute(TYPES_TABLE)
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO kinds VALUES (" + ", ".join(["%s"] * 18) + ")",
-                            type_rows())
-    return "SELECT * FROM kinds"
+    return postgres.table("kinds", TYPES_TABLE, type_rows())
 
 
 def test_every_mapped_postgres_type_is_exact(postgres, kinds, tmp_path):

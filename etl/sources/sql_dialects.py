@@ -16,6 +16,7 @@ Drivers are imported on first use: a job without a database source never loads t
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -52,6 +53,17 @@ class Dialect:
 
     @contextmanager
     def connect(self) -> Iterator[Any]:
+        """A connection (its driver's errors as ours), closed at the end."""
+        try:
+            conn = self._open()
+        except self.driver_errors() as e:
+            raise self.error(e, "") from None
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def _open(self) -> Any:
         raise NotImplementedError
 
     def rows_hash(self, columns: Sequence[str]) -> str:
@@ -132,18 +144,10 @@ def _is_connection(e: BaseException, text: str) -> bool:
 class Postgres(Dialect):
     name = "postgresql"
 
-    @contextmanager
-    def connect(self) -> Iterator[Any]:
+    def _open(self) -> Any:
         from adbc_driver_postgresql import dbapi  # noqa: PLC0415 - only for PostgreSQL sources
 
-        try:
-            conn = dbapi.connect(self.target.uri(), autocommit=True)
-        except self.driver_errors() as e:
-            raise self.error(e, "") from None
-        try:
-            yield conn
-        finally:
-            conn.close()
+        return dbapi.connect(self.target.uri(), autocommit=True)
 
     def driver_errors(self) -> tuple[type[BaseException], ...]:
         import adbc_driver_manager  # noqa: PLC0415
@@ -212,18 +216,10 @@ class Postgres(Dialect):
 class DuckDB(Dialect):
     name = "duckdb"
 
-    @contextmanager
-    def connect(self) -> Iterator[Any]:
+    def _open(self) -> Any:
         import duckdb  # noqa: PLC0415 - only for DuckDB sources
 
-        try:
-            conn = duckdb.connect(self.target.path, read_only=True)
-        except duckdb.Error as e:
-            raise self.error(e, "") from None
-        try:
-            yield conn
-        finally:
-            conn.close()
+        return duckdb.connect(self.target.path, read_only=True)
 
     def driver_errors(self) -> tuple[type[BaseException], ...]:
         import duckdb  # noqa: PLC0415
@@ -262,22 +258,13 @@ class _RowsHash:
 class SQLite(Dialect):
     name = "sqlite"
 
-    @contextmanager
-    def connect(self) -> Iterator[Any]:
-        import os  # noqa: PLC0415
-
+    def _open(self) -> Any:
         if not os.path.isfile(self.target.path):  # sqlite3 would say "unable to open"
             raise ConfigError(f"{self.target.display}: no such SQLite file")
-        try:
-            conn = sqlite3.connect(f"file:{self.target.path}?mode=ro", uri=True,
-                                   isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as e:
-            raise self.error(e, "") from None
+        conn = sqlite3.connect(f"file:{self.target.path}?mode=ro", uri=True,
+                               isolation_level=None, check_same_thread=False)
         conn.create_aggregate("etl_rows_hash", -1, _RowsHash)  # type: ignore[arg-type]
-        try:
-            yield conn
-        finally:
-            conn.close()
+        return conn
 
     def driver_errors(self) -> tuple[type[BaseException], ...]:
         return (sqlite3.Error,)
