@@ -119,6 +119,7 @@ class SqlReader(Source):
         return self._survey
 
     def survey_in(self, conn: Any) -> dict[str, Any]:
+        """The pass, on `conn` (in the run's snapshot when it holds one)."""
         where = f"{self.where} ({self.target.display})"
         d = self.dialect
         try:
@@ -127,9 +128,26 @@ class SqlReader(Source):
             raise d.error(e, self.query) from None
         columns = list(schema.names)
         how = {} if d.name == "sqlite" else exact_columns(schema, where)
+        key, temporal = self._roles(schema, where)
+        row, distinct = self._aggregate(conn, columns, key, temporal)
+        rows = int(row[0])
+        survey: dict[str, Any] = {"rows": rows, "hash": str(row[1]), "how": how,
+                                  "columns": columns, "key": key, "temporal": temporal}
+        if key is not None:
+            present, low, high = row[2:5]
+            self._check_key(key, rows, present, distinct, low, high, where)
+        if self.split_by is not None:
+            low, high = row[-2:]
+            survey["split_range"] = None if low is None else [int(low), int(high)]
+        return survey
+
+    def _roles(self, schema: pa.Schema, where: str) -> tuple[str | None, bool]:
+        """The key column (an integer `split_by` is its own key when none is named) and
+        whether the split column is a date; each checked against the query's columns."""
+        columns = schema.names
         key = self.key
         if key is None and self.split_by is not None:
-            key = self.split_by  # an integer split column is its own key (checked below)
+            key = self.split_by
         for role, name in (("key", key), ("split_by", self.split_by)):
             if name is not None and name not in columns:
                 raise ConfigError(f"{where}: {role} {name!r} is not a column of the query; it "
@@ -141,10 +159,19 @@ class SqlReader(Source):
             if not (temporal or pa.types.is_integer(t)):
                 raise ConfigError(f"{where}: split_by {self.split_by!r} must be an integer or "
                                   f"date column, it is {t}")
-        if key is not None and d.name != "sqlite" and not pa.types.is_integer(schema.field(key).type):
+        if (key is not None and self.dialect.name != "sqlite"
+                and not pa.types.is_integer(schema.field(key).type)):
             role = "key" if self.key is not None else "split_by (the key when none is given)"
             raise ConfigError(f"{where}: {role} {key!r} must be an integer column unique per "
                               f"row, it is {schema.field(key).type}; name one with key:")
+        return key, temporal
+
+    def _aggregate(self, conn: Any, columns: list[str], key: str | None,
+                   temporal: bool) -> tuple[tuple[Any, ...], int | None]:
+        """count, rows hash[, key count, min, max][, split min, max], and the key's distinct
+        values as a query of its own: beside count(DISTINCT) PostgreSQL would not run the pass
+        in parallel (benchmarks/README.md, "Databases": the survey as one query or two)."""
+        d = self.dialect
         parts = ["count(*)", d.rows_hash(columns)]
         if key is not None:
             k = f"q.{ident(key)}"
@@ -153,38 +180,31 @@ class SqlReader(Source):
             s = f"q.{ident(self.split_by)}"
             expr = d.days(s) if temporal else s
             parts += [f"min({expr})", f"max({expr})"]
-        sql = f"SELECT {', '.join(parts)} FROM {subquery(self.query)}"
         try:
-            row = d.scalar_row(conn, sql)
-            # a query of its own: beside count(DISTINCT) PostgreSQL would not run the pass in
-            # parallel (benchmarks/README.md, "Databases": the survey as one query or two)
+            row = d.scalar_row(conn, f"SELECT {', '.join(parts)} FROM {subquery(self.query)}")
             distinct = (d.scalar_row(conn, f"SELECT count(DISTINCT q.{ident(key)}) FROM "
                                            f"{subquery(self.query)}")[0]
                         if key is not None and row[2] == row[0] else None)
         except d.driver_errors() as e:
             raise d.error(e, self.query) from None
-        rows, digest = int(row[0]), str(row[1])
-        survey: dict[str, Any] = {"rows": rows, "hash": digest, "how": how, "columns": columns,
-                                  "key": key, "temporal": temporal}
-        if key is not None:
-            present, low, high = row[2:5]
-            role = "key" if self.key is not None else "split_by"
-            if rows and not (isinstance(low, int) and isinstance(high, int)):  # SQLite: untyped
-                raise ConfigError(f"{where}: {role} {key!r} must be an integer column unique per "
-                                  f"row; it holds {type(low).__name__} values")
-            if present != rows:
-                raise ConfigError(f"{where}: {role} {key!r} is NULL in {rows - present} of "
-                                  f"{rows} rows; a key must name every row")
-            if distinct != rows:
-                raise ConfigError(f"{where}: {role} {key!r} is not unique: {rows} rows, {distinct} "
-                                  "distinct values; name a unique integer column with key:")
-            if rows and (int(low) < 0 or int(high) >= MAX_KEY):
-                raise ConfigError(f"{where}: {role} {key!r} ranges over [{low}, {high}]; a key "
-                                  f"must lie in [0, 2**40) (it is the record's position)")
-        if self.split_by is not None:
-            low, high = row[-2:]
-            survey["split_range"] = None if low is None else [int(low), int(high)]
-        return survey
+        return row, distinct
+
+    def _check_key(self, key: str, rows: int, present: int, distinct: int | None, low: Any,
+                   high: Any, where: str) -> None:
+        """A key names every row once, with an integer in [0, 2**40) (its position)."""
+        role = "key" if self.key is not None else "split_by"
+        if rows and not (isinstance(low, int) and isinstance(high, int)):  # SQLite: untyped
+            raise ConfigError(f"{where}: {role} {key!r} must be an integer column unique per "
+                              f"row; it holds {type(low).__name__} values")
+        if present != rows:
+            raise ConfigError(f"{where}: {role} {key!r} is NULL in {rows - present} of "
+                              f"{rows} rows; a key must name every row")
+        if distinct != rows:
+            raise ConfigError(f"{where}: {role} {key!r} is not unique: {rows} rows, {distinct} "
+                              "distinct values; name a unique integer column with key:")
+        if rows and (int(low) < 0 or int(high) >= MAX_KEY):
+            raise ConfigError(f"{where}: {role} {key!r} ranges over [{low}, {high}]; a key "
+                              f"must lie in [0, 2**40) (it is the record's position)")
 
     def prepare(self, schema: Any, max_record_bytes: int) -> None:
         """The query's columns against the schema: a column no feature reads (other than the
