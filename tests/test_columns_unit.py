@@ -151,6 +151,18 @@ def test_decimal_into_a_float_only_when_the_float_holds_it_exactly() -> None:
     assert missing == [False, False, True]
 
 
+def test_decimal_into_a_raw_float64_is_its_exact_value_not_its_text() -> None:
+    """A decimal column (Parquet, a database's numeric) into `float64, encoding: raw`: the
+    value's 8 little-endian bytes when float64 holds it exactly, refused when not (it once
+    stored the decimal's text as the blob and failed every record on its length)."""
+    values, bad, _, _ = convert(feat(dtype="float64", shape=[], encoding="raw"),
+                                pa.array([D("1.50"), D("0.10"), D("-2.25")], pa.decimal128(5, 2)))
+    assert values[0] == [np.float64(1.5).tobytes()] and values[2] == [np.float64(-2.25).tobytes()]
+    assert bad == {1: ("out_of_range", "decimal 0.10 has no exact float64 value (declare dtype: "
+                                       "bytes for the exact decimal text, or int64 for whole "
+                                       "numbers)")}
+
+
 def test_decimal_into_bytes_keeps_the_exact_text() -> None:
     values, bad, _, _ = convert(feat(dtype="bytes"),
                                 pa.array([D("0.10"), D("-1.50")], pa.decimal128(5, 2)))

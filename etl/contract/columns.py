@@ -206,9 +206,9 @@ def _is_text(leaves: Any) -> bool:
 def _numeric(leaves: Any) -> bool:
     if isinstance(leaves, np.ndarray):
         return leaves.dtype.kind in "biuf"
-    return pa.types.is_integer(leaves.type) or pa.types.is_floating(leaves.type) or pa.types.is_boolean(
-        leaves.type
-    )
+    t = leaves.type  # decimals too: numbers (exact or refused), never blobs of their text
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t))
 
 
 def _to_binary(leaves: Any) -> tuple[pa.Array, np.ndarray, str]:
