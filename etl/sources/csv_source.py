@@ -551,24 +551,7 @@ class _Careful:
         first line) or ("again", lines to parse next, their first line) after a bad row whose
         re-parsed lines still end inside a quote."""
         data = buf if buf.endswith(b"\n") else buf + b"\n"
-        table, rejected = self._parse(data + self.sentinel)
-        total = table.num_rows + len(rejected)
-        rej = np.array([r for r, _, _ in rejected], np.int64)
-        is_good = np.ones(total, bool)
-        is_good[rej] = False
-        good_rows = np.flatnonzero(is_good)
-        extra = np.zeros(total, np.int64)
-        if total != data.count(b"\n") + bool(self.sentinel):  # else every row is one line
-            extra[good_rows] = _newlines(table.combine_chunks().to_batches()[0]) if table.num_rows else 0
-        extra[rej] = [text.count("\n") for _, text, _ in rejected]
-        runs_off = False
-        if self.sentinel:
-            if is_good[-1] and _is_sentinel(table.slice(table.num_rows - 1).combine_chunks()
-                                            .to_batches()[0], 0):
-                total -= 1
-                table, good_rows, extra = table.slice(0, total), good_rows[:-1], extra[:-1]
-            else:
-                runs_off = True
+        table, rejected, rej, good_rows, extra, total, runs_off = self._parse_region(data)
         starts = first_line + np.arange(total) + np.cumsum(extra) - extra
         found = dict(zip(rej.tolist(), [(t, f) for _, t, f in rejected], strict=True))
         breaks = [r for r in rej.tolist() if extra[r] > 0 and r < total]
@@ -588,19 +571,8 @@ class _Careful:
             if last and not final:
                 return "carry", buf[line_at[i] :], int(starts[r])
             text = data[line_at[i] : line_at[i + 1]]
-            if last and len(data) > self.limit:
-                code, reason = ("unterminated_quote",
-                                f"quoted field still open after max_record_bytes ({self.limit}) "
-                                f"bytes; parsing resumes at the next line")
-            elif text.count(self.quote) % 2:
-                code, reason = ("unterminated_quote",
-                                "unbalanced quote (the field runs on over the next lines); "
-                                "parsing resumes at the next line")
-            else:
-                code, reason = ("wrong_field_count",
-                                f"wrong number of fields (expected {len(self.names)}, found "
-                                f"{found.get(r, ('', '?'))[1]} in a row over several lines); "
-                                f"parsing resumes at the next line")
+            code, reason = self._bad_row_reason(text, last and len(data) > self.limit,
+                                                found.get(r, ('', '?'))[1])
             self.bad.append(BadRecord(self.path, code, reason, line=int(starts[r]),
                                       raw=excerpt(text.rstrip(b"\r\n"))))
             self.record += 1
@@ -620,6 +592,48 @@ class _Careful:
             done = r + 1
         self._rows(table, good_rows, found, starts, done, total)
         return "done", b"", 0
+
+    def _parse_region(self, data: bytes) -> tuple[pa.Table, list[tuple[int, str, int]], np.ndarray,
+                                                  np.ndarray, np.ndarray, int, bool]:
+        """`data` parsed (the sentinel row after it, when there is one): the table, the
+        rejected rows and their numbers, the good rows' numbers, each row's extra lines (a
+        row over n lines: n - 1), the number of rows, and whether the last row runs off the
+        end (a quote still open there swallowed the sentinel)."""
+        table, rejected = self._parse(data + self.sentinel)
+        total = table.num_rows + len(rejected)
+        rej = np.array([r for r, _, _ in rejected], np.int64)
+        is_good = np.ones(total, bool)
+        is_good[rej] = False
+        good_rows = np.flatnonzero(is_good)
+        extra = np.zeros(total, np.int64)
+        if total != data.count(b"\n") + bool(self.sentinel):  # else every row is one line
+            extra[good_rows] = _newlines(table.combine_chunks().to_batches()[0]) if table.num_rows else 0
+        extra[rej] = [text.count("\n") for _, text, _ in rejected]
+        runs_off = False
+        if self.sentinel:
+            if is_good[-1] and _is_sentinel(table.slice(table.num_rows - 1).combine_chunks()
+                                            .to_batches()[0], 0):
+                total -= 1
+                table, good_rows, extra = table.slice(0, total), good_rows[:-1], extra[:-1]
+            else:
+                runs_off = True
+        return table, rejected, rej, good_rows, extra, total, runs_off
+
+    def _bad_row_reason(self, text: bytes, over_limit: bool, fields: Any) -> tuple[str, str]:
+        """The code and reason of a bad row over several lines: still open after
+        max_record_bytes, an unbalanced quote, or a wrong number of fields."""
+        if over_limit:
+            return ("unterminated_quote",
+                    f"quoted field still open after max_record_bytes ({self.limit}) "
+                    f"bytes; parsing resumes at the next line")
+        if text.count(self.quote) % 2:
+            return ("unterminated_quote",
+                    "unbalanced quote (the field runs on over the next lines); "
+                    "parsing resumes at the next line")
+        return ("wrong_field_count",
+                f"wrong number of fields (expected {len(self.names)}, found "
+                f"{fields} in a row over several lines); "
+                f"parsing resumes at the next line")
 
     def _malformed(self, data: bytes, line_at: np.ndarray, first: np.ndarray, extra: np.ndarray,
                    good_rows: np.ndarray) -> list[int]:
