@@ -242,38 +242,14 @@ class CsvReader(FileSource):
         path = split.path
         names = self._names(path)
         first = split.first
-        read_options = pa_csv.ReadOptions(
-            use_threads=True,
-            block_size=1 << 22,
-            skip_rows=self.skip_rows if first else 0,
-            column_names=names if (self.columns is not None or not first or not self.header)
-            else None,
-            skip_rows_after_names=1 if (first and self.header and self.columns is not None) else 0,
-        )
-        # numbers: a marker (and "", which the encoder reads as missing anyway) is null; text
-        # cells stay bytes here and `_Rows.take` nulls the markers among them
-        convert = pa_csv.ConvertOptions(
-            column_types={name: self.numeric.get(name, pa.binary()) for name in names},
-            null_values=list(dict.fromkeys(["", *self.null_values])),
-            strings_can_be_null=False, quoted_strings_can_be_null=True,
-        )
+        read_options, convert = self._fast_options(names, first)
         buffer = _Rows(names, self.null_values)
         cursor = 0  # record index of the next row
         newlines = 0  # quoted newlines in the rows before `cursor`
         first_line = (self._header_lines if first else split.first_line) + 1
         sentinel = self._sentinel(len(names))
         with fs.open_read(path) as fh:
-            data: Any = fh
-            if not split.whole:
-
-                fh.seek(split.start)
-                data = LineRange(fh, None if split.stop is None else split.stop - split.start)
-            if self.codec:
-                data = Transcoded(data, self.codec)
-            reader = pa_csv.open_csv(_WithTail(data, sentinel) if sentinel else data,
-                                     read_options=read_options,
-                                     parse_options=self._parse_options(None),
-                                     convert_options=convert)
+            reader = self._open_fast(fh, split, sentinel, read_options, convert)
             last: pa.RecordBatch | None = None  # the last non-empty batch
             # progress: the reader reads far ahead of the batches it hands out, but each batch
             # is one block of `block_size` input bytes (the last one less)
@@ -308,6 +284,42 @@ class CsvReader(FileSource):
             buffer.drop_last()
         while buffer.rows:
             yield _ending(buffer.take(self.block_rows, path, []), end)
+
+    def _fast_options(self, names: list[str],
+                      first: bool) -> tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions]:
+        """Arrow's read and convert options for a split (`first`: the file's first split)."""
+        read_options = pa_csv.ReadOptions(
+            use_threads=True,
+            block_size=1 << 22,
+            skip_rows=self.skip_rows if first else 0,
+            column_names=names if (self.columns is not None or not first or not self.header)
+            else None,
+            skip_rows_after_names=1 if (first and self.header and self.columns is not None) else 0,
+        )
+        # numbers: a marker (and "", which the encoder reads as missing anyway) is null; text
+        # cells stay bytes here and `_Rows.take` nulls the markers among them
+        convert = pa_csv.ConvertOptions(
+            column_types={name: self.numeric.get(name, pa.binary()) for name in names},
+            null_values=list(dict.fromkeys(["", *self.null_values])),
+            strings_can_be_null=False, quoted_strings_can_be_null=True,
+        )
+        return read_options, convert
+
+    def _open_fast(self, fh: Any, split: Split, sentinel: bytes,
+                   read_options: pa_csv.ReadOptions,
+                   convert: pa_csv.ConvertOptions) -> pa_csv.CSVStreamingReader:
+        """Arrow's streaming reader over the split's bytes (decoded to UTF-8 when the file is
+        in another encoding), the sentinel row after them when there is one."""
+        data: Any = fh
+        if not split.whole:
+            fh.seek(split.start)
+            data = LineRange(fh, None if split.stop is None else split.stop - split.start)
+        if self.codec:
+            data = Transcoded(data, self.codec)
+        return pa_csv.open_csv(_WithTail(data, sentinel) if sentinel else data,
+                               read_options=read_options,
+                               parse_options=self._parse_options(None),
+                               convert_options=convert)
 
     def _read_careful(self, split: Split, skip: int = 0) -> Iterator[Block]:
         """Single-threaded, every column as text, bad rows reported with their line;
