@@ -282,53 +282,69 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
     # 64k images would be 50M Python slots
     reason: Any = MISSING
     if want.kind in "biu":
-        if raw.dtype.kind == "f":
-            frac = ~np.isfinite(raw) | (raw != np.floor(raw))
-            if null is not None:
-                frac &= ~null
-            if frac.any():
-                bad |= frac
-                reason = _name_values(frac, raw, "out_of_range", "expected an integer for "
-                                      f"{feature.dtype}, found " + "{value}", reason)
-            raw = np.where(frac, 0, raw)
-        lo, hi = (0, 1) if want.kind == "b" else (int(np.iinfo(want).min), int(np.iinfo(want).max))
-        # a source type that fits the declared one needs no check (uint8 images: 470M
-        # comparisons saved on 600k MNIST-shaped records)
-        fits = raw.dtype.kind in "biu" and np.can_cast(raw.dtype, want, "safe")
-        if fits:
-            out_of_range = None
-        elif raw.dtype.kind == "u":
-            out_of_range = raw > hi
-        else:
-            # `>= hi + 1`: float(2**63 - 1) rounds up to 2**63, which would pass `> hi`
-            out_of_range = (raw < lo) | (raw >= hi + 1)
-        if out_of_range is not None and out_of_range.any():
-            bad |= out_of_range
-            reason = _name_values(out_of_range, raw, "out_of_range", "value {value} out of "
-                                  f"range for {feature.dtype} [{lo}, {hi}]", reason)
-            raw = np.where(out_of_range, 0, raw)
-        values = raw.astype(np.int64 if feature.storage == "int64" else want, copy=False)
+        values, reason = _integer_values(feature, want, raw, null, bad, reason)
     else:
-        with np.errstate(over="ignore", invalid="ignore"):
-            values = raw.astype(want, copy=False)
-        # one pass on the good path; the split into overflow / NaN only when something is off
-        nonfinite = ~np.isfinite(values)
-        if nonfinite.any():
-            source_nonfinite = (nonfinite & ~np.isfinite(raw) if raw.dtype.kind == "f"
-                                else np.zeros(len(raw), bool))
-            overflow = nonfinite & ~source_nonfinite
-            if overflow.any():
-                bad |= overflow
-                reason = _name_values(overflow, raw, "out_of_range",
-                                      "value {value} overflows " + feature.dtype, reason)
-            if source_nonfinite.any() and not feature.allow_nan:
-                bad |= source_nonfinite
-                reason = _name_values(source_nonfinite, raw, "nan_not_allowed",
-                                      "value {value} is not finite (the feature does not "
-                                      "say allow_nan: true)", reason)
-        if feature.storage == "float":
-            values = values.astype(np.float32, copy=False)
+        values, reason = _float_values(feature, want, raw, bad, reason)
     return values, bad, reason
+
+
+def _integer_values(feature: Feature, want: np.dtype, raw: np.ndarray, null: np.ndarray | None,
+                    bad: np.ndarray, reason: Any) -> tuple[np.ndarray, Any]:
+    """Numbers as the declared integer (or bool) type: fractions, non-finite values and
+    values out of its range marked in `bad` (in place) and zeroed; the values, the reason."""
+    if raw.dtype.kind == "f":
+        frac = ~np.isfinite(raw) | (raw != np.floor(raw))
+        if null is not None:
+            frac &= ~null
+        if frac.any():
+            bad |= frac
+            reason = _name_values(frac, raw, "out_of_range", "expected an integer for "
+                                  f"{feature.dtype}, found " + "{value}", reason)
+        raw = np.where(frac, 0, raw)
+    lo, hi = (0, 1) if want.kind == "b" else (int(np.iinfo(want).min), int(np.iinfo(want).max))
+    # a source type that fits the declared one needs no check (uint8 images: 470M
+    # comparisons saved on 600k MNIST-shaped records)
+    fits = raw.dtype.kind in "biu" and np.can_cast(raw.dtype, want, "safe")
+    if fits:
+        out_of_range = None
+    elif raw.dtype.kind == "u":
+        out_of_range = raw > hi
+    else:
+        # `>= hi + 1`: float(2**63 - 1) rounds up to 2**63, which would pass `> hi`
+        out_of_range = (raw < lo) | (raw >= hi + 1)
+    if out_of_range is not None and out_of_range.any():
+        bad |= out_of_range
+        reason = _name_values(out_of_range, raw, "out_of_range", "value {value} out of "
+                              f"range for {feature.dtype} [{lo}, {hi}]", reason)
+        raw = np.where(out_of_range, 0, raw)
+    values = raw.astype(np.int64 if feature.storage == "int64" else want, copy=False)
+    return values, reason
+
+
+def _float_values(feature: Feature, want: np.dtype, raw: np.ndarray, bad: np.ndarray,
+                  reason: Any) -> tuple[np.ndarray, Any]:
+    """Numbers as the declared float type: an overflow, or NaN/inf where the feature does not
+    allow them, marked in `bad` (in place); the values, the reason."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = raw.astype(want, copy=False)
+    # one pass on the good path; the split into overflow / NaN only when something is off
+    nonfinite = ~np.isfinite(values)
+    if nonfinite.any():
+        source_nonfinite = (nonfinite & ~np.isfinite(raw) if raw.dtype.kind == "f"
+                            else np.zeros(len(raw), bool))
+        overflow = nonfinite & ~source_nonfinite
+        if overflow.any():
+            bad |= overflow
+            reason = _name_values(overflow, raw, "out_of_range",
+                                  "value {value} overflows " + feature.dtype, reason)
+        if source_nonfinite.any() and not feature.allow_nan:
+            bad |= source_nonfinite
+            reason = _name_values(source_nonfinite, raw, "nan_not_allowed",
+                                  "value {value} is not finite (the feature does not "
+                                  "say allow_nan: true)", reason)
+    if feature.storage == "float":
+        values = values.astype(np.float32, copy=False)
+    return values, reason
 
 
 def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
