@@ -361,28 +361,7 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
         parse_bad = np.zeros(len(text), bool)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         # the slow path, only for a batch with a cell Arrow cannot cast: find which ones
-        cells = text.to_pylist()
-        out: list[Any] = []
-        parse_bad = np.zeros(len(cells), bool)
-        range_bad = np.zeros(len(cells), bool)
-        for i, c in enumerate(cells):
-            if c is None:
-                out.append(None)
-                continue
-            try:
-                if "_" in c:  # Python reads "1_000"; Arrow and every other reader do not
-                    raise ValueError(c)
-                v: Any = float(c) if is_float else int(c)
-            except ValueError:
-                out.append(None)
-                parse_bad[i] = True
-                continue
-            if not is_float and not -(2**63) <= v < 2**63:
-                out.append(None)  # beyond int64: no Arrow array can hold it
-                range_bad[i] = True
-                continue
-            out.append(v)
-        parsed = pa.array(out, target)
+        parsed, parse_bad, range_bad = _parse_cells(text, is_float, target)
     if is_float:
         # "1e400" parses as inf: an overflow of the text, not an Inf the source meant
         as_float = np.asarray(parsed.fill_null(0).to_numpy(zero_copy_only=False))
@@ -410,6 +389,34 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
         reason = _name_values(range_bad, text, "out_of_range", why, reason, plain=True)
         bad = bad | range_bad
     return values, bad, reason
+
+
+def _parse_cells(text: pa.Array, is_float: bool,
+                 target: pa.DataType) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Cell by cell, the text Arrow could not cast: the numbers (null where a cell is not
+    one), the unparsable cells, the integers beyond int64."""
+    cells = text.to_pylist()
+    out: list[Any] = []
+    parse_bad = np.zeros(len(cells), bool)
+    range_bad = np.zeros(len(cells), bool)
+    for i, c in enumerate(cells):
+        if c is None:
+            out.append(None)
+            continue
+        try:
+            if "_" in c:  # Python reads "1_000"; Arrow and every other reader do not
+                raise ValueError(c)
+            v: Any = float(c) if is_float else int(c)
+        except ValueError:
+            out.append(None)
+            parse_bad[i] = True
+            continue
+        if not is_float and not -(2**63) <= v < 2**63:
+            out.append(None)  # beyond int64: no Arrow array can hold it
+            range_bad[i] = True
+            continue
+        out.append(v)
+    return pa.array(out, target), parse_bad, range_bad
 
 
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
