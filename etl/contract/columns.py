@@ -676,30 +676,7 @@ def _blob_storage(
     n = len(offsets) - 1
     counts = np.diff(offsets)
     if isinstance(values, pa.Array):  # already blobs (bytes per record)
-        one = present & (counts == 1)
-        wrong = present & (counts != 1)
-        if wrong.any():
-            flag(np.flatnonzero(wrong), ("wrong_shape", "expected one encoded blob per record"))
-        blobs = values.take(pa.array(np.where(one, offsets[:-1], 0)))
-        lengths = np.asarray(pc.binary_length(blobs).fill_null(0).to_numpy(), np.int64)
-        if feature.encoding == "raw":
-            bad_len = one & (lengths != feature.raw_record_bytes)
-            if bad_len.any():
-                r = int(np.flatnonzero(bad_len)[0])
-                flag(np.flatnonzero(bad_len), ("wrong_shape", f"raw blob has {int(lengths[r])} "
-                                              f"bytes, expected {feature.raw_record_bytes} for "
-                                              f"{feature.dtype}{list(feature.shape)}"))
-            if np.dtype(feature.dtype).kind == "f" and not feature.allow_nan:
-                _flag_raw_nonfinite(feature, blobs, one & ~bad_len, flag)
-        else:
-            if feature.resize or feature.pad:
-                blobs, one = _fit_blobs(feature, blobs, one, flag)
-            problems = image_header_problems(feature, blobs, one)
-            for i, why in problems.items():
-                flag(np.array([i]), why)
-        return pa.LargeListArray.from_arrays(
-            pa.array(np.arange(n + 1, dtype=np.int64)), blobs.cast(pa.large_binary())
-        )
+        return _checked_blobs(feature, values, offsets, present, counts, flag)
     if feature.variable_image:  # pixel values carry no height and width
         flag(np.flatnonzero(present), ("wrong_type", f"shape {list(feature.shape)} (any size) "
                                        f"takes encoded {feature.encoding} files, not pixel "
@@ -731,6 +708,37 @@ def _blob_storage(
         blobs = pa.array([encode_pixels(feature, dense[i]) if ok[i] else b"" for i in range(n)],
                          pa.large_binary())
     return pa.LargeListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int64)), blobs)
+
+
+def _checked_blobs(feature: Feature, values: pa.Array, offsets: np.ndarray, present: np.ndarray,
+                   counts: np.ndarray, flag: Any) -> pa.Array:
+    """Blobs given as bytes: one per record, a raw blob's length and values, an image's
+    header checked (an image fitted first when the feature resizes or pads)."""
+    n = len(offsets) - 1
+    one = present & (counts == 1)
+    wrong = present & (counts != 1)
+    if wrong.any():
+        flag(np.flatnonzero(wrong), ("wrong_shape", "expected one encoded blob per record"))
+    blobs = values.take(pa.array(np.where(one, offsets[:-1], 0)))
+    lengths = np.asarray(pc.binary_length(blobs).fill_null(0).to_numpy(), np.int64)
+    if feature.encoding == "raw":
+        bad_len = one & (lengths != feature.raw_record_bytes)
+        if bad_len.any():
+            r = int(np.flatnonzero(bad_len)[0])
+            flag(np.flatnonzero(bad_len), ("wrong_shape", f"raw blob has {int(lengths[r])} "
+                                          f"bytes, expected {feature.raw_record_bytes} for "
+                                          f"{feature.dtype}{list(feature.shape)}"))
+        if np.dtype(feature.dtype).kind == "f" and not feature.allow_nan:
+            _flag_raw_nonfinite(feature, blobs, one & ~bad_len, flag)
+    else:
+        if feature.resize or feature.pad:
+            blobs, one = _fit_blobs(feature, blobs, one, flag)
+        problems = image_header_problems(feature, blobs, one)
+        for i, why in problems.items():
+            flag(np.array([i]), why)
+    return pa.LargeListArray.from_arrays(
+        pa.array(np.arange(n + 1, dtype=np.int64)), blobs.cast(pa.large_binary())
+    )
 
 
 def _fit_blobs(feature: Feature, blobs: pa.Array, one: np.ndarray, flag: Any
