@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import (
@@ -452,6 +452,36 @@ def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
     return _Place(remote, remote, remote.tmp, log_file, None)
 
 
+class _SharedStores:
+    """This run's stores that its DoFns share in this process through Beam `Shared` handles,
+    each dropped when the run ends: the held spills, the live progress tally, the busy writers.
+    A handle is None where its store is not used (stages elsewhere, no progress display)."""
+
+    def __init__(self, spec: ConvertSpec, held: bool, progress: ProgressConfig | None,
+                 options: PipelineOptions) -> None:
+        # this run's held spills: shared by its DoFns in this process, dropped when it ends
+        self.held_handle = Shared() if held else None
+        self.spills = self.held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
+            if self.held_handle else None
+        # this run's live progress tally: shared like the held spills, when every stage runs
+        # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
+        self.tally_handle = Shared() if progress is not None and shares_process(options) else None
+        self.tally = self.tally_handle.acquire(Tally) if self.tally_handle else None
+        # this run's busy writers, when they run here: the clean-up waits for them to stop
+        self.writers_handle = Shared() if shares_process(options) else None
+        self.writers = self.writers_handle.acquire(InFlight) if self.writers_handle else None
+
+    def release(self, failure: BaseException | None, run_log: RunLog) -> None:
+        """After a failure, wait a while for the busy writers; drop the held spills."""
+        if self.writers is not None and failure is not None:
+            busy = self.writers.wait_idle(WRITERS_WAIT_SECONDS)
+            if busy:
+                run_log.note(f"{busy} writers still busy after {WRITERS_WAIT_SECONDS} s; "
+                             "what they leave is removed by the next run")
+        if self.spills is not None:
+            self.spills.release()
+
+
 def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, place: _Place,
              run_log: RunLog, attempt: Attempt, capture_stderr: bool,
              progress: ProgressConfig | None) -> JobResult:
@@ -463,17 +493,7 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     spec = convert_spec(job, plan.schema, plan.read_plan, options, via, tmp, held,
                         plan.sources)
     plan.read_plan.save(spec.read_plan)
-    # this run's held spills: shared by its DoFns in this process, dropped when it ends
-    held_handle = Shared() if held else None
-    store = held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
-        if held_handle else None
-    # this run's live progress tally: shared like the held spills, when every stage runs
-    # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
-    tally_handle = Shared() if progress is not None and shares_process(options) else None
-    tally = tally_handle.acquire(Tally) if tally_handle else None
-    # this run's busy writers, when they run here: the clean-up waits for them to stop
-    writers_handle = Shared() if shares_process(options) else None
-    writers = writers_handle.acquire(InFlight) if writers_handle else None
+    stores = _SharedStores(spec, held, progress, options)
     bytes_total = sum(u.num_bytes for u in plan.read_plan.units)
     reporter: live.Reporter | None = None
     failure: BaseException | None = None
@@ -481,33 +501,17 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     p: beam.Pipeline | None = None
     try:
         with signals.interruptible():  # the pipeline and the publish: a signal acts
-            reporter = live.start(progress, tally, bytes_total)
+            reporter = live.start(progress, stores.tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
                 p = new_pipeline(options, tmp)
-                _ = p | "Convert" >> ConvertToShards(spec, held_handle, tally_handle,
-                                                   writers_handle)
+                _ = p | "Convert" >> ConvertToShards(spec, stores.held_handle, stores.tally_handle,
+                                                   stores.writers_handle)
                 submitted = p.run()
-                if reporter is not None and tally is None:  # poll the runner's metrics
+                if reporter is not None and stores.tally is None:  # poll the runner's metrics
                     reporter.attach(live.MetricsFeed(submitted, bytes_total))
                 attempt.dataflow_job_id = announce_job(submitted, options, run_log) or ""
                 submitted.wait_until_finish()
-            if reporter is not None:
-                reporter.stage("checking")
-            if place.lock is not None:
-                place.lock.verify()
-            launched = launch_only(options)
-            if launched:  # nothing ran: nothing to check or publish
-                result = JobResult(job.output, {}, {"num_records": 0}, time.time() - started,
-                                   {}, launched)
-            else:
-                input_pin.check_unchanged(plan.pinned)  # what was read is what was fingerprinted
-                rejected_at = log_file.removesuffix(".log") + ".rejected.jsonl"
-                fields = {**plan.ident.manifest_fields(), "run_id": run_id,
-                          ORIGIN_KEY: plan.origin}
-                result = _check_and_publish(job, spec, run_id, started, rejected_at, place.remote,
-                                            fields, reporter, attempt)
-            if reporter is not None:
-                reporter.stage("done")
+            result = _check_then_publish(job, plan, spec, options, place, attempt, reporter)
     except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
         failure = _changed_input(e, plan.pinned)
         if isinstance(e, KeyboardInterrupt) and submitted is not None:
@@ -515,31 +519,56 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     finally:
         if reporter is not None:  # before anything else is printed: the summary, an error
             reporter.stop(final=failure is None)
-        if writers is not None and failure is not None:
-            busy = writers.wait_idle(WRITERS_WAIT_SECONDS)
-            if busy:
-                run_log.note(f"{busy} writers still busy after {WRITERS_WAIT_SECONDS} s; "
-                             "what they leave is removed by the next run")
-        if store is not None:
-            store.release()
+        stores.release(failure, run_log)
         if p is not None and fs.is_remote(tmp):  # its temp folder: Beam's run removes it, a
             shutil.rmtree(p.local_tempdir, ignore_errors=True)  # failure before it does not
         _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
     if place.workdir is not None:
         guard.prune_logs(place.workdir, current=run_id)  # this run's log is always kept
     if failure is not None:
-        run_log.failure(failure)
-        if signals.received() is not None and not isinstance(failure, KeyboardInterrupt):
-            # what the signal left of the run (a bundle that saw the cancel flag, a runner
-            # that swallowed the interrupt and failed on its own): the signal is the cause
-            raise signals.as_interrupted(failure, signals.PUBLISHED if attempt.published
-                                         else signals.UNCHANGED) from failure
-        if not isinstance(failure, Exception) or isinstance(failure, BlockedError):
-            raise failure  # KeyboardInterrupt, SystemExit; a blocked span's lines and checks
-        raise user_error(failure, log_file, run_id) from failure
+        _raise_run_failure(failure, run_log, attempt, log_file, run_id)
     run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
     return result
 
+
+def _check_then_publish(job: JobConfig, plan: _Plan, spec: ConvertSpec, options: PipelineOptions,
+                        place: _Place, attempt: Attempt,
+                        reporter: live.Reporter | None) -> JobResult:
+    """After the pipeline: the lock still ours, what was read unchanged, then the checks and
+    the publish (a launch-only run: nothing ran, nothing to check or publish)."""
+    if reporter is not None:
+        reporter.stage("checking")
+    if place.lock is not None:
+        place.lock.verify()
+    launched = launch_only(options)
+    if launched:  # nothing ran: nothing to check or publish
+        result = JobResult(job.output, {}, {"num_records": 0}, time.time() - attempt.started,
+                           {}, launched)
+    else:
+        input_pin.check_unchanged(plan.pinned)  # what was read is what was fingerprinted
+        rejected_at = place.log_file.removesuffix(".log") + ".rejected.jsonl"
+        fields = {**plan.ident.manifest_fields(), "run_id": plan.run_id,
+                  ORIGIN_KEY: plan.origin}
+        result = _check_and_publish(job, spec, plan.run_id, attempt.started, rejected_at,
+                                    place.remote, fields, reporter, attempt)
+    if reporter is not None:
+        reporter.stage("done")
+    return result
+
+
+def _raise_run_failure(failure: BaseException, run_log: RunLog, attempt: Attempt,
+                       log_file: str, run_id: str) -> NoReturn:
+    """The failure logged, then raised as the user sees it: an interruption when a signal
+    came, as it is for an interrupt or a blocked span, else in one line (`user_error`)."""
+    run_log.failure(failure)
+    if signals.received() is not None and not isinstance(failure, KeyboardInterrupt):
+        # what the signal left of the run (a bundle that saw the cancel flag, a runner
+        # that swallowed the interrupt and failed on its own): the signal is the cause
+        raise signals.as_interrupted(failure, signals.PUBLISHED if attempt.published
+                                     else signals.UNCHANGED) from failure
+    if not isinstance(failure, Exception) or isinstance(failure, BlockedError):
+        raise failure  # KeyboardInterrupt, SystemExit; a blocked span's lines and checks
+    raise user_error(failure, log_file, run_id) from failure
 
 def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
     """A Beam pipeline whose local temp folder is this run's: Beam makes an empty

@@ -282,53 +282,69 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
     # 64k images would be 50M Python slots
     reason: Any = MISSING
     if want.kind in "biu":
-        if raw.dtype.kind == "f":
-            frac = ~np.isfinite(raw) | (raw != np.floor(raw))
-            if null is not None:
-                frac &= ~null
-            if frac.any():
-                bad |= frac
-                reason = _name_values(frac, raw, "out_of_range", "expected an integer for "
-                                      f"{feature.dtype}, found " + "{value}", reason)
-            raw = np.where(frac, 0, raw)
-        lo, hi = (0, 1) if want.kind == "b" else (int(np.iinfo(want).min), int(np.iinfo(want).max))
-        # a source type that fits the declared one needs no check (uint8 images: 470M
-        # comparisons saved on 600k MNIST-shaped records)
-        fits = raw.dtype.kind in "biu" and np.can_cast(raw.dtype, want, "safe")
-        if fits:
-            out_of_range = None
-        elif raw.dtype.kind == "u":
-            out_of_range = raw > hi
-        else:
-            # `>= hi + 1`: float(2**63 - 1) rounds up to 2**63, which would pass `> hi`
-            out_of_range = (raw < lo) | (raw >= hi + 1)
-        if out_of_range is not None and out_of_range.any():
-            bad |= out_of_range
-            reason = _name_values(out_of_range, raw, "out_of_range", "value {value} out of "
-                                  f"range for {feature.dtype} [{lo}, {hi}]", reason)
-            raw = np.where(out_of_range, 0, raw)
-        values = raw.astype(np.int64 if feature.storage == "int64" else want, copy=False)
+        values, reason = _integer_values(feature, want, raw, null, bad, reason)
     else:
-        with np.errstate(over="ignore", invalid="ignore"):
-            values = raw.astype(want, copy=False)
-        # one pass on the good path; the split into overflow / NaN only when something is off
-        nonfinite = ~np.isfinite(values)
-        if nonfinite.any():
-            source_nonfinite = (nonfinite & ~np.isfinite(raw) if raw.dtype.kind == "f"
-                                else np.zeros(len(raw), bool))
-            overflow = nonfinite & ~source_nonfinite
-            if overflow.any():
-                bad |= overflow
-                reason = _name_values(overflow, raw, "out_of_range",
-                                      "value {value} overflows " + feature.dtype, reason)
-            if source_nonfinite.any() and not feature.allow_nan:
-                bad |= source_nonfinite
-                reason = _name_values(source_nonfinite, raw, "nan_not_allowed",
-                                      "value {value} is not finite (the feature does not "
-                                      "say allow_nan: true)", reason)
-        if feature.storage == "float":
-            values = values.astype(np.float32, copy=False)
+        values, reason = _float_values(feature, want, raw, bad, reason)
     return values, bad, reason
+
+
+def _integer_values(feature: Feature, want: np.dtype, raw: np.ndarray, null: np.ndarray | None,
+                    bad: np.ndarray, reason: Any) -> tuple[np.ndarray, Any]:
+    """Numbers as the declared integer (or bool) type: fractions, non-finite values and
+    values out of its range marked in `bad` (in place) and zeroed; the values, the reason."""
+    if raw.dtype.kind == "f":
+        frac = ~np.isfinite(raw) | (raw != np.floor(raw))
+        if null is not None:
+            frac &= ~null
+        if frac.any():
+            bad |= frac
+            reason = _name_values(frac, raw, "out_of_range", "expected an integer for "
+                                  f"{feature.dtype}, found " + "{value}", reason)
+        raw = np.where(frac, 0, raw)
+    lo, hi = (0, 1) if want.kind == "b" else (int(np.iinfo(want).min), int(np.iinfo(want).max))
+    # a source type that fits the declared one needs no check (uint8 images: 470M
+    # comparisons saved on 600k MNIST-shaped records)
+    fits = raw.dtype.kind in "biu" and np.can_cast(raw.dtype, want, "safe")
+    if fits:
+        out_of_range = None
+    elif raw.dtype.kind == "u":
+        out_of_range = raw > hi
+    else:
+        # `>= hi + 1`: float(2**63 - 1) rounds up to 2**63, which would pass `> hi`
+        out_of_range = (raw < lo) | (raw >= hi + 1)
+    if out_of_range is not None and out_of_range.any():
+        bad |= out_of_range
+        reason = _name_values(out_of_range, raw, "out_of_range", "value {value} out of "
+                              f"range for {feature.dtype} [{lo}, {hi}]", reason)
+        raw = np.where(out_of_range, 0, raw)
+    values = raw.astype(np.int64 if feature.storage == "int64" else want, copy=False)
+    return values, reason
+
+
+def _float_values(feature: Feature, want: np.dtype, raw: np.ndarray, bad: np.ndarray,
+                  reason: Any) -> tuple[np.ndarray, Any]:
+    """Numbers as the declared float type: an overflow, or NaN/inf where the feature does not
+    allow them, marked in `bad` (in place); the values, the reason."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = raw.astype(want, copy=False)
+    # one pass on the good path; the split into overflow / NaN only when something is off
+    nonfinite = ~np.isfinite(values)
+    if nonfinite.any():
+        source_nonfinite = (nonfinite & ~np.isfinite(raw) if raw.dtype.kind == "f"
+                            else np.zeros(len(raw), bool))
+        overflow = nonfinite & ~source_nonfinite
+        if overflow.any():
+            bad |= overflow
+            reason = _name_values(overflow, raw, "out_of_range",
+                                  "value {value} overflows " + feature.dtype, reason)
+        if source_nonfinite.any() and not feature.allow_nan:
+            bad |= source_nonfinite
+            reason = _name_values(source_nonfinite, raw, "nan_not_allowed",
+                                  "value {value} is not finite (the feature does not "
+                                  "say allow_nan: true)", reason)
+    if feature.storage == "float":
+        values = values.astype(np.float32, copy=False)
+    return values, reason
 
 
 def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndarray, Any]:
@@ -345,28 +361,7 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
         parse_bad = np.zeros(len(text), bool)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         # the slow path, only for a batch with a cell Arrow cannot cast: find which ones
-        cells = text.to_pylist()
-        out: list[Any] = []
-        parse_bad = np.zeros(len(cells), bool)
-        range_bad = np.zeros(len(cells), bool)
-        for i, c in enumerate(cells):
-            if c is None:
-                out.append(None)
-                continue
-            try:
-                if "_" in c:  # Python reads "1_000"; Arrow and every other reader do not
-                    raise ValueError(c)
-                v: Any = float(c) if is_float else int(c)
-            except ValueError:
-                out.append(None)
-                parse_bad[i] = True
-                continue
-            if not is_float and not -(2**63) <= v < 2**63:
-                out.append(None)  # beyond int64: no Arrow array can hold it
-                range_bad[i] = True
-                continue
-            out.append(v)
-        parsed = pa.array(out, target)
+        parsed, parse_bad, range_bad = _parse_cells(text, is_float, target)
     if is_float:
         # "1e400" parses as inf: an overflow of the text, not an Inf the source meant
         as_float = np.asarray(parsed.fill_null(0).to_numpy(zero_copy_only=False))
@@ -394,6 +389,34 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
         reason = _name_values(range_bad, text, "out_of_range", why, reason, plain=True)
         bad = bad | range_bad
     return values, bad, reason
+
+
+def _parse_cells(text: pa.Array, is_float: bool,
+                 target: pa.DataType) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Cell by cell, the text Arrow could not cast: the numbers (null where a cell is not
+    one), the unparsable cells, the integers beyond int64."""
+    cells = text.to_pylist()
+    out: list[Any] = []
+    parse_bad = np.zeros(len(cells), bool)
+    range_bad = np.zeros(len(cells), bool)
+    for i, c in enumerate(cells):
+        if c is None:
+            out.append(None)
+            continue
+        try:
+            if "_" in c:  # Python reads "1_000"; Arrow and every other reader do not
+                raise ValueError(c)
+            v: Any = float(c) if is_float else int(c)
+        except ValueError:
+            out.append(None)
+            parse_bad[i] = True
+            continue
+        if not is_float and not -(2**63) <= v < 2**63:
+            out.append(None)  # beyond int64: no Arrow array can hold it
+            range_bad[i] = True
+            continue
+        out.append(v)
+    return pa.array(out, target), parse_bad, range_bad
 
 
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
@@ -653,30 +676,7 @@ def _blob_storage(
     n = len(offsets) - 1
     counts = np.diff(offsets)
     if isinstance(values, pa.Array):  # already blobs (bytes per record)
-        one = present & (counts == 1)
-        wrong = present & (counts != 1)
-        if wrong.any():
-            flag(np.flatnonzero(wrong), ("wrong_shape", "expected one encoded blob per record"))
-        blobs = values.take(pa.array(np.where(one, offsets[:-1], 0)))
-        lengths = np.asarray(pc.binary_length(blobs).fill_null(0).to_numpy(), np.int64)
-        if feature.encoding == "raw":
-            bad_len = one & (lengths != feature.raw_record_bytes)
-            if bad_len.any():
-                r = int(np.flatnonzero(bad_len)[0])
-                flag(np.flatnonzero(bad_len), ("wrong_shape", f"raw blob has {int(lengths[r])} "
-                                              f"bytes, expected {feature.raw_record_bytes} for "
-                                              f"{feature.dtype}{list(feature.shape)}"))
-            if np.dtype(feature.dtype).kind == "f" and not feature.allow_nan:
-                _flag_raw_nonfinite(feature, blobs, one & ~bad_len, flag)
-        else:
-            if feature.resize or feature.pad:
-                blobs, one = _fit_blobs(feature, blobs, one, flag)
-            problems = image_header_problems(feature, blobs, one)
-            for i, why in problems.items():
-                flag(np.array([i]), why)
-        return pa.LargeListArray.from_arrays(
-            pa.array(np.arange(n + 1, dtype=np.int64)), blobs.cast(pa.large_binary())
-        )
+        return _checked_blobs(feature, values, offsets, present, counts, flag)
     if feature.variable_image:  # pixel values carry no height and width
         flag(np.flatnonzero(present), ("wrong_type", f"shape {list(feature.shape)} (any size) "
                                        f"takes encoded {feature.encoding} files, not pixel "
@@ -708,6 +708,37 @@ def _blob_storage(
         blobs = pa.array([encode_pixels(feature, dense[i]) if ok[i] else b"" for i in range(n)],
                          pa.large_binary())
     return pa.LargeListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int64)), blobs)
+
+
+def _checked_blobs(feature: Feature, values: pa.Array, offsets: np.ndarray, present: np.ndarray,
+                   counts: np.ndarray, flag: Any) -> pa.Array:
+    """Blobs given as bytes: one per record, a raw blob's length and values, an image's
+    header checked (an image fitted first when the feature resizes or pads)."""
+    n = len(offsets) - 1
+    one = present & (counts == 1)
+    wrong = present & (counts != 1)
+    if wrong.any():
+        flag(np.flatnonzero(wrong), ("wrong_shape", "expected one encoded blob per record"))
+    blobs = values.take(pa.array(np.where(one, offsets[:-1], 0)))
+    lengths = np.asarray(pc.binary_length(blobs).fill_null(0).to_numpy(), np.int64)
+    if feature.encoding == "raw":
+        bad_len = one & (lengths != feature.raw_record_bytes)
+        if bad_len.any():
+            r = int(np.flatnonzero(bad_len)[0])
+            flag(np.flatnonzero(bad_len), ("wrong_shape", f"raw blob has {int(lengths[r])} "
+                                          f"bytes, expected {feature.raw_record_bytes} for "
+                                          f"{feature.dtype}{list(feature.shape)}"))
+        if np.dtype(feature.dtype).kind == "f" and not feature.allow_nan:
+            _flag_raw_nonfinite(feature, blobs, one & ~bad_len, flag)
+    else:
+        if feature.resize or feature.pad:
+            blobs, one = _fit_blobs(feature, blobs, one, flag)
+        problems = image_header_problems(feature, blobs, one)
+        for i, why in problems.items():
+            flag(np.array([i]), why)
+    return pa.LargeListArray.from_arrays(
+        pa.array(np.arange(n + 1, dtype=np.int64)), blobs.cast(pa.large_binary())
+    )
 
 
 def _fit_blobs(feature: Feature, blobs: pa.Array, one: np.ndarray, flag: Any

@@ -357,10 +357,8 @@ class Scanned(NamedTuple):
     reason: str = ""
 
 
-def scan_records(
-    fh: BinaryIO, compression: str = "none", check_crc: bool = True,
-    max_record_bytes: int = 64 * 2**20,
-) -> Iterator[Scanned]:
+def scan_records(fh: BinaryIO, compression: str = "none", check_crc: bool = True,
+                 max_record_bytes: int = 64 * 2**20) -> Iterator[Scanned]:
     """Every frame of a TFRecord stream, good or bad, with its index and (uncompressed) offset.
 
     - data CRC wrong (the length header is valid, so the next frame is known): one
@@ -374,18 +372,13 @@ def scan_records(
     before the break are out (how many records it held after that is unknown).
     """
     s = _Stream(fh, compression)
-    index = 0
-    pos = 0
+    index = pos = 0
     header_crcs: dict[bytes, int] = {}  # fixed-size records share one length header
     unpack64, unpack32 = _U64.unpack_from, _U32.unpack_from
     while True:
         if pos + 12 > s.end and not s.ensure(pos + 12, pos):
-            left = s.end - pos
-            if left <= 0:
-                return
-            s.skip_to(s.end)
-            yield Scanned(index, pos, None, "corrupt_record",
-                          f"the file ends inside a record header ({left} of 12 bytes)")
+            if s.end - pos > 0:
+                yield _header_cut(s, index, pos)
             return
         at = pos - s.base
         buf = s.buf
@@ -398,48 +391,76 @@ def scan_records(
                 if len(header_crcs) < 4096:
                     header_crcs[head] = want
             if want != unpack32(buf, at + 8)[0]:
-                found = _resync(s, pos, max_record_bytes)
-                stop = s.end if found is None else found
-                where = "the end of the file" if found is None else f"byte {found}"
-                yield Scanned(index, pos, None, "corrupt_record",
-                              f"length header CRC mismatch: bytes {pos}-{stop - 1} skipped "
-                              f"(reading resumes at {where})")
-                if found is None:
+                bad, resume = _resync_after_bad_header(s, index, pos, max_record_bytes)
+                yield bad
+                if resume is None:
                     return
                 index += 1
-                pos = found
+                pos = resume
                 continue
         end = pos + 12 + length + 4
-        if length > max_record_bytes:
-            reached = s.skip_to(end)
-            tail = "" if reached == end else "; the file ends inside it"
-            yield Scanned(index, pos, None, "oversized_record",
-                          f"record of {length} bytes is over max_record_bytes "
-                          f"({max_record_bytes}); skipped unread{tail}")
-            if reached < end:
+        if length > max_record_bytes or (end > s.end and not s.ensure(end, pos)):
+            bad, resume = _unreadable_record(s, index, pos, length, max_record_bytes)
+            yield bad
+            if resume is None:
                 return
             index += 1
-            pos = end
+            pos = resume
             continue
-        if end > s.end and not s.ensure(end, pos):
-            have = s.end - pos - 12
-            s.skip_to(s.end)
-            yield Scanned(index, pos, None, "corrupt_record",
-                          f"the file ends inside a record: its header says {length} data "
-                          f"bytes + 4 CRC bytes, {have} of them follow")
-            return
         at = pos - s.base
         buf = s.buf
         data = bytes(buf[at + 12 : at + 12 + length])
         if check_crc and masked_crc(data) != unpack32(buf, at + 12 + length)[0]:
-            yield Scanned(index, pos, None, "corrupt_record",
-                          f"data CRC mismatch in a record of {length} bytes (its length "
-                          f"header is valid: reading goes on with the next record)")
+            yield _data_crc_mismatch(index, pos, length)
         else:
             yield Scanned(index, pos, data)
         index += 1
         pos = end
 
+
+def _data_crc_mismatch(index: int, pos: int, length: int) -> Scanned:
+    return Scanned(index, pos, None, "corrupt_record",
+                   f"data CRC mismatch in a record of {length} bytes (its length "
+                   f"header is valid: reading goes on with the next record)")
+
+
+def _header_cut(s: _Stream, index: int, pos: int) -> Scanned:
+    """The file ends inside a record header: its bytes skipped, one `corrupt_record`."""
+    left = s.end - pos
+    s.skip_to(s.end)
+    return Scanned(index, pos, None, "corrupt_record",
+                   f"the file ends inside a record header ({left} of 12 bytes)")
+
+
+def _resync_after_bad_header(s: _Stream, index: int, pos: int,
+                             max_record_bytes: int) -> tuple[Scanned, int | None]:
+    """A length header whose CRC is wrong: the bytes up to the next valid frame skipped as
+    one `corrupt_record`; with where reading resumes (None: the end of the file)."""
+    found = _resync(s, pos, max_record_bytes)
+    stop = s.end if found is None else found
+    where = "the end of the file" if found is None else f"byte {found}"
+    return Scanned(index, pos, None, "corrupt_record",
+                   f"length header CRC mismatch: bytes {pos}-{stop - 1} skipped "
+                   f"(reading resumes at {where})"), found
+
+
+def _unreadable_record(s: _Stream, index: int, pos: int, length: int,
+                       max_record_bytes: int) -> tuple[Scanned, int | None]:
+    """A record over `max_record_bytes` (skipped unread: `oversized_record`) or one the file
+    ends inside (`corrupt_record`); with where reading resumes (None: stop)."""
+    end = pos + 12 + length + 4
+    if length > max_record_bytes:
+        reached = s.skip_to(end)
+        tail = "" if reached == end else "; the file ends inside it"
+        return Scanned(index, pos, None, "oversized_record",
+                       f"record of {length} bytes is over max_record_bytes "
+                       f"({max_record_bytes}); skipped unread{tail}"), \
+            None if reached < end else end
+    have = s.end - pos - 12
+    s.skip_to(s.end)
+    return Scanned(index, pos, None, "corrupt_record",
+                   f"the file ends inside a record: its header says {length} data "
+                   f"bytes + 4 CRC bytes, {have} of them follow"), None
 
 def _resync(s: _Stream, bad: int, max_record_bytes: int) -> int | None:
     """The first offset after `bad` where a whole valid frame starts (valid length CRC, length

@@ -301,25 +301,43 @@ def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[s
             _verify_file(path, name, entry)
     for split, info in manifest["splits"].items():
         for shard in info["shards"]:
-            index = shard.get("index")
-            if seal is not None:
-                _check_size(fs.join(path, shard["path"]), sizes.get(shard["path"]), shard,
-                            "shard")
-                seal.check(shard["path"])
-                if index is not None:
-                    _check_size(fs.join(path, index["path"]), sizes.get(index["path"]), index,
-                                "index file")
-                    seal.check(index["path"])
-                total += shard["num_records"]
-            elif is_array_record(shard["path"]):
-                total += _verify_array_record(fs.join(path, shard["path"]), shard, check_records)
-            else:
-                total += _verify_shard(fs.join(path, shard["path"]), shard, check_records,
-                                       None if index is None else fs.join(path, index["path"]))
+            total += _verify_listed_shard(path, shard, sizes, seal, check_records)
         count = sum(s["num_records"] for s in info["shards"])
         if count != info["num_records"]:
             raise VerifyError(f"{path}: split {split!r} lists {info['num_records']} records but "
                               f"its shards hold {count}")
+    _check_exact_listing(path, manifest, listed, sizes)
+    if seal is not None:
+        seal.check(MANIFEST)
+    return {"path": path, "records": total, "splits": {k: v["num_records"] for k, v in
+                                                       manifest["splits"].items()},
+            "checked": "every byte" if seal is None else seal.checked}
+
+
+def _verify_listed_shard(path: str, shard: dict[str, Any], sizes: dict[str, int],
+                         seal: _Seal | None, check_records: bool) -> int:
+    """One shard (and its index file) checked, quick (sizes and the seal) or by a full
+    read; its number of records."""
+    index = shard.get("index")
+    if seal is not None:
+        _check_size(fs.join(path, shard["path"]), sizes.get(shard["path"]), shard,
+                    "shard")
+        seal.check(shard["path"])
+        if index is not None:
+            _check_size(fs.join(path, index["path"]), sizes.get(index["path"]), index,
+                        "index file")
+            seal.check(index["path"])
+        return shard["num_records"]
+    if is_array_record(shard["path"]):
+        return _verify_array_record(fs.join(path, shard["path"]), shard, check_records)
+    return _verify_shard(fs.join(path, shard["path"]), shard, check_records,
+                         None if index is None else fs.join(path, index["path"]))
+
+
+def _check_exact_listing(path: str, manifest: dict[str, Any], listed: set[str],
+                         sizes: dict[str, Any]) -> None:
+    """Every listed file present, nothing unlisted; locally, nothing the next run would
+    refuse to replace."""
     missing = sorted(listed - set(sizes))
     extra = sorted(p for p in sizes if not belongs(manifest, path, p))
     if missing:
@@ -332,11 +350,6 @@ def verify(path: str, check_records: bool = True, quick: bool = False) -> dict[s
         foreign = foreign_content(path)
         if foreign:
             raise ForeignEntries(f"{path}: {foreign}; the next run would refuse to replace it")
-    if seal is not None:
-        seal.check(MANIFEST)
-    return {"path": path, "records": total, "splits": {k: v["num_records"] for k, v in
-                                                       manifest["splits"].items()},
-            "checked": "every byte" if seal is None else seal.checked}
 
 
 class _Seal:

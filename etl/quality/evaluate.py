@@ -105,70 +105,80 @@ def _one(c: Check, stats: dict[str, Any], manifest: dict[str, Any],
         return Result(c.name, c.level, not failed, measured, c.threshold, split, c.feature, note)
 
     if c.kind.startswith("records."):
-        out = []
-        for split, info in manifest["splits"].items():
-            n = int(info["num_records"])
-            if c.kind == "records.min":
-                out.append(result(n, n < c.threshold, split))
-            elif c.kind == "records.max":
-                out.append(result(n, n > c.threshold, split))
-            else:
-                before = (previous or {}).get("splits", {}).get(split, {}).get("num_records")
-                if before is None:
-                    out.append(result(None, False, split, NO_PREVIOUS if previous is None
-                                      else f"split {split} is not in the previous span"))
-                    continue
-                change = abs(n - before) / before if before else (0.0 if n == 0 else math.inf)
-                out.append(result(change, change > c.threshold, split))
-        return out
+        return _records_check(c, manifest, previous, result)
     if c.kind.startswith("rejected."):
-        read = sum(int(i.get("read", 0)) for i in manifest.get("inputs", []))
-        rejected = manifest.get("rejected", {})
-        code = c.kind.split(".", 1)[1]
-        count = (int(rejected.get("num_records", 0)) if code == "max_fraction"
-                 else int(rejected.get("by_reason", {}).get(code, 0)))
-        fraction = count / read if read else 0.0
-        return [result(fraction, fraction > c.threshold)]
+        return [_rejected_check(c, manifest, result)]
     feature = stats["features"][c.feature]
+    return [_drift(c, split, drift, result) if c.kind == "drift"
+            else _feature_check(c, split, s, nan_named, result)
+            for split, s in feature["splits"].items()]
+
+
+def _records_check(c: Check, manifest: dict[str, Any], previous: dict[str, Any] | None,
+                   result: Any) -> list[Result]:
+    """records.min / records.max / records.max_change: each split's record count."""
     out = []
-    for split, s in feature["splits"].items():
-        if c.kind == "drift":
-            out.append(_drift(c, split, drift, result))
-            continue
-        measured: Any
-        if c.kind in ("min", "max", "mean"):
-            bad = int(s.get("nan_or_inf") or 0)
-            if bad and not nan_named:
-                total = bad + int(s.get("values") or 0)
-                out.append(result(None, True, split, nonfinite_note(bad, total, c.feature)))
+    for split, info in manifest["splits"].items():
+        n = int(info["num_records"])
+        if c.kind == "records.min":
+            out.append(result(n, n < c.threshold, split))
+        elif c.kind == "records.max":
+            out.append(result(n, n > c.threshold, split))
+        else:
+            before = (previous or {}).get("splits", {}).get(split, {}).get("num_records")
+            if before is None:
+                out.append(result(None, False, split, NO_PREVIOUS if previous is None
+                                  else f"split {split} is not in the previous span"))
                 continue
-            measured = s.get(c.kind)
-            if measured is None and s.get("values"):  # a sum beyond float64: not in range
-                out.append(result(None, True, split, "the mean overflows float64 (values near "
-                                                     "its limit): it cannot be in range"))
-                continue
-            if measured is None:
-                out.append(result(None, False, split, "no values to measure"))
-                continue
-            failed = (measured < c.threshold if c.kind == "min" else
-                      measured > c.threshold if c.kind == "max" else
-                      not c.threshold[0] <= measured <= c.threshold[1])
-        elif c.kind == "missing":
-            if s.get("missing") is None or not s.get("records"):
-                out.append(result(None, False, split, "missing records are not counted"))
-                continue
-            measured = s["missing"] / s["records"]
-            failed = measured > c.threshold
-        elif c.kind == "nan":
-            bad = int(s.get("nan_or_inf") or 0)
-            total = int(s.get("values") or 0) + bad
-            measured = bad / total if total else 0.0
-            failed = measured > c.threshold
-        else:  # distinct.min / distinct.max
-            measured = int(s.get("distinct") or 0)
-            failed = measured < c.threshold if c.kind == "distinct.min" else measured > c.threshold
-        out.append(result(measured, failed, split))
+            change = abs(n - before) / before if before else (0.0 if n == 0 else math.inf)
+            out.append(result(change, change > c.threshold, split))
     return out
+
+
+def _rejected_check(c: Check, manifest: dict[str, Any],
+                    result: Any) -> Result:
+    """rejected.max_fraction / rejected.<reason>: the fraction of the records read."""
+    read = sum(int(i.get("read", 0)) for i in manifest.get("inputs", []))
+    rejected = manifest.get("rejected", {})
+    code = c.kind.split(".", 1)[1]
+    count = (int(rejected.get("num_records", 0)) if code == "max_fraction"
+             else int(rejected.get("by_reason", {}).get(code, 0)))
+    fraction = count / read if read else 0.0
+    return result(fraction, fraction > c.threshold)
+
+
+def _feature_check(c: Check, split: str, s: dict[str, Any], nan_named: bool,
+                   result: Any) -> Result:
+    """A feature's check in one split: min/max/mean, missing, nan, distinct.min/max."""
+    measured: Any
+    if c.kind in ("min", "max", "mean"):
+        bad = int(s.get("nan_or_inf") or 0)
+        if bad and not nan_named:
+            total = bad + int(s.get("values") or 0)
+            return result(None, True, split, nonfinite_note(bad, total, c.feature))
+        measured = s.get(c.kind)
+        if measured is None and s.get("values"):  # a sum beyond float64: not in range
+            return result(None, True, split, "the mean overflows float64 (values near "
+                                             "its limit): it cannot be in range")
+        if measured is None:
+            return result(None, False, split, "no values to measure")
+        failed = (measured < c.threshold if c.kind == "min" else
+                  measured > c.threshold if c.kind == "max" else
+                  not c.threshold[0] <= measured <= c.threshold[1])
+    elif c.kind == "missing":
+        if s.get("missing") is None or not s.get("records"):
+            return result(None, False, split, "missing records are not counted")
+        measured = s["missing"] / s["records"]
+        failed = measured > c.threshold
+    elif c.kind == "nan":
+        bad = int(s.get("nan_or_inf") or 0)
+        total = int(s.get("values") or 0) + bad
+        measured = bad / total if total else 0.0
+        failed = measured > c.threshold
+    else:  # distinct.min / distinct.max
+        measured = int(s.get("distinct") or 0)
+        failed = measured < c.threshold if c.kind == "distinct.min" else measured > c.threshold
+    return result(measured, failed, split)
 
 
 def nonfinite_note(bad: int, total: int, feature: str | None) -> str:

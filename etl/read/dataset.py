@@ -110,40 +110,61 @@ def make_dataset(
     files, schema_obj, records, ranges = _resolve_ranges(path, split, schema, host)
     decode = _decoder(schema_obj, as_supervised)
     shuffling = bool(shuffle_buffer) and shuffle_buffer > 1
-    comps = [_tf_compression(compression if compression is not None else compression_of(f))
-             for f in files]
+    names = [compression if compression is not None else compression_of(f) for f in files]
+    ds = _file_table(files, names, ranges, shuffle_files=shuffling and len(files) > 1, seed=seed)
+    ds = _read_records(ds, len(files), in_file_order=not shuffling and deterministic is not False,
+                       num_parallel_reads=num_parallel_reads, deterministic=deterministic)
+    ds = ds.shuffle(int(shuffle_buffer), seed=seed, reshuffle_each_iteration=True) if shuffling else ds
+    ds = _repeat_and_batch(ds, records, repeat, batch_size, drop_remainder)
+    ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if prefetch:
+        ds = ds.prefetch(prefetch)
+    return _ShardErrors(ds, files, names, schema_obj)
 
+
+def _file_table(files: list[str], compressions: list[str], ranges: Sequence[tuple[int, int]],
+                shuffle_files: bool, seed: int | None) -> tf.data.Dataset:
+    """One element per file: (name, compression, records to skip, records to take)."""
+    comps = [_tf_compression(c) for c in compressions]
     skips = [r[0] for r in ranges]
     takes = [r[1] for r in ranges]
     ds = tf.data.Dataset.from_tensor_slices((tf.constant(files, tf.string),
                                              tf.constant(comps, tf.string),
                                              tf.constant(skips, tf.int64),
                                              tf.constant(takes, tf.int64)))
-    if shuffling and len(files) > 1:
+    if shuffle_files:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    return ds
 
-    def read(filename: tf.Tensor, compression_type: tf.Tensor, skip: tf.Tensor,
-             take: tf.Tensor) -> tf.data.Dataset:
-        # a slice or a host's range cut inside a shard: skip/take its records (take -1: all)
-        return tf.data.TFRecordDataset(filename, compression_type=compression_type,
-                                       buffer_size=1 << 20).skip(skip).take(take)
 
-    if not shuffling and deterministic is not False:
+def _read_range(filename: tf.Tensor, compression_type: tf.Tensor, skip: tf.Tensor,
+                take: tf.Tensor) -> tf.data.Dataset:
+    # a slice or a host's range cut inside a shard: skip/take its records (take -1: all)
+    return tf.data.TFRecordDataset(filename, compression_type=compression_type,
+                                   buffer_size=1 << 20).skip(skip).take(take)
+
+
+def _read_records(ds: tf.data.Dataset, num_files: int, in_file_order: bool,
+                  num_parallel_reads: int, deterministic: bool | None) -> tf.data.Dataset:
+    """The serialized records of the file table's files: in file order, or parallel reads."""
+    if in_file_order:
         # One file after the other: the order the pipeline wrote.
-        ds = ds.interleave(read, cycle_length=1, block_length=1)
-    else:
-        cycle = (num_parallel_reads if num_parallel_reads == AUTOTUNE
-                 else max(1, min(num_parallel_reads, len(files))))
-        # Parallel reads hand over blocks of records, not single records: a parallel
-        # interleave of single records costs more per element than the parse itself
-        # (measured 60-120k records/s vs 230-400k/s with blocks on 2 cores). The shuffle
-        # buffer after `unbatch` mixes the blocks.
-        ds = ds.interleave(lambda f, c, a, b: read(f, c, a, b).batch(_READ_BLOCK),
-                           cycle_length=cycle,
-                           num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        ds = ds.unbatch()
-    if shuffling:
-        ds = ds.shuffle(int(shuffle_buffer), seed=seed, reshuffle_each_iteration=True)
+        return ds.interleave(_read_range, cycle_length=1, block_length=1)
+    cycle = (num_parallel_reads if num_parallel_reads == AUTOTUNE
+             else max(1, min(num_parallel_reads, num_files)))
+    # Parallel reads hand over blocks of records, not single records: a parallel
+    # interleave of single records costs more per element than the parse itself
+    # (measured 60-120k records/s vs 230-400k/s with blocks on 2 cores). The shuffle
+    # buffer after `unbatch` mixes the blocks.
+    ds = ds.interleave(lambda f, c, a, b: _read_range(f, c, a, b).batch(_READ_BLOCK),
+                       cycle_length=cycle,
+                       num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    return ds.unbatch()
+
+
+def _repeat_and_batch(ds: tf.data.Dataset, records: int | None, repeat: bool | int,
+                      batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+    """Epochs, then batches; with a known record count, the batches per epoch declared."""
     if repeat is True:
         ds = ds.repeat()
     elif repeat:
@@ -155,11 +176,7 @@ def make_dataset(
         total = records * (int(repeat) if repeat else 1)
         batches = total // batch_size if drop_remainder else -(-total // batch_size)
         ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
-    ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    if prefetch:
-        ds = ds.prefetch(prefetch)
-    return _ShardErrors(ds, files, [compression if compression is not None else compression_of(f)
-                                    for f in files], schema_obj)
+    return ds
 
 
 def _decoder(schema: Schema, as_supervised: tuple[str | Sequence[str], str] | None) -> Any:

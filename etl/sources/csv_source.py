@@ -242,38 +242,14 @@ class CsvReader(FileSource):
         path = split.path
         names = self._names(path)
         first = split.first
-        read_options = pa_csv.ReadOptions(
-            use_threads=True,
-            block_size=1 << 22,
-            skip_rows=self.skip_rows if first else 0,
-            column_names=names if (self.columns is not None or not first or not self.header)
-            else None,
-            skip_rows_after_names=1 if (first and self.header and self.columns is not None) else 0,
-        )
-        # numbers: a marker (and "", which the encoder reads as missing anyway) is null; text
-        # cells stay bytes here and `_Rows.take` nulls the markers among them
-        convert = pa_csv.ConvertOptions(
-            column_types={name: self.numeric.get(name, pa.binary()) for name in names},
-            null_values=list(dict.fromkeys(["", *self.null_values])),
-            strings_can_be_null=False, quoted_strings_can_be_null=True,
-        )
+        read_options, convert = self._fast_options(names, first)
         buffer = _Rows(names, self.null_values)
         cursor = 0  # record index of the next row
         newlines = 0  # quoted newlines in the rows before `cursor`
         first_line = (self._header_lines if first else split.first_line) + 1
         sentinel = self._sentinel(len(names))
         with fs.open_read(path) as fh:
-            data: Any = fh
-            if not split.whole:
-
-                fh.seek(split.start)
-                data = LineRange(fh, None if split.stop is None else split.stop - split.start)
-            if self.codec:
-                data = Transcoded(data, self.codec)
-            reader = pa_csv.open_csv(_WithTail(data, sentinel) if sentinel else data,
-                                     read_options=read_options,
-                                     parse_options=self._parse_options(None),
-                                     convert_options=convert)
+            reader = self._open_fast(fh, split, sentinel, read_options, convert)
             last: pa.RecordBatch | None = None  # the last non-empty batch
             # progress: the reader reads far ahead of the batches it hands out, but each batch
             # is one block of `block_size` input bytes (the last one less)
@@ -308,6 +284,42 @@ class CsvReader(FileSource):
             buffer.drop_last()
         while buffer.rows:
             yield _ending(buffer.take(self.block_rows, path, []), end)
+
+    def _fast_options(self, names: list[str],
+                      first: bool) -> tuple[pa_csv.ReadOptions, pa_csv.ConvertOptions]:
+        """Arrow's read and convert options for a split (`first`: the file's first split)."""
+        read_options = pa_csv.ReadOptions(
+            use_threads=True,
+            block_size=1 << 22,
+            skip_rows=self.skip_rows if first else 0,
+            column_names=names if (self.columns is not None or not first or not self.header)
+            else None,
+            skip_rows_after_names=1 if (first and self.header and self.columns is not None) else 0,
+        )
+        # numbers: a marker (and "", which the encoder reads as missing anyway) is null; text
+        # cells stay bytes here and `_Rows.take` nulls the markers among them
+        convert = pa_csv.ConvertOptions(
+            column_types={name: self.numeric.get(name, pa.binary()) for name in names},
+            null_values=list(dict.fromkeys(["", *self.null_values])),
+            strings_can_be_null=False, quoted_strings_can_be_null=True,
+        )
+        return read_options, convert
+
+    def _open_fast(self, fh: Any, split: Split, sentinel: bytes,
+                   read_options: pa_csv.ReadOptions,
+                   convert: pa_csv.ConvertOptions) -> pa_csv.CSVStreamingReader:
+        """Arrow's streaming reader over the split's bytes (decoded to UTF-8 when the file is
+        in another encoding), the sentinel row after them when there is one."""
+        data: Any = fh
+        if not split.whole:
+            fh.seek(split.start)
+            data = LineRange(fh, None if split.stop is None else split.stop - split.start)
+        if self.codec:
+            data = Transcoded(data, self.codec)
+        return pa_csv.open_csv(_WithTail(data, sentinel) if sentinel else data,
+                               read_options=read_options,
+                               parse_options=self._parse_options(None),
+                               convert_options=convert)
 
     def _read_careful(self, split: Split, skip: int = 0) -> Iterator[Block]:
         """Single-threaded, every column as text, bad rows reported with their line;
@@ -551,24 +563,7 @@ class _Careful:
         first line) or ("again", lines to parse next, their first line) after a bad row whose
         re-parsed lines still end inside a quote."""
         data = buf if buf.endswith(b"\n") else buf + b"\n"
-        table, rejected = self._parse(data + self.sentinel)
-        total = table.num_rows + len(rejected)
-        rej = np.array([r for r, _, _ in rejected], np.int64)
-        is_good = np.ones(total, bool)
-        is_good[rej] = False
-        good_rows = np.flatnonzero(is_good)
-        extra = np.zeros(total, np.int64)
-        if total != data.count(b"\n") + bool(self.sentinel):  # else every row is one line
-            extra[good_rows] = _newlines(table.combine_chunks().to_batches()[0]) if table.num_rows else 0
-        extra[rej] = [text.count("\n") for _, text, _ in rejected]
-        runs_off = False
-        if self.sentinel:
-            if is_good[-1] and _is_sentinel(table.slice(table.num_rows - 1).combine_chunks()
-                                            .to_batches()[0], 0):
-                total -= 1
-                table, good_rows, extra = table.slice(0, total), good_rows[:-1], extra[:-1]
-            else:
-                runs_off = True
+        table, rejected, rej, good_rows, extra, total, runs_off = self._parse_region(data)
         starts = first_line + np.arange(total) + np.cumsum(extra) - extra
         found = dict(zip(rej.tolist(), [(t, f) for _, t, f in rejected], strict=True))
         breaks = [r for r in rej.tolist() if extra[r] > 0 and r < total]
@@ -588,19 +583,8 @@ class _Careful:
             if last and not final:
                 return "carry", buf[line_at[i] :], int(starts[r])
             text = data[line_at[i] : line_at[i + 1]]
-            if last and len(data) > self.limit:
-                code, reason = ("unterminated_quote",
-                                f"quoted field still open after max_record_bytes ({self.limit}) "
-                                f"bytes; parsing resumes at the next line")
-            elif text.count(self.quote) % 2:
-                code, reason = ("unterminated_quote",
-                                "unbalanced quote (the field runs on over the next lines); "
-                                "parsing resumes at the next line")
-            else:
-                code, reason = ("wrong_field_count",
-                                f"wrong number of fields (expected {len(self.names)}, found "
-                                f"{found.get(r, ('', '?'))[1]} in a row over several lines); "
-                                f"parsing resumes at the next line")
+            code, reason = self._bad_row_reason(text, last and len(data) > self.limit,
+                                                found.get(r, ('', '?'))[1])
             self.bad.append(BadRecord(self.path, code, reason, line=int(starts[r]),
                                       raw=excerpt(text.rstrip(b"\r\n"))))
             self.record += 1
@@ -620,6 +604,48 @@ class _Careful:
             done = r + 1
         self._rows(table, good_rows, found, starts, done, total)
         return "done", b"", 0
+
+    def _parse_region(self, data: bytes) -> tuple[pa.Table, list[tuple[int, str, int]], np.ndarray,
+                                                  np.ndarray, np.ndarray, int, bool]:
+        """`data` parsed (the sentinel row after it, when there is one): the table, the
+        rejected rows and their numbers, the good rows' numbers, each row's extra lines (a
+        row over n lines: n - 1), the number of rows, and whether the last row runs off the
+        end (a quote still open there swallowed the sentinel)."""
+        table, rejected = self._parse(data + self.sentinel)
+        total = table.num_rows + len(rejected)
+        rej = np.array([r for r, _, _ in rejected], np.int64)
+        is_good = np.ones(total, bool)
+        is_good[rej] = False
+        good_rows = np.flatnonzero(is_good)
+        extra = np.zeros(total, np.int64)
+        if total != data.count(b"\n") + bool(self.sentinel):  # else every row is one line
+            extra[good_rows] = _newlines(table.combine_chunks().to_batches()[0]) if table.num_rows else 0
+        extra[rej] = [text.count("\n") for _, text, _ in rejected]
+        runs_off = False
+        if self.sentinel:
+            if is_good[-1] and _is_sentinel(table.slice(table.num_rows - 1).combine_chunks()
+                                            .to_batches()[0], 0):
+                total -= 1
+                table, good_rows, extra = table.slice(0, total), good_rows[:-1], extra[:-1]
+            else:
+                runs_off = True
+        return table, rejected, rej, good_rows, extra, total, runs_off
+
+    def _bad_row_reason(self, text: bytes, over_limit: bool, fields: Any) -> tuple[str, str]:
+        """The code and reason of a bad row over several lines: still open after
+        max_record_bytes, an unbalanced quote, or a wrong number of fields."""
+        if over_limit:
+            return ("unterminated_quote",
+                    f"quoted field still open after max_record_bytes ({self.limit}) "
+                    f"bytes; parsing resumes at the next line")
+        if text.count(self.quote) % 2:
+            return ("unterminated_quote",
+                    "unbalanced quote (the field runs on over the next lines); "
+                    "parsing resumes at the next line")
+        return ("wrong_field_count",
+                f"wrong number of fields (expected {len(self.names)}, found "
+                f"{fields} in a row over several lines); "
+                f"parsing resumes at the next line")
 
     def _malformed(self, data: bytes, line_at: np.ndarray, first: np.ndarray, extra: np.ndarray,
                    good_rows: np.ndarray) -> list[int]:

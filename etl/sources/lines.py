@@ -163,24 +163,15 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     chunk_bytes = chunk_bytes or _CHUNK_BYTES
     gz = path.endswith(".gz")
     with fs.open_read(path) as raw:
-        stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
-        if start or stop is not None:  # a split of a plain file: whole lines [start, stop)
-            raw.seek(start)
-            stream = LineRange(raw, None if stop is None else stop - start)
+        stream = _line_stream(raw, gz, start, stop)
         buf = b""  # an unfinished line from the chunks before
         first = first_line  # 0-based index of the line `buf` starts
         consumed = start  # uncompressed bytes before `buf`
         skipping = -1  # length so far of an oversized line being skipped, else -1
-        read_u = read_r = 0  # gzip: uncompressed bytes read so far, the raw file's tell() then
+        spans = _RawSpans(raw) if gz else None
         while True:
             chunk = _read_chunk(stream, path, chunk_bytes, first, consumed + len(buf))
-            span = None  # LineRun.raw of the lines this chunk completes
-            if gz:
-                told = position(raw)  # the compressed file's
-                if told is not None:
-                    span = (read_u, read_r, read_u + len(chunk), told)
-                    read_r = told
-                read_u += len(chunk)
+            span = spans.after(chunk) if spans is not None else None  # LineRun.raw of its lines
             if skipping >= 0:
                 nl = chunk.find(b"\n")
                 if nl < 0 and chunk:
@@ -197,10 +188,7 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                         return
                     continue
             eof = not chunk
-            data = buf + chunk
-            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + 1 + len(buf)
-            if eof and len(data) and (not len(ends) or ends[-1] != len(data)):
-                ends = np.append(ends, len(data))  # a last line without a newline
+            data, ends = _line_ends(buf, chunk, eof)
             stop = int(ends[-1]) if len(ends) else 0
             if len(ends):
                 bounds = np.concatenate([[0], ends]).astype(np.int64)
@@ -213,6 +201,43 @@ def scan_lines(path: str, max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
                 return
             if len(buf) > max_line_bytes:  # an unfinished line already too long: skip the rest
                 skipping, buf = len(buf), b""
+
+
+def _line_stream(raw: Any, gz: bool, start: int, stop: int | None) -> Any:
+    """The file's (uncompressed) bytes; of a plain file's split, its whole lines [start, stop)."""
+    stream: Any = gzip.GzipFile(fileobj=raw) if gz else raw
+    if start or stop is not None:  # a split of a plain file: whole lines [start, stop)
+        raw.seek(start)
+        stream = LineRange(raw, None if stop is None else stop - start)
+    return stream
+
+
+class _RawSpans:
+    """gzip: where each chunk read came from, for LineRun.raw: (uncompressed start, the raw
+    file's tell() then, uncompressed end, its tell() now), None where it cannot tell."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.read_u = self.read_r = 0  # uncompressed bytes read so far, the raw tell() then
+
+    def after(self, chunk: bytes) -> tuple[int, int, int, int] | None:
+        span = None
+        told = position(self.raw)  # the compressed file's
+        if told is not None:
+            span = (self.read_u, self.read_r, self.read_u + len(chunk), told)
+            self.read_r = told
+        self.read_u += len(chunk)
+        return span
+
+
+def _line_ends(buf: bytes, chunk: bytes, eof: bool) -> tuple[bytes, np.ndarray]:
+    """The unfinished line before and the chunk joined, and the end of each whole line in
+    them (at the end of the file, a last line without a newline is one too)."""
+    data = buf + chunk
+    ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n")) + 1 + len(buf)
+    if eof and len(data) and (not len(ends) or ends[-1] != len(data)):
+        ends = np.append(ends, len(data))  # a last line without a newline
+    return data, ends
 
 
 class LineRange:

@@ -36,6 +36,33 @@ THRESHOLDS = {"count_relative_change": COUNT_CHANGE, "categorical_linf": LINF,
 def compare(current: dict[str, Any], against: dict[str, Any], against_path: str) -> dict[str, Any]:
     """The `drift` section of `current`'s report."""
     findings: list[str] = []
+    splits = _count_drift(current, against, findings)
+    features: dict[str, Any] = {}
+    for name, info in current["features"].items():
+        other = against["features"].get(name)
+        if other is None:
+            features[name] = {"flagged": True, "note": "not in the other output"}
+            findings.append(f"feature {name!r} is not in the other output")
+            continue
+        per_split = {}
+        for split in sorted(set(info["splits"]) & set(other["splits"])):
+            result = _split_drift(name, split, info["splits"][split], other["splits"][split],
+                                  info.get("categorical", False), findings)
+            if result is not None:
+                per_split[split] = result
+        features[name] = {"flagged": any(r["flagged"] for r in per_split.values()),
+                          "splits": per_split}
+    for name in sorted(set(against["features"]) - set(current["features"])):
+        features[name] = {"flagged": True, "note": "only in the other output"}
+        findings.append(f"feature {name!r} is only in the other output")
+    return {"against": against_path, "thresholds": THRESHOLDS, "flagged": bool(findings),
+            "findings": findings, "splits": splits, "features": features}
+
+
+def _count_drift(current: dict[str, Any], against: dict[str, Any],
+                 findings: list[str]) -> dict[str, Any]:
+    """Each split's record count against the other output's (a change over COUNT_CHANGE, or
+    a split in one output only, flagged and added to `findings`)."""
     splits: dict[str, Any] = {}
     for split in sorted(set(current["splits"]) | set(against["splits"])):
         a = current["splits"].get(split, {}).get("num_records")
@@ -53,48 +80,38 @@ def compare(current: dict[str, Any], against: dict[str, Any], against_path: str)
         if flagged:
             findings.append(f"split {split!r}: {a} records, {b} in the other output "
                             f"({change:+.1%})")
-    features: dict[str, Any] = {}
-    for name, info in current["features"].items():
-        other = against["features"].get(name)
-        if other is None:
-            features[name] = {"flagged": True, "note": "not in the other output"}
-            findings.append(f"feature {name!r} is not in the other output")
+    return splits
+
+
+def _split_drift(name: str, split: str, here: dict[str, Any], there: dict[str, Any],
+                 categorical: bool, findings: list[str]) -> dict[str, Any] | None:
+    """One feature's drift in one split: its values, then its components' and its lengths'
+    (what is flagged added to `findings`); None when there is nothing to compare."""
+    result = _feature_drift(here, there, categorical)
+    if result is None:
+        return None
+    if result["flagged"]:
+        findings.append(f"feature {name!r}, split {split!r}: {result['metric']} "
+                        f"{result['value']:.3f} > {result['threshold']}")
+    comps_a = here.get("components") or {}
+    comps_b = there.get("components") or {}
+    for comp in [c for c in comps_a if c in comps_b]:
+        sub = _feature_drift(comps_a[comp], comps_b[comp], False)
+        if sub is None:
             continue
-        per_split = {}
-        for split in sorted(set(info["splits"]) & set(other["splits"])):
-            result = _feature_drift(info["splits"][split], other["splits"][split],
-                                    info.get("categorical", False))
-            if result is None:
-                continue
-            per_split[split] = result
-            if result["flagged"]:
-                findings.append(f"feature {name!r}, split {split!r}: {result['metric']} "
-                                f"{result['value']:.3f} > {result['threshold']}")
-            comps_a = info["splits"][split].get("components") or {}
-            comps_b = other["splits"][split].get("components") or {}
-            for comp in [c for c in comps_a if c in comps_b]:
-                sub = _feature_drift(comps_a[comp], comps_b[comp], False)
-                if sub is None:
-                    continue
-                result.setdefault("components", {})[comp] = sub
-                if sub["flagged"]:
-                    result["flagged"] = True
-                    findings.append(f"feature {name!r} component {comp!r}, split {split!r}: "
-                                    f"{sub['metric']} {sub['value']:.3f} > {sub['threshold']}")
-            lengths = _lengths_drift(info["splits"][split], other["splits"][split])
-            if lengths is not None:
-                result["lengths"] = lengths
-                if lengths["flagged"]:
-                    result["flagged"] = True
-                    findings.append(f"feature {name!r}, split {split!r}: lengths "
-                                    f"jensen_shannon {lengths['value']:.3f} > {JS}")
-        features[name] = {"flagged": any(r["flagged"] for r in per_split.values()),
-                          "splits": per_split}
-    for name in sorted(set(against["features"]) - set(current["features"])):
-        features[name] = {"flagged": True, "note": "only in the other output"}
-        findings.append(f"feature {name!r} is only in the other output")
-    return {"against": against_path, "thresholds": THRESHOLDS, "flagged": bool(findings),
-            "findings": findings, "splits": splits, "features": features}
+        result.setdefault("components", {})[comp] = sub
+        if sub["flagged"]:
+            result["flagged"] = True
+            findings.append(f"feature {name!r} component {comp!r}, split {split!r}: "
+                            f"{sub['metric']} {sub['value']:.3f} > {sub['threshold']}")
+    lengths = _lengths_drift(here, there)
+    if lengths is not None:
+        result["lengths"] = lengths
+        if lengths["flagged"]:
+            result["flagged"] = True
+            findings.append(f"feature {name!r}, split {split!r}: lengths "
+                            f"jensen_shannon {lengths['value']:.3f} > {JS}")
+    return result
 
 
 def feature_drift(a: dict[str, Any], b: dict[str, Any], categorical: bool) -> dict[str, Any] | None:
