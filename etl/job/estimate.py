@@ -32,7 +32,7 @@ from etl.job.read_plan import WHOLE_FILE, ReadPlan, ReadUnit
 from etl.shuffle import chunk_codec
 from etl.shuffle.planning import num_shards_for
 from etl.sources import make_reader
-from etl.sources.base import DEFAULT_BLOCK_ROWS, Split
+from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, Split
 from etl.sources.json_array import is_json_array
 from etl.storage import fs
 
@@ -119,14 +119,7 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     encoder = Encoder(schema, max_record_bytes=max_record_bytes)
     fmt = str(cfg.get("format"))
     text = fmt in TEXT_FORMATS and not unit.path.endswith(COMPRESSED)
-    if text and unit.num_bytes > SAMPLE_BYTES:
-        reader.splits(unit.path, WHOLE_FILE)  # the reader's own launch checks (a CSV header)
-        array = fmt == "jsonl" and is_json_array(unit.path, max_record_bytes)  # not lines
-        first = 0 if array else _first_line_end(unit.path, name, max_record_bytes)
-        stop = max(SAMPLE_BYTES, first)
-        split = Split(unit.path, index=0, count=2, start=0, stop=stop, size=unit.num_bytes)
-    else:
-        split = Split(unit.path, size=unit.num_bytes)
+    split = _sample_split(name, reader, unit, fmt, text, max_record_bytes)
     counts = [0, 0, 0, 0]  # read, encoded, framed, packed bytes: up to input byte `at`
     pending = [0, 0, 0, 0]  # blocks that end at the same reported offset (one read chunk)
     bad: list[BadRecord] = []  # rejected records, as `counts`
@@ -170,6 +163,19 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     if text and not whole:
         sample.spread = _line_spread(unit.path, unit.num_bytes, at)
     return sample
+
+
+def _sample_split(name: str, reader: Source, unit: ReadUnit, fmt: str, text: bool,
+                  max_record_bytes: int) -> Split:
+    """What the sample reads: a large plain text file's first SAMPLE_BYTES (at least its first
+    line) as a split of it, any other file whole (read until SAMPLE_BYTES are passed)."""
+    if text and unit.num_bytes > SAMPLE_BYTES:
+        reader.splits(unit.path, WHOLE_FILE)  # the reader's own launch checks (a CSV header)
+        array = fmt == "jsonl" and is_json_array(unit.path, max_record_bytes)  # not lines
+        first = 0 if array else _first_line_end(unit.path, name, max_record_bytes)
+        stop = max(SAMPLE_BYTES, first)
+        return Split(unit.path, index=0, count=2, start=0, stop=stop, size=unit.num_bytes)
+    return Split(unit.path, size=unit.num_bytes)
 
 
 def _first_line_end(path: str, source: str, max_record_bytes: int) -> int:
