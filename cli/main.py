@@ -177,6 +177,27 @@ def _add_tools(sub: Any, common: argparse.ArgumentParser) -> None:
     inspect.add_argument("--images", metavar="DIR",
                          help="also write the image features of the records shown as PNG files "
                               "into DIR")
+    _add_infer_schema(sub, common)
+    report = sub.add_parser("report", parents=[common],
+                            help="statistics, plots and sample images of an output: report.json "
+                                 "and a self-contained report.html beside the data")
+    report.add_argument("path", metavar="OUT")
+    report.add_argument("--against", metavar="OUT2", default=None,
+                        help="compare with another output (e.g. yesterday's span) and flag drift")
+    report.add_argument("--out", default=None, metavar="DIR",
+                        help="write the report files here instead of beside the data")
+    q = sub.add_parser("quarantine", parents=[common],
+                       help="list, release (publish) or drop the runs a quality check blocked")
+    q.add_argument("action", choices=["list", "release", "drop"])
+    q.add_argument("output", metavar="OUT",
+                   help="the job's output (a dated job: the span's output), as the job names it")
+    q.add_argument("--run", default=None, metavar="RUN_ID",
+                   help="which quarantined run (needed when there are several)")
+    q.add_argument("--all", action="store_true", help="drop: every quarantined run of OUT")
+
+
+def _add_infer_schema(sub: Any, common: argparse.ArgumentParser) -> None:
+    """infer-schema: its sources (files or a database query) and what it writes."""
     infer = sub.add_parser("infer-schema", parents=[common],
                            help="write a schema (YAML) guessed from a sample of the source files")
     infer.add_argument("sources", nargs="*", metavar="SOURCE",
@@ -214,22 +235,6 @@ def _add_tools(sub: Any, common: argparse.ArgumentParser) -> None:
     infer.add_argument("--no-header", dest="no_header", action="store_true",
                        help="CSV: the first row is data (columns named column_0, column_1, ...); "
                             "default: sniffed")
-    report = sub.add_parser("report", parents=[common],
-                            help="statistics, plots and sample images of an output: report.json "
-                                 "and a self-contained report.html beside the data")
-    report.add_argument("path", metavar="OUT")
-    report.add_argument("--against", metavar="OUT2", default=None,
-                        help="compare with another output (e.g. yesterday's span) and flag drift")
-    report.add_argument("--out", default=None, metavar="DIR",
-                        help="write the report files here instead of beside the data")
-    q = sub.add_parser("quarantine", parents=[common],
-                       help="list, release (publish) or drop the runs a quality check blocked")
-    q.add_argument("action", choices=["list", "release", "drop"])
-    q.add_argument("output", metavar="OUT",
-                   help="the job's output (a dated job: the span's output), as the job names it")
-    q.add_argument("--run", default=None, metavar="RUN_ID",
-                   help="which quarantined run (needed when there are several)")
-    q.add_argument("--all", action="store_true", help="drop: every quarantined run of OUT")
 
 
 

@@ -468,19 +468,7 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
         raise fail(f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_FEATURE_KEYS)}")
     if "dtype" not in spec:
         raise fail("missing 'dtype'")
-    dtype = _ALIASES.get(str(spec["dtype"]), str(spec["dtype"]))
-    time = None
-    if dtype in TIME_DTYPES:
-        time = time_spec(dtype, spec, fail)
-        if spec.get("encoding", "values") != "values" or "vocabulary" in spec or (
-                "vocabulary_file" in spec):
-            raise fail(f"a {dtype} feature is stored as int64 values: no encoding or vocabulary")
-        dtype = "int64"
-    elif "unit" in spec or "timezone" in spec or "format" in spec:
-        raise fail("unit, timezone and format belong to dtype: date or dtype: timestamp")
-    if dtype not in DTYPES:
-        raise fail(f"unknown dtype {spec['dtype']!r}; expected one of "
-                   f"{[*DTYPES, *TIME_DTYPES]}")
+    dtype, time = _dtype_and_time(spec, fail)
     encoding = str(spec.get("encoding", "values"))
     if encoding not in ENCODINGS:
         raise fail(f"unknown encoding {encoding!r}; expected one of {list(ENCODINGS)}")
@@ -493,20 +481,8 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
     fixed = all(d >= 0 for d in shape)
     _check_encoding(dtype, shape, encoding, representation, is_sequence, fail)
 
-    allow_nan = spec.get("allow_nan", False)
-    if not isinstance(allow_nan, bool):
-        raise fail(f"allow_nan must be true or false, got {allow_nan!r}")
-    if allow_nan and dtype not in _FLOAT_DTYPES:
-        raise fail(f"allow_nan applies to float dtypes only, got {dtype!r}")
-
-    vocabulary = _vocabulary(spec, fail, base_dir)
-    if vocabulary and dtype not in _INT_DTYPES[1:]:
-        raise fail(f"a vocabulary maps labels to integer ids; dtype must be an integer, got {dtype!r}")
-    if vocabulary and encoding != "values":
-        raise fail("a vocabulary needs encoding: values")
-    oov_id = spec.get("oov_id")
-    if oov_id is not None and not vocabulary:
-        raise fail("oov_id needs a vocabulary")
+    allow_nan = _allow_nan(spec, dtype, fail)
+    vocabulary, oov_id = _labels(spec, dtype, encoding, fail, base_dir)
 
     default = _default_value(spec.get("default"), dtype, allow_nan, time, fail, vocabulary)
     required = bool(spec.get("required", default is None))
@@ -522,6 +498,48 @@ def _feature(name: str, spec: Any, is_sequence: bool, where: str, base_dir: str)
         is_sequence=is_sequence, description=str(spec.get("description", "")),
         allow_nan=allow_nan, resize=resize, pad=pad, time=time,
     )
+
+
+def _dtype_and_time(spec: Mapping[str, Any], fail: Any) -> tuple[str, TimeSpec | None]:
+    """The stored dtype (an alias resolved; a date or timestamp is int64) and the TimeSpec of
+    a date or timestamp."""
+    dtype = _ALIASES.get(str(spec["dtype"]), str(spec["dtype"]))
+    time = None
+    if dtype in TIME_DTYPES:
+        time = time_spec(dtype, spec, fail)
+        if spec.get("encoding", "values") != "values" or "vocabulary" in spec or (
+                "vocabulary_file" in spec):
+            raise fail(f"a {dtype} feature is stored as int64 values: no encoding or vocabulary")
+        dtype = "int64"
+    elif "unit" in spec or "timezone" in spec or "format" in spec:
+        raise fail("unit, timezone and format belong to dtype: date or dtype: timestamp")
+    if dtype not in DTYPES:
+        raise fail(f"unknown dtype {spec['dtype']!r}; expected one of "
+                   f"{[*DTYPES, *TIME_DTYPES]}")
+    return dtype, time
+
+
+def _allow_nan(spec: Mapping[str, Any], dtype: str, fail: Any) -> bool:
+    allow_nan = spec.get("allow_nan", False)
+    if not isinstance(allow_nan, bool):
+        raise fail(f"allow_nan must be true or false, got {allow_nan!r}")
+    if allow_nan and dtype not in _FLOAT_DTYPES:
+        raise fail(f"allow_nan applies to float dtypes only, got {dtype!r}")
+    return allow_nan
+
+
+def _labels(spec: Mapping[str, Any], dtype: str, encoding: str, fail: Any,
+            base_dir: str) -> tuple[tuple[str, ...], Any]:
+    """(vocabulary, oov_id): labels of an integer feature with encoding: values."""
+    vocabulary = _vocabulary(spec, fail, base_dir)
+    if vocabulary and dtype not in _INT_DTYPES[1:]:
+        raise fail(f"a vocabulary maps labels to integer ids; dtype must be an integer, got {dtype!r}")
+    if vocabulary and encoding != "values":
+        raise fail("a vocabulary needs encoding: values")
+    oov_id = spec.get("oov_id")
+    if oov_id is not None and not vocabulary:
+        raise fail("oov_id needs a vocabulary")
+    return vocabulary, oov_id
 
 
 def _default_value(default: Any, dtype: str, allow_nan: bool, time: TimeSpec | None,

@@ -103,73 +103,89 @@ def key_lines(text: str) -> Lines:
     return lines
 
 
+class _Reader:
+    """Reads a `checks:` block: its ConfigErrors name `path:line` (the deepest key with a
+    known line) and the keys."""
+
+    def __init__(self, path: str, lines: Lines) -> None:
+        self.path = path
+        self.lines = lines
+
+    def where(self, keys: tuple[str, ...]) -> str:
+        for n in range(len(keys), 0, -1):
+            if keys[:n] in self.lines:
+                return f"{self.path}:{self.lines[keys[:n]]}"
+        return self.path
+
+    def fail(self, keys: tuple[str, ...], what: str) -> ConfigError:
+        return ConfigError(f"{self.where(keys)}: {'.'.join(keys)} {what}")
+
+    def mapping(self, value: Any, keys: tuple[str, ...], allowed: tuple[str, ...] | None,
+                hint: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(keys, f"must be a mapping ({hint}), got {value!r}")
+        for k in value:
+            if allowed is not None and k not in allowed:
+                raise ConfigError(f"{self.where((*keys, str(k)))}: unknown check {k!r} in "
+                                  f"{'.'.join(keys)}; allowed: {', '.join(allowed)}")
+        return value
+
+    def number(self, value: Any, keys: tuple[str, ...], lo: float | None = None,
+               hi: float | None = None, integer: bool = False) -> float | int:
+        kind = "a whole number" if integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+            raise self.fail(keys, f"must be {kind}, got {value!r}")
+        if not math.isfinite(value):  # NaN compares false with everything: a check turned off
+            raise self.fail(keys, f"must be a finite number, got {value!r}")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            span = f"within [{lo:g}, {hi:g}]" if hi is not None else f"at least {lo:g}"
+            raise self.fail(keys, f"must be {span}, got {value!r}")
+        return value
+
+
 def parse_checks(doc: Any, path: str, lines: Lines | None = None) -> Checks | None:
     """`checks:` of a job document as Checks; None when the job has none. A ConfigError names
     `path:line` and the key for an unknown check, a threshold of the wrong type or range."""
     if doc is None:
         return None
-    lines = lines or {}
+    r = _Reader(path, lines or {})
     out: list[Check] = []
-
-    def where(keys: tuple[str, ...]) -> str:
-        for n in range(len(keys), 0, -1):
-            if keys[:n] in lines:
-                return f"{path}:{lines[keys[:n]]}"
-        return path
-
-    def fail(keys: tuple[str, ...], what: str) -> ConfigError:
-        return ConfigError(f"{where(keys)}: {'.'.join(keys)} {what}")
-
-    def mapping(value: Any, keys: tuple[str, ...], allowed: tuple[str, ...] | None,
-                hint: str) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping):
-            raise fail(keys, f"must be a mapping ({hint}), got {value!r}")
-        for k in value:
-            if allowed is not None and k not in allowed:
-                raise ConfigError(f"{where((*keys, str(k)))}: unknown check {k!r} in "
-                                  f"{'.'.join(keys)}; allowed: {', '.join(allowed)}")
-        return value
-
-    def number(value: Any, keys: tuple[str, ...], lo: float | None = None,
-               hi: float | None = None, integer: bool = False) -> float | int:
-        kind = "a whole number" if integer else "a number"
-        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-            raise fail(keys, f"must be {kind}, got {value!r}")
-        if not math.isfinite(value):  # NaN compares false with everything: a check turned off
-            raise fail(keys, f"must be a finite number, got {value!r}")
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            span = f"within [{lo:g}, {hi:g}]" if hi is not None else f"at least {lo:g}"
-            raise fail(keys, f"must be {span}, got {value!r}")
-        return value
-
-    top = mapping(doc, ("checks",), LEVELS, "block: and/or warn:")
+    top = r.mapping(doc, ("checks",), LEVELS, "block: and/or warn:")
     for level, body in top.items():
         keys = ("checks", level)
-        body = mapping(body, keys, LEVEL_KEYS, "records, rejected, drift, features")
+        body = r.mapping(body, keys, LEVEL_KEYS, "records, rejected, drift, features")
         for group, value in body.items():
-            gkeys = (*keys, group)
-            line = lines.get(gkeys)
-            if group == "drift":
-                out.append(Check(level, "drift", number(value, gkeys, 0, 1), ALL_FEATURES, line))
-            elif group == "records":
-                body_ = mapping(value, gkeys, RECORD_CHECKS, "min, max, max_change")
-                for k, v in body_.items():
-                    ck = (*gkeys, k)
-                    t = number(v, ck, 0) if k == "max_change" else number(v, ck, 0, integer=True)
-                    out.append(Check(level, f"records.{k}", t, None, lines.get(ck)))
-                _ordered(body_, gkeys, fail)
-            elif group == "rejected":
-                allowed = ("max_fraction", *REASONS)
-                for k, v in mapping(value, gkeys, allowed, "max_fraction or a reason code").items():
-                    ck = (*gkeys, k)
-                    out.append(Check(level, f"rejected.{k}", number(v, ck, 0, 1), None,
-                                     lines.get(ck)))
-            else:
-                features = mapping(value, gkeys, None, "feature name: {check: threshold}")
-                for name, fchecks in features.items():
-                    out.extend(_feature(level, str(name), fchecks, (*gkeys, str(name)), lines,
-                                        mapping, number, fail))
+            out.extend(_group(r, level, group, value, (*keys, group)))
     return Checks(path, tuple(out))
+
+
+def _group(r: _Reader, level: str, group: str, value: Any,
+           gkeys: tuple[str, ...]) -> list[Check]:
+    """The checks of one group of a level: drift, records, rejected or features."""
+    lines = r.lines
+    out: list[Check] = []
+    if group == "drift":
+        out.append(Check(level, "drift", r.number(value, gkeys, 0, 1), ALL_FEATURES,
+                         lines.get(gkeys)))
+    elif group == "records":
+        body_ = r.mapping(value, gkeys, RECORD_CHECKS, "min, max, max_change")
+        for k, v in body_.items():
+            ck = (*gkeys, k)
+            t = r.number(v, ck, 0) if k == "max_change" else r.number(v, ck, 0, integer=True)
+            out.append(Check(level, f"records.{k}", t, None, lines.get(ck)))
+        _ordered(body_, gkeys, r.fail)
+    elif group == "rejected":
+        allowed = ("max_fraction", *REASONS)
+        for k, v in r.mapping(value, gkeys, allowed, "max_fraction or a reason code").items():
+            ck = (*gkeys, k)
+            out.append(Check(level, f"rejected.{k}", r.number(v, ck, 0, 1), None,
+                             lines.get(ck)))
+    else:
+        features = r.mapping(value, gkeys, None, "feature name: {check: threshold}")
+        for name, fchecks in features.items():
+            out.extend(_feature(level, str(name), fchecks, (*gkeys, str(name)), lines,
+                                r.mapping, r.number, r.fail))
+    return out
 
 
 def _feature(level: str, name: str, body: Any, keys: tuple[str, ...], lines: Lines,

@@ -258,46 +258,16 @@ def _span_for(doc: Mapping[str, Any], path: str, output: str | None,
 def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
                   output: str | None = None, span: Span | None = None,
                   lines: Lines | None = None) -> JobConfig:
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"{path}: a job file must be a mapping")
-    unknown = set(doc) - _KEYS
-    if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
-    if "schema" not in doc:
-        raise ConfigError(f"{path}: missing 'schema' (path of the schema YAML)")
+    _check_keys(doc, path)
     span = _span_for(doc, path, output, span)
     sources, fractions = _sources(doc, path, span)
     schema = _string(doc, "schema", path)
-    if output is None and "output" in doc:
-        out = _string(doc, "output", path)
-    else:
-        out = output
-    if not out:
-        raise ConfigError(f"{path}: missing 'output' (or pass --output)")
-    if span is not None:
-        out = fill(out, span, f"{path}: {'--output' if output else 'output'}")
+    out = _output(doc, path, output, span)
     seed, via = _shuffle(doc.get("shuffle", {"seed": 0}), path, span)
-    if "shards" in doc and "shard_size" in doc:
-        raise ConfigError(f"{path}: give 'shards' or 'shard_size', not both")
-    shards = doc.get("shards")
-    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
-                               or shards < 1):
-        raise ConfigError(f"{path}: shards must be a positive integer, got {shards!r}")
-    shard_size = parse_size(doc["shard_size"], f"{path}: shard_size") if "shard_size" in doc else None
-    if shards is None and shard_size is None:
-        shard_size = 128 * 10**6
-    compression = str(doc.get("compression", "none")).lower()
-    if compression not in COMPRESSIONS:
-        raise ConfigError(f"{path}: compression must be one of {list(COMPRESSIONS)}, "
-                          f"got {compression!r}")
+    shards, shard_size = _sharding(doc, path)
+    compression = _compression(doc, path)
     fmt, index = _shard_format(doc, compression, path)
-    spill = doc.get("spill", "disk")
-    if spill == "memory":
-        raise ConfigError(f"{path}: spill: memory was removed because its memory use is "
-                          "unbounded; remove the key to use the default (disk spills, with "
-                          "spill_in_memory held in memory)")
-    if spill != "disk":
-        raise ConfigError(f"{path}: spill must be 'disk' (the default), got {spill!r}")
+    _check_spill(doc, path)
     max_bad = _number(doc, "max_bad_fraction", 0.0, path)
     if not 0 <= max_bad <= 1:
         raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1], got {max_bad!r}")
@@ -305,33 +275,22 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
     if verify not in VERIFY_MODES:
         raise ConfigError(f"{path}: verify must be 'quick' (sizes) or 'full' (every byte) "
                           f"before a span is skipped as current, got {verify!r}")
-    allow_empty = doc.get("allow_empty", False)
-    if not isinstance(allow_empty, bool):
-        raise ConfigError(f"{path}: allow_empty must be true or false, got {allow_empty!r}")
+    allow_empty = _flag(doc, "allow_empty", False, path)
     checks = parse_checks(doc.get("checks"), path, lines)
-    stats = doc.get("stats", checks is not None)
-    if not isinstance(stats, bool):
-        raise ConfigError(f"{path}: stats must be true or false, got {stats!r}")
+    stats = _flag(doc, "stats", checks is not None, path)
     if checks is not None and not stats:
         raise ConfigError(f"{path}: stats: false with checks: (the checks read the statistics "
                           "the conversion gathers); remove one of them")
     temp = doc.get("temp_location")
     if temp is not None and (not isinstance(temp, str) or not temp):
         raise ConfigError(f"{path}: temp_location must be a path (text), got {temp!r}")
+    schema_path = _resolve(base_dir, schema)
+    resolved = _resolve(os.getcwd(), out) if output else _resolve(base_dir, out)
     job = JobConfig(
-        path=path, base_dir=base_dir, schema_path=_resolve(base_dir, schema),
-        sources=sources, fractions=fractions, output=_resolve(os.getcwd(), out) if output
-        else _resolve(base_dir, out), seed=seed, shards=shards, shard_size=shard_size,
-        compression=compression,
-        max_shard_bytes=parse_size(doc.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES),
-                                   f"{path}: max_shard_bytes"),
+        path=path, base_dir=base_dir, schema_path=schema_path,
+        sources=sources, fractions=fractions, output=resolved, seed=seed, shards=shards,
+        shard_size=shard_size, compression=compression, **_sizes(doc, path),
         max_bad_fraction=max_bad, temp_location=temp,
-        spill_in_memory=parse_size(doc.get("spill_in_memory", DEFAULT_SPILL_IN_MEMORY),
-                                   f"{path}: spill_in_memory", allow_zero=True),
-        max_record_bytes=parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
-                                    f"{path}: max_record_bytes"),
-        split_bytes=(None if doc.get("split_bytes") is None
-                     else parse_size(doc["split_bytes"], f"{path}: split_bytes", allow_zero=True)),
         shuffle_via=via, verify=verify, allow_empty=allow_empty, format=fmt, index=index,
         raw=dict(doc),
         span=span.name if span is not None else None,
@@ -344,6 +303,85 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
             raise ConfigError(f"--output: refusing output {out!r}{refused}")
         raise _KeyRefused("output", f"{path}: refusing output {out!r}{refused}")
     return job
+
+
+def _check_keys(doc: Any, path: str) -> None:
+    """A mapping of known keys, `schema:` among them."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{path}: a job file must be a mapping")
+    unknown = set(doc) - _KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+    if "schema" not in doc:
+        raise ConfigError(f"{path}: missing 'schema' (path of the schema YAML)")
+
+
+def _output(doc: Mapping[str, Any], path: str, output: str | None, span: Span | None) -> str:
+    """The output as given (--output wins over `output:`), its placeholders filled."""
+    if output is None and "output" in doc:
+        out = _string(doc, "output", path)
+    else:
+        out = output
+    if not out:
+        raise ConfigError(f"{path}: missing 'output' (or pass --output)")
+    if span is not None:
+        out = fill(out, span, f"{path}: {'--output' if output else 'output'}")
+    return out
+
+
+def _sharding(doc: Mapping[str, Any], path: str) -> tuple[int | None, int | None]:
+    """(`shards:`, `shard_size:`): one of them; neither means 128 MB shards."""
+    if "shards" in doc and "shard_size" in doc:
+        raise ConfigError(f"{path}: give 'shards' or 'shard_size', not both")
+    shards = doc.get("shards")
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)
+                               or shards < 1):
+        raise ConfigError(f"{path}: shards must be a positive integer, got {shards!r}")
+    shard_size = parse_size(doc["shard_size"], f"{path}: shard_size") if "shard_size" in doc else None
+    if shards is None and shard_size is None:
+        shard_size = 128 * 10**6
+    return shards, shard_size
+
+
+def _compression(doc: Mapping[str, Any], path: str) -> str:
+    compression = str(doc.get("compression", "none")).lower()
+    if compression not in COMPRESSIONS:
+        raise ConfigError(f"{path}: compression must be one of {list(COMPRESSIONS)}, "
+                          f"got {compression!r}")
+    return compression
+
+
+def _check_spill(doc: Mapping[str, Any], path: str) -> None:
+    """`spill: disk` (the only behaviour) or no key; `spill: memory` was removed."""
+    spill = doc.get("spill", "disk")
+    if spill == "memory":
+        raise ConfigError(f"{path}: spill: memory was removed because its memory use is "
+                          "unbounded; remove the key to use the default (disk spills, with "
+                          "spill_in_memory held in memory)")
+    if spill != "disk":
+        raise ConfigError(f"{path}: spill must be 'disk' (the default), got {spill!r}")
+
+
+def _flag(doc: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
+    value = doc.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: {key} must be true or false, got {value!r}")
+    return value
+
+
+def _sizes(doc: Mapping[str, Any], path: str) -> dict[str, int | None]:
+    """The byte sizes of the job (units allowed: 64MiB), as JobConfig fields."""
+    return {
+        "max_shard_bytes": parse_size(doc.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES),
+                                      f"{path}: max_shard_bytes"),
+        "spill_in_memory": parse_size(doc.get("spill_in_memory", DEFAULT_SPILL_IN_MEMORY),
+                                      f"{path}: spill_in_memory", allow_zero=True),
+        "max_record_bytes": parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
+                                       f"{path}: max_record_bytes"),
+        "split_bytes": (None if doc.get("split_bytes") is None
+                        else parse_size(doc["split_bytes"], f"{path}: split_bytes",
+                                        allow_zero=True)),
+    }
 
 
 def _shard_format(doc: Mapping[str, Any], compression: str, path: str) -> tuple[str, bool]:

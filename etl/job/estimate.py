@@ -32,7 +32,7 @@ from etl.job.read_plan import WHOLE_FILE, ReadPlan, ReadUnit
 from etl.shuffle import chunk_codec
 from etl.shuffle.planning import num_shards_for
 from etl.sources import make_reader
-from etl.sources.base import DEFAULT_BLOCK_ROWS, Split
+from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, Split
 from etl.sources.json_array import is_json_array
 from etl.storage import fs
 
@@ -119,14 +119,7 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     encoder = Encoder(schema, max_record_bytes=max_record_bytes)
     fmt = str(cfg.get("format"))
     text = fmt in TEXT_FORMATS and not unit.path.endswith(COMPRESSED)
-    if text and unit.num_bytes > SAMPLE_BYTES:
-        reader.splits(unit.path, WHOLE_FILE)  # the reader's own launch checks (a CSV header)
-        array = fmt == "jsonl" and is_json_array(unit.path, max_record_bytes)  # not lines
-        first = 0 if array else _first_line_end(unit.path, name, max_record_bytes)
-        stop = max(SAMPLE_BYTES, first)
-        split = Split(unit.path, index=0, count=2, start=0, stop=stop, size=unit.num_bytes)
-    else:
-        split = Split(unit.path, size=unit.num_bytes)
+    split = _sample_split(name, reader, unit, fmt, text, max_record_bytes)
     counts = [0, 0, 0, 0]  # read, encoded, framed, packed bytes: up to input byte `at`
     pending = [0, 0, 0, 0]  # blocks that end at the same reported offset (one read chunk)
     bad: list[BadRecord] = []  # rejected records, as `counts`
@@ -170,6 +163,19 @@ def sample_source(name: str, cfg: dict[str, Any], unit: ReadUnit, schema: Schema
     if text and not whole:
         sample.spread = _line_spread(unit.path, unit.num_bytes, at)
     return sample
+
+
+def _sample_split(name: str, reader: Source, unit: ReadUnit, fmt: str, text: bool,
+                  max_record_bytes: int) -> Split:
+    """What the sample reads: a large plain text file's first SAMPLE_BYTES (at least its first
+    line) as a split of it, any other file whole (read until SAMPLE_BYTES are passed)."""
+    if text and unit.num_bytes > SAMPLE_BYTES:
+        reader.splits(unit.path, WHOLE_FILE)  # the reader's own launch checks (a CSV header)
+        array = fmt == "jsonl" and is_json_array(unit.path, max_record_bytes)  # not lines
+        first = 0 if array else _first_line_end(unit.path, name, max_record_bytes)
+        stop = max(SAMPLE_BYTES, first)
+        return Split(unit.path, index=0, count=2, start=0, stop=stop, size=unit.num_bytes)
+    return Split(unit.path, size=unit.num_bytes)
 
 
 def _first_line_end(path: str, source: str, max_record_bytes: int) -> int:
@@ -251,23 +257,8 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
     for unit in plan.units:
         first.setdefault(unit.source, unit)
         source_bytes[unit.source] = source_bytes.get(unit.source, 0) + unit.num_bytes
-    samples = {}
-    for name, cfg in job.sources.items():
-        if name in first and cfg.get("format") in UNSAMPLED:
-            samples[name] = Sample(name, first[name].path, str(cfg.get("format")), 0, 0, 0, 0,
-                                   False, unsampled=True)
-        elif name in first:
-            samples[name] = sample_source(name, cfg, first[name], schema, job.base_dir,
-                                          job.max_record_bytes)
-    records = framed = packed = cpu = 0.0
-    for unit in plan.units:
-        s = samples[unit.source]
-        n = s.encoded if s.whole_file and unit.path == s.path else unit.num_bytes * s.records_per_byte
-        records += n
-        framed += n * s.framed_per_record
-        packed += n * s.packed_per_record
-        kind = "text" if s.fmt in TEXT_FORMATS else "binary"
-        cpu += unit.num_bytes * rates[kind]["cpu_seconds_per_input_byte"]
+    samples = _sample_sources(job, first, schema)
+    records, framed, packed, cpu = _totals(plan, samples, rates)
     fractions = job.fractions or {}
     if fractions:
         per_split = {k: records * v for k, v in fractions.items()}
@@ -293,6 +284,43 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
         wall = (cpu + startup) / (cores * UTILISATION) / 3600
         est.hours = (wall, wall * 1.5)
         return est
+    _on_workers(est, cpu, shuffle, via, workers, machine_type, disk_gb)
+    return est
+
+
+def _sample_sources(job: JobConfig, first: dict[str, ReadUnit],
+                    schema: Schema) -> dict[str, Sample]:
+    """A sample of each source's first unit (user code is not run: an empty sample)."""
+    samples = {}
+    for name, cfg in job.sources.items():
+        if name in first and cfg.get("format") in UNSAMPLED:
+            samples[name] = Sample(name, first[name].path, str(cfg.get("format")), 0, 0, 0, 0,
+                                   False, unsampled=True)
+        elif name in first:
+            samples[name] = sample_source(name, cfg, first[name], schema, job.base_dir,
+                                          job.max_record_bytes)
+    return samples
+
+
+def _totals(plan: ReadPlan, samples: dict[str, Sample],
+            rates: dict[str, Any]) -> tuple[float, float, float, float]:
+    """(records, framed bytes, packed bytes, CPU seconds) of all the plan's units, each scaled
+    from its source's sample."""
+    records = framed = packed = cpu = 0.0
+    for unit in plan.units:
+        s = samples[unit.source]
+        n = s.encoded if s.whole_file and unit.path == s.path else unit.num_bytes * s.records_per_byte
+        records += n
+        framed += n * s.framed_per_record
+        packed += n * s.packed_per_record
+        kind = "text" if s.fmt in TEXT_FORMATS else "binary"
+        cpu += unit.num_bytes * rates[kind]["cpu_seconds_per_input_byte"]
+    return records, framed, packed, cpu
+
+
+def _on_workers(est: Estimate, cpu: float, shuffle: float, via: str, workers: int | None,
+                machine_type: str | None, disk_gb: int | None) -> None:
+    """A cloud run's machine, workers, hours and cost, set on `est`."""
     prices = _load("estimate_prices.json")
     name = machine_type or prices["default_machine_type"]
     machine = prices["machine_types"].get(name)
@@ -314,7 +342,6 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
     est.cost = tuple(workers * h * per_worker_hour + shuffle_gb * prices["shuffle_gb"] * k
                      for h, k in zip(est.hours, (1, 2), strict=True))  # type: ignore[assignment]
     est.workers, est.machine, est.prices = workers, machine, prices
-    return est
 
 
 def _vcpus_from_name(name: str) -> int:

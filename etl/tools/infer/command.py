@@ -331,17 +331,7 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
         guesses, sampled, left_out, nulls, source, notes = _database(source, n)
     else:
         stored = fmt == "tfrecord"  # records pass through a run unchanged: describe them as is
-        if stored:
-            got = sample_examples(source["paths"], n)
-        elif fmt == "csv":
-            dialect = _dialect(source["paths"], opts)
-            source.update(dialect.source_keys())
-            if dialect.encoding != "utf-8":
-                notes["encoding"] = next((x for x in dialect.notes if "UTF-8" in x),
-                                         f"--encoding {dialect.encoding}")
-            got = _csv_sample(source, dialect, n)
-        else:
-            got = sample(source, n)
+        got, dialect = _file_sample(fmt, source, n, opts, notes)
         if not got.rows:
             raise BadInputError(f"{_listing(source)}: no records to infer a schema from")
         sampled = _sampled(got, n, fmt)
@@ -350,35 +340,74 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
                    if not (dialect and c in dialect.left_out)}
         if fmt in ("csv", "jsonl"):
             markers = _null_markers(columns)
-        null_values = frozenset(markers)
-        guesses, left_out = [], []
-        for column, values in columns.items():
-            try:
-                guesses.append(guess(column, values, sampled, stored=stored,
-                                     null_values=null_values))
-            except Unsupported as e:
-                left_out.append(f"{column!r} ({e})")
-            else:
-                if column in absent:
-                    files = absent[column]
-                    guesses[-1].notes.insert(0,
-                        f"not in {len(files)} of {len(got.per_file)} sampled files "
-                        f"({', '.join(_short(f) for f in files[:3])}): their records have no "
-                        "value here (see the default or required line)")
+        guesses, left_out = _guess_columns(columns, got, sampled, stored, frozenset(markers))
         if dialect:
             left_out += [f"{c!r} ({why})" for c, why in dialect.left_out.items()]
         if markers:
             listed = ([""] if fmt == "csv" else []) + sorted(markers)
             source["null_values"] = listed
-            notes["null_values"] = "; ".join(
-                f"{m!r} fills {sum(per.values())} cells ("
-                + ", ".join(f"{c}: {k}" for c, k in list(per.items())[:4])
-                + (", ..." if len(per) > 4 else "") + ")" for m, per in sorted(markers.items())
-            ) + ("; '' (an empty cell) is the CSV default" if fmt == "csv" else "")
+            notes["null_values"] = _markers_note(markers, fmt)
     if not guesses:
         raise BadInputError(f"{_listing(source)}: no column the schema can hold; left out: "
                             + "; ".join(left_out))
     renamed = _unique_names(guesses, stored=fmt == "tfrecord")
+    text = schema_yaml(name, _header(fmt, sampled, left_out, source), guesses)
+    schema = _load(text)
+    return Inferred(text, schema, guesses, sampled, source, notes, left_out, dialect, markers,
+                    absent, renamed, [g.name for g in guesses], nulls)
+
+
+def _file_sample(fmt: str, source: dict[str, Any], n: int, opts: Options,
+                 notes: dict[str, str]) -> tuple[Sample, Dialect | None]:
+    """The sampled records of files, and a CSV file's sniffed dialect (written into `source`,
+    a non-UTF-8 encoding into `notes`)."""
+    dialect = None
+    if fmt == "tfrecord":
+        got = sample_examples(source["paths"], n)
+    elif fmt == "csv":
+        dialect = _dialect(source["paths"], opts)
+        source.update(dialect.source_keys())
+        if dialect.encoding != "utf-8":
+            notes["encoding"] = next((x for x in dialect.notes if "UTF-8" in x),
+                                     f"--encoding {dialect.encoding}")
+        got = _csv_sample(source, dialect, n)
+    else:
+        got = sample(source, n)
+    return got, dialect
+
+
+def _guess_columns(columns: dict[str, Any], got: Sample, sampled: Sampled, stored: bool,
+                   null_values: frozenset[str]) -> tuple[list[Guess], list[str]]:
+    """(a guess per column, the columns left out with the reason)."""
+    absent = got.absent
+    guesses, left_out = [], []
+    for column, values in columns.items():
+        try:
+            guesses.append(guess(column, values, sampled, stored=stored,
+                                 null_values=null_values))
+        except Unsupported as e:
+            left_out.append(f"{column!r} ({e})")
+        else:
+            if column in absent:
+                files = absent[column]
+                guesses[-1].notes.insert(0,
+                    f"not in {len(files)} of {len(got.per_file)} sampled files "
+                    f"({', '.join(_short(f) for f in files[:3])}): their records have no "
+                    "value here (see the default or required line)")
+    return guesses, left_out
+
+
+def _markers_note(markers: dict[str, dict[str, int]], fmt: str) -> str:
+    """What each null marker fills: `'NA' fills 12 cells (age: 10, city: 2)`."""
+    return "; ".join(
+        f"{m!r} fills {sum(per.values())} cells ("
+        + ", ".join(f"{c}: {k}" for c, k in list(per.items())[:4])
+        + (", ..." if len(per) > 4 else "") + ")" for m, per in sorted(markers.items())
+    ) + ("; '' (an empty cell) is the CSV default" if fmt == "csv" else "")
+
+
+def _header(fmt: str, sampled: Sampled, left_out: list[str], source: dict[str, Any]) -> list[str]:
+    """The schema file's opening comment: where it came from, what to review, what was left out."""
     header = [f"Inferred by `run_pipeline.py infer-schema` ({fmt}) from {sampled.what}.",
               "Every `# review:` comment marks a guess to check before relying on this "
               "schema (see the README, 'Schema files')."]
@@ -386,10 +415,7 @@ def infer_all(fmt: str, source: dict[str, Any], n: int, name: str,
         header.append("Left out: " + "; ".join(left_out) + ".")
     if fmt == "tfrecord":
         header += _written_with(source["paths"])
-    text = schema_yaml(name, header, guesses)
-    schema = _load(text)
-    return Inferred(text, schema, guesses, sampled, source, notes, left_out, dialect, markers,
-                    absent, renamed, [g.name for g in guesses], nulls)
+    return header
 
 
 def _database(source: dict[str, Any], n: int) -> tuple[list[Guess], Sampled, list[str],

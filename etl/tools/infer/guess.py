@@ -219,6 +219,20 @@ def _int_notes(g: Guess, ints: np.ndarray) -> None:
 
 
 # ---- Arrow columns -----------------------------------------------------------------------------
+@dataclass
+class _Column:
+    """An Arrow column taken apart: its list levels, its leaf values, and which rows hold one."""
+
+    n: int  # sampled rows
+    levels: list[np.ndarray]  # list offsets, outermost first (none: one value per row)
+    valid: np.ndarray  # rows that are not null
+    present: np.ndarray  # rows with a value
+    shape: list[int]
+    variable: bool  # the first dimension varies
+    leaves: pa.Array
+    leaf_null: np.ndarray  # leaves that are missing
+
+
 def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
            null_values: frozenset[str] = frozenset()) -> None:
     if pa.types.is_dictionary(arr.type):
@@ -236,91 +250,106 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
     if nested.levels and kind in ("text", "bytes"):  # "" in a list is a value, not missing
         leaf_null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
     g.notes.extend(notes)
-    if not nested.levels:
-        present = valid & ~leaf_null
-    else:
-        counts = np.diff(nested.levels[0])
-        present = valid & ((counts > 0) if not variable else np.ones(n, bool))
-        if leaf_null.any():
-            raise Unsupported("lists holding null values (the schema has no missing element)")
+    present = _arrow_present(nested.levels, valid, leaf_null, variable, n)
+    col = _Column(n, nested.levels, valid, present, shape, variable, leaves, leaf_null)
     if kind == "null":
         g.spec.update(dtype="string", shape=shape)
         g.notes.append(f"no value in any of the {n} sampled rows: dtype string is a "
                        "placeholder; fix the dtype or drop the feature")
         _missing(g, present, variable, sampled, default="")
-        return
-    if when is not None:
-        g.kind = when.dtype
-        g.spec["dtype"] = when.dtype
-        if when.unit:
-            g.spec["unit"] = when.unit
-        if when.format:
-            g.spec["format"] = when.format
-        g.spec["shape"] = shape
-        g.notes.append(when.note)
-        _shape_note(g, nested.levels, shape, variable, valid)
-        _missing(g, present, variable, sampled, default=None)
-        return
-    if kind in ("int", "float", "bool"):
-        g.kind = "number" if kind != "bool" else "bool"
-        if kind == "bool":
-            g.spec["dtype"] = "bool"
-        elif kind == "int":
-            g.spec["dtype"] = "int64"
-            if stored and _flag_note(g, numbers[~leaf_null], bool(nested.levels)):
-                pass
-            elif not nested.levels:
-                _int_notes(g, numbers[~leaf_null])
-        else:
-            narrow = pa.types.is_floating(leaves.type) and leaves.type.bit_width < 64
-            text = not pa.types.is_floating(leaves.type)
-            _float_spec(g, numbers[~leaf_null],
-                        "float32" if narrow else "decimal text" if text else "float64 data")
-        g.spec["shape"] = shape
-        _shape_note(g, nested.levels, shape, variable, valid)
-        if kind != "bool":
-            g.observed = observe_numbers(numbers[~leaf_null], n,
-                                         _without_value(nested.levels, present, valid, variable))
-        _missing(g, present, variable, sampled, stored=stored,
-                 default=False if kind == "bool" else 0 if stored else _number_default(g))
-        return
-    # strings and bytes
+    elif when is not None:
+        _arrow_date(g, col, when, sampled)
+    elif kind in ("int", "float", "bool"):
+        _arrow_numbers(g, col, kind, numbers, sampled, stored)
+    else:
+        _arrow_text(g, col, kind, notes, sampled, stored)
+
+
+def _arrow_present(levels: list[np.ndarray], valid: np.ndarray, leaf_null: np.ndarray,
+                   variable: bool, n: int) -> np.ndarray:
+    """The rows with a value: a non-null scalar, or a list (non-empty unless its length varies)."""
+    if not levels:
+        return valid & ~leaf_null
+    counts = np.diff(levels[0])
+    present = valid & ((counts > 0) if not variable else np.ones(n, bool))
+    if leaf_null.any():
+        raise Unsupported("lists holding null values (the schema has no missing element)")
+    return present
+
+
+def _arrow_date(g: Guess, col: _Column, when: DateGuess, sampled: Sampled) -> None:
+    """Text or numbers read as dates or times: the dtype, unit and format of the guess."""
+    g.kind = when.dtype
+    g.spec["dtype"] = when.dtype
+    if when.unit:
+        g.spec["unit"] = when.unit
+    if when.format:
+        g.spec["format"] = when.format
+    g.spec["shape"] = col.shape
+    g.notes.append(when.note)
+    _shape_note(g, col.levels, col.shape, col.variable, col.valid)
+    _missing(g, col.present, col.variable, sampled, default=None)
+
+
+def _arrow_numbers(g: Guess, col: _Column, kind: str, numbers: np.ndarray, sampled: Sampled,
+                   stored: bool) -> None:
+    """An int, float or bool feature: its dtype, number notes, observed range and default."""
+    leaves, leaf_null = col.leaves, col.leaf_null
+    g.kind = "number" if kind != "bool" else "bool"
+    if kind == "bool":
+        g.spec["dtype"] = "bool"
+    elif kind == "int":
+        g.spec["dtype"] = "int64"
+        if stored and _flag_note(g, numbers[~leaf_null], bool(col.levels)):
+            pass
+        elif not col.levels:
+            _int_notes(g, numbers[~leaf_null])
+    else:
+        narrow = pa.types.is_floating(leaves.type) and leaves.type.bit_width < 64
+        text = not pa.types.is_floating(leaves.type)
+        _float_spec(g, numbers[~leaf_null],
+                    "float32" if narrow else "decimal text" if text else "float64 data")
+    g.spec["shape"] = col.shape
+    _shape_note(g, col.levels, col.shape, col.variable, col.valid)
+    if kind != "bool":
+        g.observed = observe_numbers(numbers[~leaf_null], col.n,
+                                     _without_value(col.levels, col.present, col.valid,
+                                                    col.variable))
+    _missing(g, col.present, col.variable, sampled, stored=stored,
+             default=False if kind == "bool" else 0 if stored else _number_default(g))
+
+
+def _arrow_text(g: Guess, col: _Column, kind: str, notes: list[str], sampled: Sampled,
+                stored: bool) -> None:
+    """A string or bytes feature: exact decimal text, images, stored bytes, a vocabulary, or
+    plain strings."""
+    present, variable = col.present, col.variable
     if kind == "decimal":  # exact text: never a vocabulary (a number is not a label)
-        g.spec.update(dtype="string", shape=shape)
+        g.spec.update(dtype="string", shape=col.shape)
         g.kind = "text"
         _missing(g, present, variable, sampled, default="")
         return
-    if kind == "bytes" and _images(g, leaves, shape):
+    if kind == "bytes" and _images(g, col.leaves, col.shape):
         _missing(g, present, variable, sampled, default=None)
         return
-    g.spec["shape"] = shape
-    _shape_note(g, nested.levels, shape, variable, valid)
+    g.spec["shape"] = col.shape
+    _shape_note(g, col.levels, col.shape, variable, col.valid)
     text = kind == "text"
-    kept = leaves.filter(pa.array(~leaf_null)) if leaf_null.any() else leaves
+    kept = col.leaves.filter(pa.array(~col.leaf_null)) if col.leaf_null.any() else col.leaves
     vc = pc.value_counts(kept) if text else None
-    absent = _without_value(nested.levels, present, valid, variable)
+    absent = _without_value(col.levels, present, col.valid, variable)
     if stored:
         g.kind = "text"
         _stored_bytes_notes(g, kept, vc)
         _missing(g, present, variable, sampled, default="", stored=True)
-        g.observed = Observed(n, absent, len(kept), distinct=len(vc) if vc is not None else None)
+        g.observed = Observed(col.n, absent, len(kept),
+                              distinct=len(vc) if vc is not None else None)
         return
     numberish = any(n.startswith(("mostly numbers", "numbers with")) for n in notes)
     if vc is not None and len(vc) <= VOCAB_MAX and len(vc) * 2 <= len(kept) and not numberish:
-        g.kind = "vocabulary"
-        labels = vc.field("values").to_pylist()
-        seen = dict(zip(labels, vc.field("counts").to_pylist(), strict=True))
-        vocab = sorted(seen)
-        g.spec.update(dtype="int64", vocabulary=vocab)
-        g.counts = {v: seen[v] for v in vocab}
-        whole = "the whole input was read" if sampled.complete else "values beyond the sample " \
-            "were not read"
-        g.notes.append(f"vocabulary of the {len(vocab)} distinct values in {len(kept)} sampled "
-                       f"values (ids 0..{len(vocab) - 1} in this order; {whole}); a value not "
-                       "in it is rejected as not_in_vocabulary: add missing labels, or set "
-                       "oov_id")
+        _arrow_vocabulary(g, vc, len(kept), sampled)
         _missing(g, present, variable, sampled, default=-1)
-        g.observed = Observed(n, absent, len(kept), distinct=len(vocab))
+        g.observed = Observed(col.n, absent, len(kept), distinct=len(g.spec["vocabulary"]))
         return
     g.spec["dtype"] = "string"
     g.kind = "text" if text else "bytes"
@@ -331,6 +360,22 @@ def _arrow(g: Guess, arr: pa.Array, sampled: Sampled, stored: bool = False,
                        f"kept as strings (no vocabulary: {why})")
     g.distinct = len(vc) if vc is not None else None
     _missing(g, present, variable, sampled, default="")
+
+
+def _arrow_vocabulary(g: Guess, vc: pa.StructArray, kept: int, sampled: Sampled) -> None:
+    """Text with few labels: an int64 feature with the sorted labels as its vocabulary."""
+    g.kind = "vocabulary"
+    labels = vc.field("values").to_pylist()
+    seen = dict(zip(labels, vc.field("counts").to_pylist(), strict=True))
+    vocab = sorted(seen)
+    g.spec.update(dtype="int64", vocabulary=vocab)
+    g.counts = {v: seen[v] for v in vocab}
+    whole = "the whole input was read" if sampled.complete else "values beyond the sample " \
+        "were not read"
+    g.notes.append(f"vocabulary of the {len(vocab)} distinct values in {kept} sampled "
+                   f"values (ids 0..{len(vocab) - 1} in this order; {whole}); a value not "
+                   "in it is rejected as not_in_vocabulary: add missing labels, or set "
+                   "oov_id")
 
 
 def observe_numbers(numbers: np.ndarray, rows: int, missing: int) -> Observed:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from etl.tools.infer.dialect import delimiter_name
+from etl.tools.infer.dialect import Dialect, delimiter_name
 from etl.tools.infer.guess import VOCAB_MAX
 from etl.tools.infer.render import scalar
 
@@ -43,22 +43,10 @@ def summary_lines(inf: Any, fmt: str, output: str | None) -> list[str]:
     `inf`: an etl.tools.infer.command.Inferred (not imported: command imports this module)."""
     gs = inf.guesses
     lines = [f"infer-schema: {len(gs)} features from {inf.sampled.what} ({fmt})"]
-    d = inf.dialect
-    if d is not None:
-        how = (f"delimiter {delimiter_name(d.delimiter)}, "
-               f"{'header row' if d.header else 'no header row (columns column_0..)'}, "
-               f"encoding {d.encoding}")
-        if d.skip_rows:
-            how += f", skip_rows {d.skip_rows}"
-        lines.append(f"  csv: {how}" + "".join(f"; {n}" for n in d.notes))
+    if inf.dialect is not None:
+        lines.append(_csv_line(inf.dialect))
     if inf.markers:
-        parts = []
-        for m, per in sorted(inf.markers.items()):
-            cols = ", ".join(f"{c}: {k}" for c, k in list(per.items())[:3])
-            more = ", ..." if len(per) > 3 else ""
-            parts.append(f"{m!r} in {sum(per.values())} cells ({cols}{more})")
-        lines.append(f"  null markers: {'; '.join(parts)} -> null_values: "
-                     f"{inf.source.get('null_values')} on the job's source (missing values)")
+        lines.append(_markers_line(inf.markers, inf.source))
     dates = [f"{g.name} ({g.spec['dtype']}" + (f", unit {g.spec['unit']}" if "unit" in g.spec
                                                else "")
              + (f", format {g.spec['format']!r}" if "format" in g.spec else "") + ")"
@@ -106,3 +94,24 @@ def summary_lines(inf: Any, fmt: str, output: str | None) -> list[str]:
     if output:
         lines.append(f"  output: {output} (the job's; named after its inputs and format)")
     return lines
+
+
+def _csv_line(d: Dialect) -> str:
+    """How the CSV files are read: the sniffed dialect and its notes."""
+    how = (f"delimiter {delimiter_name(d.delimiter)}, "
+           f"{'header row' if d.header else 'no header row (columns column_0..)'}, "
+           f"encoding {d.encoding}")
+    if d.skip_rows:
+        how += f", skip_rows {d.skip_rows}"
+    return f"  csv: {how}" + "".join(f"; {n}" for n in d.notes)
+
+
+def _markers_line(markers: dict[str, dict[str, int]], source: dict[str, Any]) -> str:
+    """The null markers found, the cells each fills, and the job's null_values for them."""
+    parts = []
+    for m, per in sorted(markers.items()):
+        cols = ", ".join(f"{c}: {k}" for c, k in list(per.items())[:3])
+        more = ", ..." if len(per) > 3 else ""
+        parts.append(f"{m!r} in {sum(per.values())} cells ({cols}{more})")
+    return (f"  null markers: {'; '.join(parts)} -> null_values: "
+            f"{source.get('null_values')} on the job's source (missing values)")
