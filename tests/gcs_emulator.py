@@ -155,6 +155,19 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
+def offline_dataflow(emulator: GcsEmulator, monkeypatch: Any) -> None:
+    """This process talks to `emulator` as Dataflow's launcher would talk to GCS, without a
+    credential lookup (Beam would retry one for ~25 s against an emulator)."""
+    from apache_beam.internal.gcp import auth  # noqa: PLC0415 - Beam only for these tests
+
+    for key, value in emulator.env().items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setattr(auth._Credentials, "_credentials_init", True)
+    monkeypatch.setattr(auth._Credentials, "_credentials", None)
+
+
 def split_url(url: str) -> tuple[str, str]:
     """gs://bucket/key -> (bucket, key)."""
     if not url.startswith("gs://"):

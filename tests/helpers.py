@@ -108,3 +108,16 @@ def wait_paused(proc: subprocess.Popen[str], pause_dir: Path, phase: str) -> Non
             _, err = proc.communicate(timeout=30)
             pytest.fail(f"never paused at {phase} (exit {proc.returncode}): {err[-2000:]}")
         time.sleep(0.02)
+
+
+def records_by_id(out: Any, splits: tuple[str, ...] = ("train", "test")) -> dict[int, dict[str, Any]]:
+    """Every record of an output's `splits` as plain Python, by its `id` feature."""
+    from etl.read.random_access import open_records  # noqa: PLC0415 - only the readers' tests
+
+    found = {}
+    for split in splits:
+        records = open_records(str(out), split)
+        for i in range(len(records)):
+            r = {k: as_python(v) for k, v in records[i].items()}
+            found[r["id"]] = r
+    return found

@@ -21,6 +21,7 @@ from urllib.parse import quote
 import pytest
 
 from etl.base.errors import ConfigError
+from tests.gcs_emulator import offline_dataflow
 from tests.helpers import cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -108,16 +109,9 @@ def test_the_search_finds_a_password_inside_a_pickled_dofn() -> None:
 def emulated_gcs(gcs_emulator, monkeypatch, tmp_path):
     """The emulator's variables in this process, no credential lookup (Beam would retry for
     ~25 s), our wheel built into this test's folder."""
-    from apache_beam.internal.gcp import auth
-
     from transforms import staging
 
-    for key, value in gcs_emulator.env().items():
-        if os.environ.get(key) != value:
-            monkeypatch.setenv(key, value)
-    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-    monkeypatch.setattr(auth._Credentials, "_credentials_init", True)
-    monkeypatch.setattr(auth._Credentials, "_credentials", None)
+    offline_dataflow(gcs_emulator, monkeypatch)
     monkeypatch.setattr(staging, "_cache_dir", lambda _: str(tmp_path / "staging"))
     monkeypatch.setenv("MY_PG_SECRET", PASSWORD)
     return gcs_emulator

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from etl.read.random_access import open_records
-from tests.helpers import as_python, cli
+from tests.helpers import cli, records_by_id
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
@@ -70,16 +68,6 @@ def table(postgres) -> str:
     return "SELECT * FROM infer_me"
 
 
-def records(out: Path) -> dict[int, dict[str, Any]]:
-    found = {}
-    for split in ("train", "test"):
-        got = open_records(str(out), split)
-        for i in range(len(got)):
-            r = {k: as_python(v) for k, v in got[i].items()}
-            found[r["id"]] = r
-    return found
-
-
 def no_password(password: str, *texts: str) -> None:
     for text in texts:
         assert password not in text
@@ -112,7 +100,7 @@ def test_postgres_schema_from_declared_types_then_run(postgres, table, tmp_path)
     ran = cli("run", str(job), "--runner=FnApiRunner", env=env)
     assert ran.returncode == 0, ran.stderr[-3000:]
     no_password(postgres.password, ran.stdout, ran.stderr)
-    got = records(tmp_path / written["output"])
+    got = records_by_id(tmp_path / written["output"])
     assert sorted(got) == list(range(ROWS))
     for k, i, big, d, t, b, flag, day, ts, ints in rows():
         r = got[k]
@@ -202,7 +190,7 @@ def test_duckdb_file(tmp_path):
     assert written["source"]["url"] == f"duckdb://{db}"
     ran = cli("run", str(job), "--runner=FnApiRunner")
     assert ran.returncode == 0, ran.stderr[-3000:]
-    got = records(tmp_path / written["output"])
+    got = records_by_id(tmp_path / written["output"])
     assert sorted(got) == list(range(30))
     assert [got[i]["n"] for i in range(6)] == [-1, 1, 2, -1, 4, 5]
     assert [got[i]["x"] for i in range(3)] == [0.0, 0.25, 0.5]

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from etl.read.random_access import open_records
-from tests.helpers import ROOT, RUN, as_python, cli, wait_paused
+from tests.helpers import ROOT, RUN, cli, records_by_id, wait_paused
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
@@ -92,16 +91,6 @@ def run(job: Path, *args: str, env: dict[str, str] | None = None,
 def shard_digests(out: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(out.glob("*.tfrecord"))}
-
-
-def records_by_id(out: Path) -> dict[int, dict[str, Any]]:
-    found = {}
-    for split in ("train", "test"):
-        records = open_records(str(out), split)
-        for i in range(len(records)):
-            r = {k: as_python(v) for k, v in records[i].items()}
-            found[r["id"]] = r
-    return found
 
 
 @pytest.fixture(scope="module")

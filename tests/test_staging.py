@@ -16,6 +16,7 @@ import pytest
 import tomllib
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 
+from tests.gcs_emulator import offline_dataflow
 from tests.helpers import ROOT
 from transforms import staging
 
@@ -134,15 +135,8 @@ def test_a_failed_build_names_the_way_out(tmp_path) -> None:
 def test_template_build_against_the_emulator_stages_our_package(gcs_emulator, gcs_bucket,
                                                                  monkeypatch, tmp_path) -> None:
     import apache_beam as beam
-    from apache_beam.internal.gcp import auth
 
-    for key, value in gcs_emulator.env().items():
-        if os.environ.get(key) != value:
-            monkeypatch.setenv(key, value)
-    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-    # no credentials to look up against an emulator (Beam would retry for ~25 s)
-    monkeypatch.setattr(auth._Credentials, "_credentials_init", True)
-    monkeypatch.setattr(auth._Credentials, "_credentials", None)
+    offline_dataflow(gcs_emulator, monkeypatch)
     args = ["--runner=DataflowRunner", f"--template_location={gcs_bucket}/templates/etl.json",
             f"--temp_location={gcs_bucket}/tmp", f"--staging_location={gcs_bucket}/staging",
             "--project=my-project-123", "--region=us-central1", "--no_auth"]
