@@ -71,7 +71,7 @@ from etl.schedule.fingerprint import with_fingerprints
 from etl.schedule.progress import ProgressConfig, Tally
 from etl.schedule.run_log import RunLog
 from etl.shuffle import files, is_local, strategy_for
-from etl.sources import sql_source
+from etl.sources import sql_source, sql_url
 from etl.storage import fs, scratch
 from etl.storage.object_store import Store
 from transforms import progress_feed as live
@@ -203,7 +203,7 @@ def refuse_template_of_snapshot(job: JobConfig, beam_args: list[str]) -> None:
         return
     for name, cfg in job.sources.items():
         if isinstance(cfg, dict) and cfg.get("format") == "sql" \
-                and str(cfg.get("url", "")).lower().startswith(("postgresql:", "postgres:")):
+                and sql_url.dialect_named(cfg.get("url")) == "postgresql":
             where = "source" if name == "*" else f"sources.{name}"
             raise ConfigError(f"{job.path}: {where} reads PostgreSQL in a snapshot the launcher "
                               "holds while the job runs; a classic template (--template_location) "

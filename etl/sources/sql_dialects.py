@@ -154,13 +154,12 @@ class Postgres(Dialect):
 
         return (adbc_driver_manager.Error,)
 
-    def _cursor(self, conn: Any, sql: str) -> Any:
-        cur = conn.cursor()
-        cur.execute(sql)
-        return cur
-
     def execute(self, conn: Any, sql: str) -> None:
-        self._cursor(conn, sql).close()
+        cur = conn.cursor()
+        try:
+            cur.execute(sql)
+        finally:
+            cur.close()
 
     def schema(self, conn: Any, sql: str) -> pa.Schema:
         cur = conn.cursor()  # prepared, not run: the server's errors point into `sql` itself
@@ -323,7 +322,7 @@ def dialect_of(target: SqlTarget) -> Dialect:
 
 def exact_columns(schema: pa.Schema, where: str) -> dict[str, str]:
     """Each column's Arrow type checked: the ones we store exactly pass; a PostgreSQL numeric
-    is kept as its decimal text or decimal128 (convert_numeric); anything else is refused,
+    is kept as its decimal text or decimal128 (`convert`); anything else is refused,
     naming the column and its database type. Returns column -> how it is converted."""
     how: dict[str, str] = {}
     for f in schema:

@@ -110,7 +110,7 @@ class SqlReader(Source):
         """The pass over the query (types, key, split range, fingerprint); the one `held`
         made for the run when there is one, else one of its own."""
         if self._survey is None:
-            with self._connection() as conn:
+            with connected(self.dialect) as conn:
                 self.dialect.begin_read(conn, self.snapshot)
                 try:
                     self._survey = self.survey_in(conn)
@@ -238,7 +238,7 @@ class SqlReader(Source):
         for attempt in range(RETRIES + 1):
             try:
                 with ExitStack() as stack:
-                    conn = stack.enter_context(self._connection())
+                    conn = stack.enter_context(connected(self.dialect))
                     self.dialect.begin_read(conn, self.snapshot)
                     stack.callback(self._end, conn)
                     self._same_rows(conn, survey)
@@ -250,7 +250,7 @@ class SqlReader(Source):
                         else:
                             positions = np.arange(position, position + n, dtype=np.int64)
                         position += n
-                        yield Block(self._columns(batch, survey), positions, source=split.path)
+                        yield Block(convert(batch, survey["how"]), positions, source=split.path)
                 return
             except StorageError:
                 if position or attempt == RETRIES:  # records given already: Beam retries it
@@ -288,18 +288,10 @@ class SqlReader(Source):
         except self.dialect.driver_errors() as e:
             raise self.dialect.error(e, self.query) from None
 
-    def _columns(self, batch: pa.RecordBatch, survey: dict[str, Any]) -> dict[str, Any]:
-        return convert(batch, survey["how"])
-
-    @contextmanager
-    def _connection(self) -> Iterator[Any]:
-        with connected(self.dialect) as conn:
-            yield conn
-
     def _end(self, conn: Any) -> None:
         try:
             self.dialect.end_read(conn)
-        except Exception:  # noqa: BLE001 - the connection closes next; its error says more
+        except self.dialect.driver_errors():  # the connection closes next; its error says more
             pass
 
 

@@ -46,18 +46,19 @@ class SqlTarget:
         """The URL as we show it: never the password."""
         if self.dialect in EMBEDDED:
             return f"{self.dialect}://{self.path}"
-        user = f"{quote(self.user, safe='')}@" if self.user else ""
-        query = f"?{urlencode(self.params)}" if self.params else ""
-        return f"postgresql://{user}{self.host}:{self.port}/{quote(self.database, safe='')}{query}"
+        return self._server_url(None)
 
     def uri(self) -> str:
         """The libpq URI a driver connects with, the password included when there is one
         (held in memory only, for the connection)."""
-        if self.password is None:
-            return self.display
-        user = quote(self.user, safe="")
+        return self._server_url(self.password)
+
+    def _server_url(self, password: str | None) -> str:
+        auth = quote(self.user, safe="")
+        if password is not None:
+            auth += f":{quote(password, safe='')}"
         query = f"?{urlencode(self.params)}" if self.params else ""
-        return (f"postgresql://{user}:{quote(self.password, safe='')}@{self.host}:{self.port}/"
+        return (f"postgresql://{auth + '@' if auth else ''}{self.host}:{self.port}/"
                 f"{quote(self.database, safe='')}{query}")
 
     def redact(self, text: str) -> str:
@@ -68,6 +69,13 @@ class SqlTarget:
         return text
 
 
+def dialect_named(url: object) -> str | None:
+    """The database a URL names (postgresql, duckdb, sqlite), None when it names none."""
+    if not isinstance(url, str) or "://" not in url:
+        return None
+    return DIALECTS.get(url.split("://", 1)[0].lower())
+
+
 def parse(url: object, base_dir: str, where: str, password_env: object = None) -> SqlTarget:
     """The source's `url` and `password_env`; a ConfigError in one line (never quoting the
     password) for anything we cannot read."""
@@ -76,10 +84,10 @@ def parse(url: object, base_dir: str, where: str, password_env: object = None) -
                           "postgresql://user@host:5432/db, duckdb:///path/file.duckdb or "
                           "sqlite:///path/file.db")
     scheme = url.split("://", 1)[0].lower()
-    if scheme not in DIALECTS:
+    dialect = dialect_named(url)
+    if dialect is None:
         raise ConfigError(f"{where}: unknown database {scheme!r} in 'url'; expected one of "
                           f"{sorted(DIALECTS)}")
-    dialect = DIALECTS[scheme]
     if dialect in EMBEDDED:
         if password_env is not None:
             raise ConfigError(f"{where}: 'password_env' is for PostgreSQL; a {dialect} file "
