@@ -18,7 +18,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -28,16 +27,11 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.gcs_emulator import free_port
+
 USER = "etl"
 DBNAME = "warehouse"
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -130,12 +130,10 @@ def test_password_in_the_url_is_never_shown(postgres, table, tmp_path):
 
 
 def test_nulls_where_no_default_fits_are_required_and_counted(postgres, tmp_path):
-    with postgres.connect() as conn:
-        conn.execute("DROP TABLE IF EXISTS holes")
-        conn.execute("CREATE TABLE holes (id int, d float8, day date, small smallint)")
-        conn.execute("INSERT INTO holes VALUES (1, 0.5, '2020-01-01', -32768), "
-                     "(2, NULL, NULL, NULL), (3, 1.5, '2020-01-03', 3)")
-    done = cli("infer-schema", "--sql-url", postgres.url(), "--query", "SELECT * FROM holes")
+    query = postgres.table("holes", "CREATE TABLE holes (id int, d float8, day date, small smallint)",
+                           [(1, 0.5, dt.date(2020, 1, 1), -32768), (2, None, None, None),
+                            (3, 1.5, dt.date(2020, 1, 3), 3)])
+    done = cli("infer-schema", "--sql-url", postgres.url(), "--query", query)
     assert done.returncode == 0, done.stderr
     got = yaml.safe_load(done.stdout)["features"]
     assert got == {"id": {"dtype": "int32", "shape": []},

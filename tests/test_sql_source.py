@@ -144,11 +144,8 @@ def fill_plain(postgres, table: str, n: int) -> None:
 
 
 def test_a_null_without_default_is_rejected_and_counted(postgres, tmp_path):
-    with postgres.connect() as conn:
-        conn.execute("DROP TABLE IF EXISTS holes")
-        conn.execute("CREATE TABLE holes (id bigint, x real, s text)")
-        conn.execute("INSERT INTO holes VALUES (1, 1.5, 'a'), (2, NULL, 'b'), (3, 3.5, NULL), "
-                     "(4, NULL, NULL), (5, 0, 'e')")
+    postgres.table("holes", "CREATE TABLE holes (id bigint, x real, s text)",
+                   [(1, 1.5, "a"), (2, None, "b"), (3, 3.5, None), (4, None, None), (5, 0, "e")])
     job = write_job(tmp_path / "job", postgres.url(), "SELECT id, x, s FROM holes", PLAIN_SCHEMA,
                     key="id")
     doc = json.loads(job.read_text())
@@ -225,7 +222,7 @@ def error_cases(postgres) -> list[tuple[str, str, str, dict[str, Any], int, str]
     """(name, url, query, source extras, exit code, what the line says)."""
     good = postgres.url()
     wrong = postgres.url().replace(postgres.password, "not-the-password")
-    from tests.postgres_server import free_port  # noqa: PLC0415
+    from tests.gcs_emulator import free_port  # noqa: PLC0415
 
     down = f"postgresql://etl:{postgres.password}@127.0.0.1:{free_port()}/warehouse"
     nodb = postgres.url(dbname="nosuchdb")
@@ -315,7 +312,7 @@ def test_a_span_is_current_until_one_of_its_rows_changes(postgres, tmp_path):
 
 def test_a_date_that_is_not_a_date_is_refused_before_any_sql(tmp_path):
     """The URL points at a closed port: had any SQL run, the run would fail with exit 5."""
-    from tests.postgres_server import free_port  # noqa: PLC0415
+    from tests.gcs_emulator import free_port  # noqa: PLC0415
 
     job = write_job(tmp_path / "job", f"postgresql://etl@127.0.0.1:{free_port()}/warehouse",
                     "SELECT id, x, s FROM daily WHERE day = '{date}'", PLAIN_SCHEMA)
