@@ -272,6 +272,8 @@ def grid_edges(values: np.ndarray, most: int = GRID_BINS) -> list[float] | None:
 def bin_edges(lo: float, hi: float, bins: int = HIST_BINS) -> list[float]:
     if hi <= lo:
         return [lo, lo + 1.0] if bins else [lo]
+    if not math.isfinite(hi - lo):  # a range wider than float64 holds: halve, space, double
+        return [float(x) * 2 for x in np.linspace(lo / 2, hi / 2, bins + 1)]
     return [float(x) for x in np.linspace(lo, hi, bins + 1)]
 
 
