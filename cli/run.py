@@ -66,9 +66,9 @@ from etl.output.origin import OtherJobsOutput, check_same_job, job_origin
 from etl.output.publish import publish
 from etl.output.remote import RemoteRun, check_buckets, work_prefix
 from etl.quality import gate
+from etl.run.progress import ProgressConfig, Tally
 from etl.schedule import history, idempotence, input_pin
 from etl.schedule.fingerprint import with_fingerprints
-from etl.schedule.progress import ProgressConfig, Tally
 from etl.schedule.run_log import RunLog
 from etl.shuffle import files, is_local, strategy_for
 from etl.sources import sql_source, sql_url

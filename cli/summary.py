@@ -1,4 +1,4 @@
-"""Run a job and print what users want to see: progress while it runs (etl.schedule.progress), then a
+"""Run a job and print what users want to see: progress while it runs (etl.run.progress), then a
 table of records, shards and bytes per split, what was read and rejected, time, rate, a sample;
 with `report`, the dataset report beside the published data and its drift against the previous
 span (cli.ranges.report_span)."""
@@ -25,7 +25,7 @@ from etl.job.spans import Span
 from etl.output.layout import REJECTED_FILE
 from etl.output.manifest import dataset_dir
 from etl.output.remote import check_buckets, version_dir
-from etl.schedule.progress import DEFAULT_EVERY, resolve
+from etl.run.progress import DEFAULT_EVERY, resolve
 from etl.storage import fs
 
 

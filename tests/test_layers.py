@@ -24,6 +24,7 @@ from tests.helpers import ROOT
 LAYERS = {
     "etl.base": 1,
     "etl.storage": 2,
+    "etl.run": 2,  # one run's live progress model
     "etl.formats": 3,
     "etl.contract": 4,
     "etl.shuffle": 4,

@@ -19,7 +19,7 @@ import pytest
 from benchmarks.data import write_csv
 from etl.job.read_plan import byte_bounds
 from etl.output.manifest import load_manifest
-from etl.schedule.progress import READ_SHARE, ProgressConfig, Snapshot, Tally, TaskBytes, format_line
+from etl.run.progress import READ_SHARE, ProgressConfig, Snapshot, Tally, TaskBytes, format_line
 from etl.sources.base import Split
 from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
 

@@ -43,7 +43,7 @@ from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, task
 from etl.output.accounting import add_missing
 from etl.output.finalize import finalize_run
 from etl.read.decode import RecordDecoder, check_decodable
-from etl.schedule.progress import Tally, TaskBytes
+from etl.run.progress import Tally, TaskBytes
 from etl.shuffle import engine, files, keys
 from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
 from etl.shuffle.runs import SortedRun, sorted_run
@@ -503,7 +503,7 @@ class ConvertToShards(beam.PTransform):
 
     `held`: a Shared handle of this run's held-spill store (files strategy, local runner in
     one process); None writes every spill to disk. `tally`: a Shared handle of this run's live
-    progress tally (etl.schedule.progress.Tally; local runner in one process), None counts Beam metrics
+    progress tally (etl.run.progress.Tally; local runner in one process), None counts Beam metrics
     only. `writers`: a Shared handle of this run's busy writers (etl.base.inflight; local
     runner in one process), which the launcher waits for before its clean-up."""
 

@@ -1,5 +1,5 @@
 """Where a running pipeline's progress comes from (feeds), and the reporter thread that shows it
-(etl.schedule.progress renders) while the main thread runs the pipeline, so Ctrl-C still reaches it.
+(etl.run.progress renders) while the main thread runs the pipeline, so Ctrl-C still reaches it.
 
 Why two feeds. Our DoFns count Beam metrics (namespace "etl": records_read, records_rejected,
 records_encoded, records_written, shards_written, bytes_read). A runner whose `p.run()` returns
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from apache_beam.metrics.metric import MetricsFilter
 
-from etl.schedule.progress import STAGES, ProgressConfig, Snapshot, Tally, renderer
+from etl.run.progress import STAGES, ProgressConfig, Snapshot, Tally, renderer
 
 NAMESPACE = "etl"
 

@@ -1,4 +1,4 @@
 """Runs over time: input fingerprints and pins, idempotence (is an output current?),
-the run history, the run log and the progress model.
+the run history and the run log (a run's live progress is etl.run's).
 Imports layers 1-6 only; never Beam.
 """
