@@ -60,7 +60,7 @@ from etl.sources.base import (
     position,
 )
 from etl.sources.encoding import Transcoded, text_encoding, transcode
-from etl.sources.files import (
+from etl.sources.file_source import (
     FileSource,
     bool_option,
     excerpt,

@@ -28,7 +28,7 @@ import numpy as np
 from etl.base.errors import BadInputError, BadRecord
 from etl.formats.idx import IdxHeader, check_end, open_idx, read_block
 from etl.sources.base import Block, Source, Split, options, position, record_splits
-from etl.sources.files import PairedFiles, block_rows
+from etl.sources.file_source import PairedFiles, block_rows
 from etl.storage import fs
 
 

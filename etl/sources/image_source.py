@@ -59,7 +59,7 @@ from etl.contract.images import (
     why_unreadable,
 )
 from etl.sources.base import Block
-from etl.sources.files import FileSource, bool_option, join
+from etl.sources.file_source import FileSource, bool_option, join
 from etl.storage import fs
 
 if TYPE_CHECKING:

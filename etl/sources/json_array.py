@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from etl.base.errors import BadInputError, BadRecord
 from etl.sources.base import Block
-from etl.sources.files import excerpt, utf8_bad_rows
+from etl.sources.file_source import excerpt, utf8_bad_rows
 from etl.storage import fs
 
 _CHUNK = 1 << 22

@@ -33,7 +33,7 @@ import pyarrow.json as pa_json
 
 from etl.base.errors import BadRecord
 from etl.sources.base import Block, Split
-from etl.sources.files import excerpt, mark_nulls, null_values_option, utf8_bad_rows
+from etl.sources.file_source import excerpt, mark_nulls, null_values_option, utf8_bad_rows
 from etl.sources.json_array import is_json_array, read_json_array
 from etl.sources.lines import LineBlock, line_blocks, line_end
 from etl.sources.text_source import LineSource

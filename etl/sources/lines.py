@@ -22,7 +22,7 @@ from etl.sources.base import (
     position,
     target_starts,
 )
-from etl.sources.files import excerpt, utf8_bad_rows
+from etl.sources.file_source import excerpt, utf8_bad_rows
 from etl.storage import fs
 
 _CHUNK_BYTES = 1 << 24

@@ -31,7 +31,7 @@ import numpy as np
 
 from etl.base.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, Source, Split, options, record_splits
-from etl.sources.files import PairedFiles, block_rows, expand_each, path_list
+from etl.sources.file_source import PairedFiles, block_rows, expand_each, path_list
 from etl.storage import fs
 
 _Array = tuple[str, tuple[int, ...], "_Rows"]  # (what to call it, shape, its rows)

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from etl.base.errors import BadInputError, BadRecord, ConfigError
 from etl.sources.base import Block, Split
-from etl.sources.files import FileSource
+from etl.sources.file_source import FileSource
 from etl.storage import fs
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from etl.base.errors import BadRecord, ConfigError, RecordError, quote
 from etl.sources.base import Block, Source, options
-from etl.sources.files import block_rows, excerpt, int_option
+from etl.sources.file_source import block_rows, excerpt, int_option
 
 _SHARD = re.compile(r"#(\d+)-of-(\d+)$")
 

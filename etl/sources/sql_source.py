@@ -41,7 +41,7 @@ import pyarrow as pa
 from etl.base.errors import ConfigError, StorageError
 from etl.sources import sql_url
 from etl.sources.base import Block, Source, Split, options
-from etl.sources.files import block_rows, int_option
+from etl.sources.file_source import block_rows, int_option
 from etl.sources.sql_dialects import (
     ROWS,
     Dialect,

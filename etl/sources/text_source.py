@@ -23,7 +23,7 @@ from etl.sources.base import (
     Block,
     Split,
 )
-from etl.sources.files import FileSource, bool_option
+from etl.sources.file_source import FileSource, bool_option
 from etl.sources.lines import decode_lines, line_blocks, line_end, line_splits
 
 

@@ -31,7 +31,7 @@ from etl.base.errors import BadInputError, BadRecord, ConfigError
 from etl.contract.record_check import RecordChecker
 from etl.formats.tfrecord import COMPRESSIONS, BrokenStreamError, compression_of, scan_records
 from etl.sources.base import Block
-from etl.sources.files import FileSource, bool_option
+from etl.sources.file_source import FileSource, bool_option
 from etl.storage import fs
 
 if TYPE_CHECKING:
