@@ -281,14 +281,14 @@ def _tool(args: argparse.Namespace, verbose: bool) -> int:
     """The commands around an output (spec, inspect, infer-schema, report, history,
     verify): each imports only its own modules."""
     if args.command == "spec":
-        from etl.tools.inspect import spec_text  # noqa: PLC0415 - per subcommand: --help stays fast
+        from etl.tools.inspect_output import spec_text  # noqa: PLC0415 - per subcommand: --help stays fast
 
         _imports_done()
         with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines
             text = spec_text(args.schema)
         print(text)
     elif args.command == "inspect":
-        from etl.tools.inspect import inspect  # noqa: PLC0415 - per subcommand: --help stays fast
+        from etl.tools.inspect_output import inspect  # noqa: PLC0415 - per subcommand: --help stays fast
 
         _imports_done()
         with native_stderr_quiet(not verbose):  # TensorFlow's start-up lines

@@ -123,7 +123,7 @@ def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, ve
         print(line)
     first = next(iter(result.splits))
     if sample:
-        from etl.tools.inspect import inspect  # noqa: PLC0415 - imports TensorFlow
+        from etl.tools.inspect_output import inspect  # noqa: PLC0415 - imports TensorFlow
 
         print(f"Sample record ({first}):")
         shard = result.manifest["splits"][first]["shards"][0]["path"]

@@ -17,7 +17,7 @@ import palmerpenguins
 import pytest
 
 from etl.formats.tfrecord import frame_all
-from etl.tools.inspect import inspect
+from etl.tools.inspect_output import inspect
 from tests.helpers import IDS_SCHEMA, ROOT, cli
 
 PENGUINS_RAW = os.path.join(os.path.dirname(palmerpenguins.__file__), "data", "penguins-raw.csv")

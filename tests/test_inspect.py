@@ -19,7 +19,7 @@ from PIL import Image
 
 from etl.contract.schema import load_schema
 from etl.output.manifest import dataset_dir
-from etl.tools.inspect import IMAGES_MARKER, ImagesDirError, image_features, inspect, png_bytes
+from etl.tools.inspect_output import IMAGES_MARKER, ImagesDirError, image_features, inspect, png_bytes
 from tests.gcs_emulator import GcsEmulator
 from tests.helpers import ROOT, cli
 

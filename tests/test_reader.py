@@ -18,7 +18,7 @@ from etl.contract.codec import Encoder
 from etl.contract.schema import Schema, load_schema, schema_from_dict
 from etl.formats.tfrecord import Compressor, frame_all
 from etl.read.dataset import DatasetError, load_records, make_dataset
-from etl.tools.inspect import inspect, spec_text
+from etl.tools.inspect_output import inspect, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = schema_from_dict({"name": "toy", "kind": "example", "features": {
