@@ -38,7 +38,7 @@ from etl.base.worker_errors import wire_errors
 from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
 from etl.formats.proto_wire import binary_column
-from etl.formats.shards import TFRECORD, ShardFormat
+from etl.formats.shards import DEFAULT_FORMAT, ShardFormat
 from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
 from etl.output.accounting import add_missing
 from etl.output.finalize import finalize_run
@@ -86,7 +86,7 @@ class ConvertSpec:
     split_bytes: int = 0  # read tasks of about this size (0: whole files)
     spread_files: bool = False  # cut files on several workers (many files need a scan)
     spread_reads: bool = True  # read tasks on several workers (False: one small file)
-    format: str = TFRECORD  # tfrecord | array_record (etl.formats.shards)
+    format: str = DEFAULT_FORMAT  # tfrecord | array_record (etl.formats.shards)
     index: bool | None = None  # index files beside the shards; None: the format's default
     stats: bool = False  # gather the report's statistics while encoding (stats.json)
 
