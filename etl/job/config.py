@@ -54,6 +54,7 @@ from etl.formats.shards import (
 from etl.formats.tfrecord import COMPRESSIONS
 from etl.job.checks import Checks, Lines, check_features, key_lines, parse_checks
 from etl.job.spans import PLACEHOLDERS, Span, default_span, fill, fill_all, placeholders, strings_in
+from etl.shuffle import STRATEGIES
 from etl.storage import fs
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
@@ -469,8 +470,9 @@ def _shuffle(shuffle: Any, path: str, span: Span | None) -> tuple[int | None, st
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError(f"{path}: shuffle.seed must be an integer, got {seed!r}")
         via = shuffle.get("via")
-        if via is not None and via not in ("engine", "files"):
-            raise ConfigError(f"{path}: shuffle.via must be 'engine' or 'files', got {via!r}")
+        if via is not None and (not isinstance(via, str) or via not in STRATEGIES):  # etl.shuffle
+            raise ConfigError(f"{path}: shuffle.via must be "
+                              f"{' or '.join(map(repr, sorted(STRATEGIES)))}, got {via!r}")
     else:
         raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N, via: engine|files}}, "
                           f"got {shuffle!r}")
