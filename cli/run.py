@@ -489,7 +489,8 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     publish; whatever happens, stop the progress display and remove the run's directory,
     then report a failure in one line (its traceback goes to the run's log)."""
     started, run_id, tmp, log_file = attempt.started, plan.run_id, place.tmp, place.log_file
-    held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
+    held = (shares_process(options) and strategy_for(via, None).HOLDS_SPILLS
+            and job.spill_in_memory > 0)
     spec = convert_spec(job, plan.schema, plan.read_plan, options, via, tmp, held,
                         plan.sources)
     plan.read_plan.save(spec.read_plan)

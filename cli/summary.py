@@ -20,6 +20,7 @@ from etl.base import signals
 from etl.base.pause import pause
 from etl.base.quiet import native_stderr_quiet
 from etl.base.units import format_size
+from etl.formats.shards import adapter_for
 from etl.job.config import JobConfig, input_places, load_job
 from etl.job.spans import Span
 from etl.output.layout import REJECTED_FILE
@@ -140,7 +141,7 @@ def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, ve
 def read_back_line(manifest: dict[str, Any], output: str, split: str) -> str:
     """The reader that reads what was published: make_dataset reads TFRecord shards only, so
     an ArrayRecord output names open_records (a Grain RandomAccessDataSource)."""
-    if manifest.get("format") == "array_record":
+    if not adapter_for(manifest.get("format")).tf_data:  # etl.formats.shards
         return (f"Read it back: etl.open_records({output!r}, split={split!r}) "
                 "(random access; a Grain RandomAccessDataSource)")
     return f"Read it back: etl.make_dataset({output!r}, split={split!r})"

@@ -4,9 +4,11 @@ Thin wrappers: every step calls into the Beam-free `etl` package. Stage 1 reads 
 file's blocks and turns each (block, split) into a sorted run (etl.shuffle.runs). Their
 statistics are merged by a CombineFn into the plan (exact rank ranges per shard), which
 reaches the later steps as a side input. Then the strategy chosen in etl.shuffle moves runs
-to shards: `files` writes spill files and each shard reads its range of every spill (only
-small metadata moves through Beam); `engine` cuts each run into one chunk per overlapping
-shard and groups them by shard with Beam's GroupByKey (the runner's shuffle moves the data).
+to shards, through its Beam steps (transforms.shuffles: one ShuffleSteps object per strategy,
+asked, never named): `files` writes spill files and each shard reads its range of every spill
+(only small metadata moves through Beam; transforms/shuffle_files.py); `engine` cuts each run
+into one chunk per overlapping shard and groups them by shard with Beam's GroupByKey (the
+runner's shuffle moves the data; transforms/shuffle_engine.py).
 
 The input files arrive as one read-plan file (etl.job.read_plan), cut into read tasks on the
 workers, so the job graph does not grow with their number. Accounting: stage 1 reports, per
@@ -19,7 +21,6 @@ input file and writes the manifest.
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -38,14 +39,14 @@ from etl.base.worker_errors import wire_errors
 from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
 from etl.formats.proto_wire import binary_column
-from etl.formats.shards import TFRECORD, ShardFormat
+from etl.formats.shards import DEFAULT_FORMAT, ShardFormat
 from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
 from etl.output.accounting import add_missing
 from etl.output.finalize import finalize_run
 from etl.read.decode import RecordDecoder, check_decodable
 from etl.run.progress import Tally, TaskBytes
-from etl.shuffle import engine, files, keys
-from etl.shuffle.planning import BlockStats, Plan, ShardPlan, ShuffleStats, make_plan
+from etl.shuffle import LOCAL_DEFAULT, files, keys
+from etl.shuffle.planning import BlockStats, Plan, ShuffleStats, make_plan
 from etl.shuffle.runs import SortedRun, sorted_run
 from etl.shuffle.shard_writer import ShardResult
 from etl.sources import make_reader
@@ -53,12 +54,11 @@ from etl.sources.base import Block
 from etl.sources.tfrecord_source import SERIALIZED  # already-serialized records
 from etl.stats.accumulators import SplitStats
 from etl.stats.dataset import stats_document
-from etl.storage import fs
 from transforms import beam_fixes
 from transforms import coders as _coders  # noqa: F401 - registers the shuffle's coders
 from transforms.prefetch import ordered_map, prefetch
-
-_KEYED_CHUNK = tuple[tuple[str, int], engine.Chunk]  # (split, shard index), chunk
+from transforms.shuffle_steps import ShuffleSteps
+from transforms.shuffles import steps_for
 
 
 @dataclass(frozen=True)
@@ -79,14 +79,14 @@ class ConvertSpec:
     max_shard_bytes: int
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # larger records: oversized_record
     spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
-    via: str = files.NAME  # the shuffle strategy (etl.shuffle.strategy_for)
+    via: str = LOCAL_DEFAULT  # the shuffle strategy (etl.shuffle.strategy_for; its Beam steps: .steps)
     # the read plan (etl.job.read_plan.ReadPlan): every input file, in one file the pipeline
     # reads, so the job graph does not grow with the number of inputs
     read_plan: str = ""
     split_bytes: int = 0  # read tasks of about this size (0: whole files)
     spread_files: bool = False  # cut files on several workers (many files need a scan)
     spread_reads: bool = True  # read tasks on several workers (False: one small file)
-    format: str = TFRECORD  # tfrecord | array_record (etl.formats.shards)
+    format: str = DEFAULT_FORMAT  # tfrecord | array_record (etl.formats.shards)
     index: bool | None = None  # index files beside the shards; None: the format's default
     stats: bool = False  # gather the report's statistics while encoding (stats.json)
 
@@ -97,6 +97,11 @@ class ConvertSpec:
     @property
     def shard_format(self) -> ShardFormat:
         return ShardFormat.of(self.format, self.compression, self.index)
+
+    @property
+    def steps(self) -> ShuffleSteps:
+        """The shuffle strategy's Beam steps (transforms.shuffles)."""
+        return steps_for(self.via)
 
 
 # one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
@@ -146,6 +151,7 @@ class _ReadEncodeFn(beam.DoFn):
         for reader in self.readers.values():
             reader.prepare(schema, self.spec.max_record_bytes)
         self.held = _held_store(self.held_handle, self.spec)
+        self.steps = self.spec.steps
         self.stats = _StatsFeed(schema) if self.spec.stats else None
         self.read_counter = Metrics.counter("etl", "records_read")
         self.bad_counter = Metrics.counter("etl", "records_rejected")
@@ -210,16 +216,10 @@ class _ReadEncodeFn(beam.DoFn):
         done.end_offset = block.end_offset
         return done
 
-    def _emit(self, run: SortedRun) -> SortedRun | files.SpillRef:
-        """engine: the run itself; files: the run written to a spill (or held), its ref."""
-        if self.spec.via != files.NAME:
-            return run
-        if not len(run.keys):
-            return files.SpillRef("", run.stats(self.spec.shuffled))
-        with _writing(self.writers):  # the launcher's clean-up waits for it
-            return files.write_spill(fs.join(self.spec.spill_dir, run.split,
-                                              f"{uuid.uuid4().hex}.spill"), run,
-                                     self.spec.shuffled, self.held)
+    def _emit(self, run: SortedRun) -> Any:
+        """What the strategy moves (engine: the run itself; files: its spill's ref)."""
+        return self.steps.emit(run, self.spec.spill_dir, self.spec.shuffled, self.held,
+                               self.writers)
 
 
 _NO_KEYS = np.zeros(0, np.uint64)
@@ -227,7 +227,7 @@ _NO_KEYS = np.zeros(0, np.uint64)
 
 def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | None:
     """This run's store of held spills (the same object in every DoFn of this process)."""
-    if handle is None or not spec.spill_in_memory or spec.via != files.NAME:
+    if handle is None or not spec.spill_in_memory or not spec.steps.strategy.HOLDS_SPILLS:
         return None
     return handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory))
 
@@ -330,10 +330,6 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
                         missing=missing)
 
 
-def _stats_of(item: SortedRun | files.SpillRef, shuffled: bool) -> BlockStats:
-    return item.stats if isinstance(item, files.SpillRef) else item.stats(shuffled)
-
-
 class MergeSplitStatsFn(beam.CombineFn):
     """(split, SplitStats) parts -> one SplitStats per split (CombinePerKey): the report's
     accumulators merged as they arrive; bounded memory (fixed-size sketches per feature),
@@ -397,13 +393,10 @@ def plan_shards(stats: ShuffleStats, spec: ConvertSpec, tally: Shared | None = N
     return make_plan(stats, spec.splits, spec.shards, spec.shard_size, spec.max_shard_bytes)
 
 
-def _all_plans(plan: Plan) -> list[ShardPlan]:
-    return [p for split in plan.shards.values() for p in split]
-
-
 class _WriteShardFn(beam.DoFn):
-    """Stage 2: write one shard; `files`: (shard plan, spill paths), `engine`: ((split,
-    index), its chunks) with the plan as a side input."""
+    """Stage 2: write one shard from the element the strategy's steps hand it (`files`:
+    shard plan and spill paths; `engine`: (split, index) and its chunks, the plan as a side
+    input), through the strategy's `write_shard` (transforms/shuffle_steps.py)."""
 
     def __init__(self, spec: ConvertSpec, held: Shared | None = None,
                  tally: Shared | None = None, writers: Shared | None = None):
@@ -416,6 +409,7 @@ class _WriteShardFn(beam.DoFn):
         self.held = _held_store(self.held_handle, self.spec)
         self.tally = _tally(self.tally_handle)
         self.writers = _writers(self.writers_handle)
+        self.steps = self.spec.steps
 
     @wire_errors
     def process(self, element: Any, plan: Plan | None = None):  # type: ignore[override]
@@ -425,43 +419,13 @@ class _WriteShardFn(beam.DoFn):
         signals.check_cancelled("writing shards")
         pause("write")
         with _writing(self.writers):  # the shard: the launcher's clean-up waits for it
-            if spec.via == files.NAME:
-                shard, spills = element
-                result = files.write_files_shard(shard, spills, spec.staging_dir,
-                                                 spec.shard_format, self.held)
-            else:  # engine: the group's chunks, read once as they stream out of the group
-                (split, index), chunks = element
-                result = engine.write_engine_shard(plan.shards[split][index], chunks,
-                                                   spec.staging_dir, spec.shard_format)
+            result = self.steps.write_shard(element, plan, spec.staging_dir,
+                                            spec.shard_format, self.held)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         if self.tally is not None:
             self.tally.add(written=result.num_records, shards=1)
         yield result
-
-
-class _PartitionFn(beam.DoFn):
-    """engine: one run -> one ((split, shard), chunk) per shard whose key range it overlaps."""
-
-    def __init__(self) -> None:
-        self.chunks = Metrics.counter("etl", "shuffle_chunks")
-
-    @wire_errors
-    def process(self, run: SortedRun, plan: Plan):  # type: ignore[override]
-        out = engine.partition(run, plan.shards.get(run.split, []))
-        self.chunks.inc(len(out))
-        yield from out
-
-
-def _files_tasks(plan: Plan, refs: list[files.SpillRef]) -> list[tuple[ShardPlan, tuple[str, ...]]]:
-    """(shard plan, the spills it reads) for every shard, from the plan and every SpillRef."""
-    return [(p, files.spills_for(p, refs)) for p in _all_plans(plan)]
-
-
-def _slim(ref: files.SpillRef) -> files.SpillRef:
-    """A SpillRef without its key histogram: what a shard task needs."""
-    return files.SpillRef(ref.path, dataclasses.replace(
-        ref.stats, buckets=ref.stats.buckets[:0], bucket_counts=ref.stats.bucket_counts[:0]))
 
 
 @wire_errors
@@ -528,7 +492,8 @@ class ConvertToShards(beam.PTransform):
         tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec)).with_output_types(ReadTask)
         if spec.spread_reads:
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
-        run_type = files.SpillRef if spec.via == files.NAME else SortedRun  # coders.py
+        steps = spec.steps  # the shuffle strategy's Beam steps (transforms.shuffles)
+        run_type = steps.run_type  # what stage 1 emits: its declared coder (coders.py)
         read_encode = _ReadEncodeFn(spec, self.held, self.tally, self.writers)
         blocks = tasks | "ReadEncode" >> beam.ParDo(read_encode).with_output_types(
             run_type).with_outputs(REPORTS, STATS, main="runs")
@@ -540,33 +505,13 @@ class ConvertToShards(beam.PTransform):
         # a single-key CombinePerKey: fewer pipeline nodes than CombineGlobally (whose
         # default-value branch is not needed, see the empty run per input file)
         plan = (blocks
-                | "BlockStats" >> beam.Map(lambda b, shuffled: (None, _stats_of(b, shuffled)),
-                                           spec.shuffled)
+                | "BlockStats" >> beam.Map(lambda b, shuffled, steps: (None, steps.block_stats(
+                    b, shuffled)), spec.shuffled, steps)
                 | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(spec.shuffled))
                 | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, spec, tally)))
-        if spec.via == files.NAME:
-            # each shard's list of spills, from the plan and every spill's slim ref (a side
-            # input: no Flatten, which the local runner would run as a stage of its own)
-            refs = blocks | "SlimRefs" >> beam.Map(_slim)
-            shards = (plan
-                      | "ShardTasks" >> beam.FlatMap(_files_tasks, beam.pvalue.AsList(refs)
-                                                   ).with_output_types(tuple[ShardPlan, tuple[str, ...]])
-                      | "DistributeShards" >> beam.Reshuffle())
-            results = shards | "WriteShards" >> beam.ParDo(
-                _WriteShardFn(spec, self.held, self.tally, self.writers))
-        else:
-            # declared, deterministic coders (transforms/coders.py) for all that is shuffled;
-            # one empty chunk per shard, so even a shard without records gets its group
-            chunks = blocks | "PartitionByShard" >> beam.ParDo(
-                _PartitionFn(), beam.pvalue.AsSingleton(plan)).with_output_types(_KEYED_CHUNK)
-            empty = plan | "EveryShard" >> beam.FlatMap(
-                lambda plan: [((p.split, p.index), engine.EMPTY) for p in _all_plans(plan)]
-            ).with_output_types(_KEYED_CHUNK)
-            shards = ((chunks, empty) | "Flatten" >> beam.Flatten()
-                      | "GroupByShard" >> beam.GroupByKey())
-            results = shards | "WriteShards" >> beam.ParDo(
-                _WriteShardFn(spec, self.held, self.tally, self.writers),
-                beam.pvalue.AsSingleton(plan))
+        # the strategy's steps bring every shard its runs and write it (top-level labels)
+        results = steps.shard_results(blocks, plan, _WriteShardFn(spec, self.held, self.tally,
+                                                                  self.writers))
         # one finalize step, once every shard and read report is in (side inputs)
         return plan | "Finalize" >> beam.Map(_finalize, beam.pvalue.AsList(results),
                                              beam.pvalue.AsList(reports),

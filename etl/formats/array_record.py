@@ -28,7 +28,8 @@ Writer options (WRITER_OPTIONS), measured with array-record 0.8.6 on 200k record
 (the TFRecord shard: 39.6 MB, 0.9 s.) `group_size:1` because Grain requires it: it logs an
 ERROR for every file of any other group size, and a random read then decodes one record.
 Uncompressed, because zstd on one small record per chunk saved 16% and doubled the run time;
-gzip/zlib `compression:` is refused for ArrayRecord at config time (etl.job.config). Note: in
+gzip/zlib `compression:` is refused for ArrayRecord at config time (the rule is its
+adapter's, etl.formats.array_record_shards; etl.job.config words the message). Note: in
 0.8.6 a single-record read by index (`read([i])`, what Grain's `__getitem__` calls) costs time
 in proportion to the shard's record count (4.4k/s at 200k records, 84k/s at 10k), while a
 range read does not; keep shards of small records moderate (`shards:` / `shard_size:`) when

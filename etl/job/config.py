@@ -44,10 +44,17 @@ from typing import Any
 from etl.base.errors import ConfigError
 from etl.base.units import DEFAULT_MAX_RECORD_BYTES, parse_size
 from etl.base.yaml_load import MAX_BYTES, load_yaml, top_key_line
-from etl.formats.shards import ARRAY_RECORD, FORMATS, TFRECORD, default_index
+from etl.formats.shards import (
+    ADAPTER_FOR_FORMAT,
+    DEFAULT_FORMAT,
+    FormatProblem,
+    default_index,
+    format_problem,
+)
 from etl.formats.tfrecord import COMPRESSIONS
 from etl.job.checks import Checks, Lines, check_features, key_lines, parse_checks
 from etl.job.spans import PLACEHOLDERS, Span, default_span, fill, fill_all, placeholders, strings_in
+from etl.shuffle import STRATEGIES
 from etl.storage import fs
 
 _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", "shard_size",
@@ -84,7 +91,7 @@ class JobConfig:
     shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
     verify: str = "quick"  # before a skip: sizes (quick) or every byte (full), etl.schedule.idempotence
     allow_empty: bool = False  # a span that reads no record publishes (else exit 2)
-    format: str = TFRECORD  # the shards' container: tfrecord | array_record
+    format: str = DEFAULT_FORMAT  # the shards' container: tfrecord | array_record
     index: bool = False  # an index file beside each shard (resolved: the default applied)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
     span: str | None = None  # the date its placeholders were filled with; None: it has none
@@ -387,27 +394,33 @@ def _sizes(doc: Mapping[str, Any], path: str) -> dict[str, int | None]:
 def _shard_format(doc: Mapping[str, Any], compression: str, path: str) -> tuple[str, bool]:
     """(`format:`, `index:` with its default applied); the combinations that cannot work are
     refused here, before any work, with the reason."""
-    fmt = doc.get("format", TFRECORD)
-    if fmt not in FORMATS:
-        raise ConfigError(f"{path}: format must be one of {list(FORMATS)}, got {fmt!r}")
-    if fmt == ARRAY_RECORD and compression != "none":
-        raise ConfigError(f"{path}: compression: {compression} does not apply to format: "
-                          "array_record (ArrayRecord compresses each chunk itself, and a "
-                          "whole-file gzip/zlib stream would lose its random access); remove "
-                          "the compression key")
+    fmt = doc.get("format", DEFAULT_FORMAT)
+    _refuse(format_problem(fmt, compression, False), fmt, compression, path)
     index = doc.get("index")
     if index is None:
         return fmt, default_index(fmt, compression)
     if not isinstance(index, bool):
         raise ConfigError(f"{path}: index must be true or false, got {index!r}")
-    if index and fmt == ARRAY_RECORD:
-        raise ConfigError(f"{path}: index: true does not apply to format: array_record (an "
-                          "ArrayRecord file carries its own index); remove the index key")
-    if index and compression != "none":
-        raise ConfigError(f"{path}: index: true needs compression: none: an index holds byte "
-                          f"offsets of records, and offsets into a {compression} stream give "
-                          "no random access (a reader must decompress everything before them)")
+    _refuse(format_problem(fmt, compression, index), fmt, compression, path)
     return fmt, index
+
+
+def _refuse(problem: FormatProblem | None, fmt: Any, compression: str, path: str) -> None:
+    """The user's message for a rule of etl.formats.shards that the shard keys break."""
+    if problem is None:
+        return
+    if problem.rule == "format":
+        raise ConfigError(f"{path}: format must be one of {list(ADAPTER_FOR_FORMAT)}, "
+                          f"got {fmt!r}")
+    if problem.rule == "compression":
+        raise ConfigError(f"{path}: compression: {compression} does not apply to format: "
+                          f"{fmt} ({problem.reason}); remove the compression key")
+    if problem.rule == "index":
+        raise ConfigError(f"{path}: index: true does not apply to format: {fmt} "
+                          f"({problem.reason}); remove the index key")
+    raise ConfigError(f"{path}: index: true needs compression: none: an index holds byte "
+                      f"offsets of records, and offsets into a {compression} stream give "
+                      "no random access (a reader must decompress everything before them)")
 
 
 def _sources(doc: Mapping[str, Any], path: str, span: Span | None
@@ -457,8 +470,9 @@ def _shuffle(shuffle: Any, path: str, span: Span | None) -> tuple[int | None, st
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError(f"{path}: shuffle.seed must be an integer, got {seed!r}")
         via = shuffle.get("via")
-        if via is not None and via not in ("engine", "files"):
-            raise ConfigError(f"{path}: shuffle.via must be 'engine' or 'files', got {via!r}")
+        if via is not None and (not isinstance(via, str) or via not in STRATEGIES):  # etl.shuffle
+            raise ConfigError(f"{path}: shuffle.via must be "
+                              f"{' or '.join(map(repr, sorted(STRATEGIES)))}, got {via!r}")
     else:
         raise ConfigError(f"{path}: shuffle must be false, true or {{seed: N, via: engine|files}}, "
                           f"got {shuffle!r}")

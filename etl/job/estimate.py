@@ -29,7 +29,7 @@ from etl.formats.proto_wire import binary_column, data_of, lengths, offsets_of
 from etl.formats.tfrecord import frame_records
 from etl.job.config import JobConfig
 from etl.job.read_plan import WHOLE_FILE, ReadPlan, ReadUnit
-from etl.shuffle import chunk_codec
+from etl.shuffle import chunk_codec, strategy_for
 from etl.shuffle.planning import num_shards_for
 from etl.sources import make_reader
 from etl.sources.base import DEFAULT_BLOCK_ROWS, Source, Split
@@ -272,7 +272,7 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
                                        job.max_shard_bytes)[0]
     read_tasks = sum(max(1, math.ceil(u.num_bytes / split_bytes)) if split_bytes else 1
                      for u in plan.units)
-    shuffle = packed if via == "engine" else framed
+    shuffle = packed if _runner_shuffle(via) else framed
     ops = object_operations(records, shards, read_tasks, via, job, plan)
     startup = max(r["startup_cpu_seconds"] for r in rates.values())
     est = Estimate(job.path, runner, len(plan.inputs), sum(i["num_bytes"] for i in plan.inputs),
@@ -286,6 +286,12 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
         return est
     _on_workers(est, cpu, shuffle, via, workers, machine_type, disk_gb)
     return est
+
+
+def _runner_shuffle(via: str) -> bool:
+    """Whether the strategy moves runs through the runner's shuffle (billed per GB, packed
+    bytes), not as spill files (object operations, framed bytes): etl.shuffle's table."""
+    return bool(strategy_for(via, None).RUNNER_SHUFFLE)
 
 
 def _sample_sources(job: JobConfig, first: dict[str, ReadUnit],
@@ -338,7 +344,7 @@ def _on_workers(est: Estimate, cpu: float, shuffle: float, via: str, workers: in
     per_worker_hour = (machine["vcpus"] * prices["vcpu_hour"]
                        + machine["memory_gb"] * prices["memory_gb_hour"]
                        + (disk_gb or prices["disk_gb_default"]) * prices["pd_gb_hour"])
-    shuffle_gb = shuffle / 1e9 if via == "engine" else 0.0
+    shuffle_gb = shuffle / 1e9 if _runner_shuffle(via) else 0.0
     est.cost = tuple(workers * h * per_worker_hour + shuffle_gb * prices["shuffle_gb"] * k
                      for h, k in zip(est.hours, (1, 2), strict=True))  # type: ignore[assignment]
     est.workers, est.machine, est.prices = workers, machine, prices
@@ -357,7 +363,7 @@ def object_operations(records: float, shards: dict[str, int], read_tasks: int, v
     object-store output a copy of each into the version folder at publish."""
     n_shards = sum(shards.values())
     ops = {"input reads": read_tasks, "shard writes": n_shards, "metadata writes": 4}
-    if via != "engine":  # files: a spill per block and split, each read by every shard
+    if not _runner_shuffle(via):  # files: a spill per block and split, each read by every shard
         total = max(1, sum(u.num_bytes for u in plan.units))  # once: 100k files stay linear
         blocks = sum(max(1, math.ceil(records * u.num_bytes / total / DEFAULT_BLOCK_ROWS))
                      for u in plan.units)
@@ -414,7 +420,7 @@ def lines(est: Estimate) -> list[str]:
     out.append(f"  records           ~{est.records:,.0f} ({splits})")
     ratio = est.shuffle_bytes / max(1.0, est.framed_bytes)
     what = (f"through the runner's shuffle (records packed: {ratio:.2f}x their framed bytes, "
-            "from the sample)" if est.via == "engine"
+            "from the sample)" if _runner_shuffle(est.via)
             else "through spill files (framed records)")
     out.append(f"  bytes to shuffle  ~{est.shuffle_bytes / 1e6:,.1f} MB {what}; "
                f"shards: " + ", ".join(f"{k} {v}" for k, v in est.shards.items()))

@@ -44,10 +44,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from etl.base.errors import ForeignEntries, VerifyError
-from etl.formats import array_record
-from etl.formats.record_index import FRAME_OVERHEAD, IndexFileError, parse_index
-from etl.formats.shards import TFRECORD, ShardFormat, is_array_record
-from etl.formats.tfrecord import compression_of, decompressing_reader, iter_records
+from etl.formats.shards import DEFAULT_FORMAT, ShardFormat, adapter_of
 from etl.output.layout import (
     MANIFEST,
     PRODUCER,
@@ -109,7 +106,7 @@ def build_manifest(
         "notes": notes or [],
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    if fmt.kind != TFRECORD:  # absent: TFRecord, as every manifest before the key
+    if fmt.kind != DEFAULT_FORMAT:  # absent: TFRecord, as every manifest before the key
         manifest["format"] = fmt.kind
     manifest.update(extra or {})
     return manifest
@@ -328,10 +325,9 @@ def _verify_listed_shard(path: str, shard: dict[str, Any], sizes: dict[str, int]
                         "index file")
             seal.check(index["path"])
         return shard["num_records"]
-    if is_array_record(shard["path"]):
-        return _verify_array_record(fs.join(path, shard["path"]), shard, check_records)
-    return _verify_shard(fs.join(path, shard["path"]), shard, check_records,
-                         None if index is None else fs.join(path, index["path"]))
+    # the shard's format (by its name) re-reads it: etl.formats.shards
+    return adapter_of(shard["path"]).verify(fs.join(path, shard["path"]), shard, check_records,
+                                            None if index is None else fs.join(path, index["path"]))
 
 
 def _check_exact_listing(path: str, manifest: dict[str, Any], listed: set[str],
@@ -450,115 +446,3 @@ def _verify_file(out: str, name: str, entry: dict[str, Any]) -> None:
                           f"{entry['num_bytes']}")
     if got["sha256"] != entry["sha256"]:
         raise VerifyError(f"{path}: sha256 {got['sha256']} does not match the manifest")
-
-
-def _verify_shard(path: str, entry: dict[str, Any], check_records: bool,
-                  index_path: str | None = None) -> int:
-    """Re-read a TFRecord shard; with its index file, every index line must be the offset
-    and length of the frame read there (so each lands on a frame whose header CRC holds), one
-    line per record."""
-    if not fs.exists(path):
-        raise VerifyError(f"{path}: missing shard listed in the manifest")
-    index = None if index_path is None else _IndexCheck(index_path, entry["index"])
-    sha = hashlib.sha256()
-    size = 0
-
-    def chunks() -> Iterable[bytes]:
-        nonlocal size
-        with fs.open_read(path) as fh:
-            while True:
-                data = fh.read(1 << 20)
-                if not data:
-                    return
-                sha.update(data)
-                size += len(data)
-                yield data
-
-    count = 0
-    if check_records or index is not None:
-        raw = chunks()
-        try:
-            stream = decompressing_reader(_Reader(raw), compression_of(path))
-            for offset, data in iter_records(stream, path):
-                if index is not None:
-                    index.frame(count, offset, len(data) + FRAME_OVERHEAD)
-                count += 1
-        except IndexFileError:
-            raise
-        except VerifyError as e:
-            raise VerifyError(str(e) if str(e).startswith(path) else f"{path}: {e}") from e
-        except Exception as e:  # zlib errors on a corrupted compressed shard
-            raise VerifyError(f"{path}: cannot decompress: {e}") from e
-    else:
-        for _ in chunks():
-            pass
-        count = entry["num_records"]
-    if size != entry["num_bytes"]:
-        raise VerifyError(f"{path}: {size} bytes on disk, manifest says {entry['num_bytes']}")
-    if sha.hexdigest() != entry["sha256"]:
-        raise VerifyError(f"{path}: sha256 {sha.hexdigest()} does not match the manifest")
-    if count != entry["num_records"]:
-        raise VerifyError(f"{path}: holds {count} records, manifest says {entry['num_records']}")
-    if index is not None:
-        index.done(count)
-    return count
-
-
-class _IndexCheck:
-    """A shard's index file, compared line by line with the frames as the shard is re-read;
-    errors name the index file and the 1-based line (etl.formats.record_index)."""
-
-    def __init__(self, path: str, entry: dict[str, Any]):
-        if not fs.exists(path):
-            raise VerifyError(f"{path}: missing index file listed in the manifest")
-        self.path, self.entry = path, entry
-        self.data = fs.read_bytes(path)
-        self.offsets, self.lengths = parse_index(self.data, path)
-
-    def frame(self, i: int, offset: int, length: int) -> None:
-        if i >= len(self.offsets):
-            raise IndexFileError(f"{self.path}: line {i + 1}: missing: {len(self.offsets)} lines "
-                                 f"for a shard of more records (record {i + 1} at offset "
-                                 f"{offset})")
-        if self.offsets[i] != offset or self.lengths[i] != length:
-            raise IndexFileError(f"{self.path}: line {i + 1}: '{self.offsets[i]} "
-                                 f"{self.lengths[i]}' is not record {i + 1}'s frame, which is at "
-                                 f"offset {offset} with length {length}")
-
-    def done(self, records: int) -> None:
-        if len(self.offsets) != records:
-            raise IndexFileError(f"{self.path}: line {records + 1}: one line too many: "
-                                 f"{len(self.offsets)} lines for a shard of {records} records")
-        got = file_entry(self.data)
-        if got["num_bytes"] != self.entry["num_bytes"]:
-            raise VerifyError(f"{self.path}: {got['num_bytes']} bytes on disk, manifest says "
-                              f"{self.entry['num_bytes']}")
-        if got["sha256"] != self.entry["sha256"]:
-            raise VerifyError(f"{self.path}: sha256 {got['sha256']} does not match the manifest")
-
-
-def _verify_array_record(path: str, entry: dict[str, Any], check_records: bool) -> int:
-    """An ArrayRecord shard: size and sha256 of its bytes, and (`check_records`) every
-    record read back through the ArrayRecord reader (its chunk hashes checked) and counted."""
-    if not fs.exists(path):
-        raise VerifyError(f"{path}: missing shard listed in the manifest")
-    with array_record.local_copy(path) as local:
-        size, sha = array_record.digest(local)
-        if size != entry["num_bytes"]:
-            raise VerifyError(f"{path}: {size} bytes on disk, manifest says {entry['num_bytes']}")
-        if sha != entry["sha256"]:
-            raise VerifyError(f"{path}: sha256 {sha} does not match the manifest")
-        count = array_record.count_records(local, path) if check_records else entry["num_records"]
-    if count != entry["num_records"]:
-        raise VerifyError(f"{path}: holds {count} records, manifest says {entry['num_records']}")
-    return count
-
-
-class _Reader:
-    """File-like over an iterator of chunks (so the decompressor sees one stream)."""
-
-    def __init__(self, chunks: Iterable[bytes]):
-        self._it = iter(chunks)
-
-    def read(self, _n: int = -1) -> bytes:
-        return next(self._it, b"")

@@ -36,6 +36,7 @@ from etl.base.errors import EtlError, VerifyError
 from etl.base.quiet import quiet_tensorflow, start_devices_quietly
 from etl.contract.schema import Schema, load_schema
 from etl.formats.record_index import INDEX_SUFFIX
+from etl.formats.shards import DEFAULT_FORMAT, tf_data_reads
 from etl.formats.tfrecord import compression_of, read_file
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.read.splits import SplitError, check_host, host_part, parse, plan, split_names
@@ -417,7 +418,8 @@ def _split_shards(root: str, split: str) -> tuple[list[str], list[int] | None]:
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{manifest_path}: not valid JSON: {e}") from e
         splits = manifest.get("splits") if isinstance(manifest, dict) else None
-        if isinstance(manifest, dict) and manifest.get("format", "tfrecord") != "tfrecord":
+        if isinstance(manifest, dict) and not tf_data_reads(manifest.get("format",
+                                                                          DEFAULT_FORMAT)):
             raise DatasetError(f"{root}: holds {manifest['format']} shards (format: "
                                f"{manifest['format']}), which tf.data cannot read; read them "
                                "with etl.open_records or Grain's ArrayRecordDataSource")

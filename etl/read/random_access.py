@@ -15,7 +15,7 @@ size and sha256 the manifest's), so a record costs one pread of the shard (local
 ranged GET (gs://), nearby records of a batch sharing a read (etl.storage.fs.RangedFile),
 its framing CRCs, and its share of one C++ decode per batch. ArrayRecord outputs (`format:
 array_record`) are read with ArrayRecordReader, which has random access by record number
-built in, opened by etl.formats.array_record.open_random.
+built in, opened by their format's adapter (etl.formats.shards).
 
 Never wrong data (issue 28; docs/reading.md "What open_records checks"): the manifest's
 identity (one stat) is pinned on open and checked after the indexes are read and on the
@@ -46,15 +46,15 @@ import numpy as np
 
 from etl.base.errors import EXIT_BAD_INPUT, EtlError, StorageError
 from etl.contract.schema import Schema, load_schema
-from etl.formats.array_record import open_random, riegeli_reason, signature_problem
+from etl.formats.array_record import riegeli_reason, signature_problem
 from etl.formats.record_index import IndexFileError, check_index, parse_index
+from etl.formats.shard_adapter import ShardAdapter
+from etl.formats.shards import ADAPTER_FOR_FORMAT, DEFAULT_FORMAT
 from etl.formats.tfrecord import unframe
 from etl.output.layout import MANIFEST, SCHEMA_FILE
 from etl.read.decode import RecordDecoder, check_decodable
 from etl.read.splits import Piece, SplitError, host_part, plan, split_names
 from etl.storage import fs
-
-ARRAY_RECORD = "array_record"
 
 
 class RecordsError(EtlError, ValueError):
@@ -105,7 +105,7 @@ class Records:
         self._store: Any = None  # gs://: one client for these stats (not pickled)
         self._pin = self._identity()
         manifest = _manifest(self.root)
-        self.format = str(manifest.get("format") or "tfrecord")
+        self.format = str(manifest.get("format") or DEFAULT_FORMAT)
         try:
             names = split_names(split)
         except SplitError as e:
@@ -126,6 +126,8 @@ class Records:
                                f"this pipeline wrote (split {split!r}: {type(e).__name__}: "
                                f"{fs.first_line(e)[:200]}); `verify` checks the whole "
                                "output") from e
+        # its format's adapter: read by record number (ArrayRecord) or through index files
+        self._by_number = _adapter(self.root, self.format).by_number
         if schema is None:
             schema = fs.join(self.root, SCHEMA_FILE)
             if not fs.exists(schema):
@@ -259,7 +261,7 @@ class Records:
     def _open_shard(self, shard: _Shard) -> Any:
         """Shard `shard` opened and pinned: its size (and, ArrayRecord, its footer and record
         count) as the manifest lists them, and the manifest still the one opened."""
-        if self.format == ARRAY_RECORD:
+        if self._by_number:
             _local_only(shard.path)
             size = _size(shard.path)
             if size is None:
@@ -274,7 +276,7 @@ class Records:
                 self._check_pin()
                 raise RecordsError(f"{shard.path}: {problem}; run `verify` on the output")
             try:
-                handle: Any = open_random(shard.path)
+                handle: Any = ADAPTER_FOR_FORMAT[self.format].open_random(shard.path)
             except RuntimeError as e:  # its footer (the record index) does not read
                 self._check_pin()
                 raise RecordsError(f"{shard.path}: not a readable ArrayRecord file, its footer "
@@ -355,7 +357,7 @@ class Records:
             wanted = local[rows]
             shard = self.shards[s]
             handle = self._handle(s)
-            if self.format == ARRAY_RECORD:
+            if self._by_number:
                 records = self._read_array_record(handle, shard, wanted.tolist())
             else:
                 assert self._indexes is not None
@@ -373,7 +375,7 @@ class Records:
 
     def _load_indexes(self) -> None:
         """Every shard's index, read and checked against its shard (TFRecord outputs)."""
-        if self.format == ARRAY_RECORD:
+        if self._by_number:
             self._check_pin()
             self._indexes = []
             return
@@ -511,8 +513,18 @@ def _manifest(root: str) -> dict[str, Any]:
     return manifest
 
 
+def _adapter(root: str, fmt: str) -> ShardAdapter:
+    """The adapter of an output's format, if open_records reads it at random (by record
+    number, or through index files: etl.formats.shards)."""
+    readable = {name: a for name, a in ADAPTER_FOR_FORMAT.items()
+                if a.by_number or a.indexable("none")}
+    if fmt not in readable:
+        raise RecordsError(f"{fs.join(root, MANIFEST)}: unknown format {fmt!r}; open_records "
+                           f"reads {' and '.join(repr(name) for name in readable)}")
+    return readable[fmt]
+
+
 def _shards(root: str, manifest: dict[str, Any], split: str, fmt: str) -> list[_Shard]:
-    where = fs.join(root, MANIFEST)
     splits = manifest["splits"]
     if split not in splits:
         raise RecordsError(f"{root}: split {split!r} not in {MANIFEST}; available splits: "
@@ -525,31 +537,30 @@ def _shards(root: str, manifest: dict[str, Any], split: str, fmt: str) -> list[_
         return p if fs.is_remote(p) or os.path.isabs(p) else fs.join(root, p)
 
     compression = str(manifest.get("compression") or "none")
-    if fmt not in ("tfrecord", ARRAY_RECORD):
-        raise RecordsError(f"{where}: unknown format {fmt!r}; open_records reads 'tfrecord' "
-                           f"and '{ARRAY_RECORD}'")
-    if fmt == "tfrecord" and compression != "none":
+    adapter = _adapter(root, fmt)
+    by_number = adapter.by_number
+    if not by_number and not adapter.indexable(compression):
         raise RecordsError(f"{place(entries[0]['path'])}: shards are {compression}-compressed; "
                            "random access needs uncompressed shards with index files (offsets "
                            "into a compressed stream cannot be seeked to): convert with "
                            "`compression: none`")
-    return [_shard(e, fmt, place) for e in entries]
+    return [_shard(e, by_number, place) for e in entries]
 
 
-def _shard(e: dict[str, Any], fmt: str, place: Any) -> _Shard:
-    """One shard entry of the manifest."""
+def _shard(e: dict[str, Any], by_number: bool, place: Any) -> _Shard:
+    """One shard entry of the manifest (`by_number`: no index file, the format's own)."""
     index = e.get("index")
-    if fmt == "tfrecord" and not (isinstance(index, dict) and index.get("path")):
+    if not by_number and not (isinstance(index, dict) and index.get("path")):
         raise RecordsError(f"{place(e['path'])}: no index file in {MANIFEST} (written with "
                            "`index: false`, or before index files were written); rerun "
                            "the job with `index: true` to read it at random")
     size = e.get("num_bytes")
     if int(e["num_records"]) < 0:
         raise ValueError(f"num_records {e['num_records']}")
-    index = index if fmt == "tfrecord" else {}
+    index = {} if by_number else index
     index_bytes, index_sha = index.get("num_bytes"), index.get("sha256")
     return _Shard(place(e["path"]), int(e["num_records"]),
                   size if isinstance(size, int) else None,
-                  place(index["path"]) if fmt == "tfrecord" else None,
+                  None if by_number else place(index["path"]),
                   index_bytes if isinstance(index_bytes, int) else None,
                   index_sha if isinstance(index_sha, str) else None)

@@ -32,6 +32,8 @@ from etl.shuffle.shard_writer import ShardResult, run_dir_of, write_shard
 from etl.storage import fs, scratch
 
 NAME = "engine"
+HOLDS_SPILLS = False  # nothing of ours is written between the stages: nothing to hold
+RUNNER_SHUFFLE = True  # runs cross the runner's shuffle, packed (etl.shuffle.chunk_codec)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from etl.shuffle.shard_writer import ShardResult, write_shard
 from etl.storage import fs
 
 NAME = "files"
+HOLDS_SPILLS = True  # runs may stay in the memory of the process (HeldSpills), not on disk
+RUNNER_SHUFFLE = False  # runs travel as spill files, not through the runner's shuffle
 HELD_PREFIX = "held:"  # a run held in the memory of the process that wrote it
 
 

@@ -7,12 +7,11 @@ of every run), so they write the same bytes."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -21,11 +20,9 @@ import pyarrow as pa
 
 from etl.base import signals
 from etl.base.pause import pause
-from etl.formats import array_record
 from etl.formats.proto_wire import binary, data_of
-from etl.formats.record_index import FRAME_OVERHEAD, index_lines, index_name
-from etl.formats.shards import ARRAY_RECORD, ShardFormat
-from etl.formats.tfrecord import Compressor
+from etl.formats.shard_adapter import IndexFile
+from etl.formats.shards import ShardFormat
 from etl.shuffle.keys import ID_POSITION_BITS
 from etl.shuffle.merge import merged_batches
 from etl.shuffle.planning import ShardPlan
@@ -34,15 +31,6 @@ from etl.storage import fs
 
 CHUNK_BYTES = 16 << 20
 ATTEMPT_SUFFIX = ".attempt"  # a shard being written: <shard name>.<attempt id>.attempt
-
-
-@dataclass(frozen=True)
-class IndexFile:
-    """The index file written beside a TFRecord shard (etl.formats.record_index)."""
-
-    name: str
-    num_bytes: int
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -84,8 +72,9 @@ def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
     found = 0
     per_input: Counter[int] = Counter()
     final = fs.join(staging_dir, name)
-    sink_type = _ArrayRecordSink if fmt.kind == ARRAY_RECORD else _TFRecordSink
-    with shared_handles(slices), sink_type.open(final, fmt) as sink:
+    opened = fmt.adapter.open_sink(final, fmt.compression, fmt.index, attempt_file,
+                                   run_dir_of(final))  # the format's writer (etl.formats)
+    with shared_handles(slices), opened as sink:
         for src, local, ids, sizes in merged_batches(slices, plan.skip, plan.take):
             signals.check_cancelled(f"writing {name}")
             found += len(src)
@@ -100,80 +89,6 @@ def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
     return ShardResult(plan.split, plan.index, plan.num_shards, name, found, sink.num_bytes,
                        sink.sha256, {str(f): c for f, c in sorted(per_input.items())},
                        sink.index_file)
-
-
-class _TFRecordSink:
-    """A TFRecord shard (whole-file compressed when asked) and, with `fmt.index`, its index
-    file, both written as attempt files that appear together or not at all."""
-
-    def __init__(self, shard: BinaryIO, fmt: ShardFormat, index: BinaryIO | None,
-                 index_name: str):
-        self._fh, self._index_fh, self._index_name = shard, index, index_name
-        self._comp = Compressor(fmt.compression)
-        self._sha, self._index_sha = hashlib.sha256(), hashlib.sha256()
-        self.num_bytes = self._index_bytes = self._frames_end = 0
-        self.sha256 = ""
-        self.index_file: IndexFile | None = None
-
-    @classmethod
-    @contextmanager
-    def open(cls, final: str, fmt: ShardFormat) -> Iterator[_TFRecordSink]:
-        with ExitStack() as stack:
-            shard = stack.enter_context(attempt_file(final))
-            index = stack.enter_context(attempt_file(index_name(final))) if fmt.index else None
-            yield cls(shard, fmt, index, fs.basename(index_name(final)))
-
-    def write(self, framed: pa.Buffer, frame_sizes: np.ndarray) -> None:
-        self._put(self._comp.compress(framed))
-        if self._index_fh is not None:
-            lines, self._frames_end = index_lines(frame_sizes - FRAME_OVERHEAD, self._frames_end)
-            self._index_sha.update(lines)
-            self._index_bytes += len(lines)
-            self._index_fh.write(lines)
-
-    def _put(self, data: bytes) -> None:
-        self._sha.update(data)
-        self.num_bytes += len(data)
-        self._fh.write(data)
-
-    def finish(self) -> None:
-        self._put(self._comp.flush())
-        self.sha256 = self._sha.hexdigest()
-        if self._index_fh is not None:
-            self.index_file = IndexFile(self._index_name, self._index_bytes,
-                                        self._index_sha.hexdigest())
-
-
-class _ArrayRecordSink:
-    """An ArrayRecord shard: the payloads written to a local scratch file, then copied to
-    the attempt file (etl.formats.array_record says why)."""
-
-    def __init__(self, writer: array_record.Writer):
-        self._writer = writer
-        self.num_bytes = 0
-        self.sha256 = ""
-        self.index_file: IndexFile | None = None
-        self._out: BinaryIO | None = None
-
-    @classmethod
-    @contextmanager
-    def open(cls, final: str, fmt: ShardFormat) -> Iterator[_ArrayRecordSink]:
-        with array_record.scratch_file(fs.basename(final), run_dir_of(final)) as local, \
-                attempt_file(final) as out:
-            sink = cls(array_record.Writer(local))
-            sink._out = out
-            try:
-                yield sink
-            finally:
-                sink._writer.close()
-
-    def write(self, framed: pa.Buffer, frame_sizes: np.ndarray) -> None:
-        self._writer.write_framed(framed, frame_sizes)
-
-    def finish(self) -> None:
-        self._writer.close()
-        assert self._out is not None
-        self.num_bytes, self.sha256 = array_record.copy_out(self._writer.path, self._out)
 
 
 def run_dir_of(final: str) -> str | None:

@@ -25,7 +25,13 @@ from etl.base.errors import EXIT_CONFIG, EtlError, VerifyError
 from etl.contract.images import is_image, png_bytes
 from etl.contract.schema import Feature, Schema, load_schema
 from etl.formats.record_index import INDEX_SUFFIX
-from etl.formats.shards import ARRAY_RECORD_SUFFIX, is_array_record, read_shard
+from etl.formats.shards import (
+    ADAPTER_FOR_FORMAT,
+    adapter_of,
+    is_shard_name,
+    read_shard,
+    shard_stem,
+)
 from etl.formats.tfrecord import compression_of
 from etl.output.layout import SCHEMA_FILE, SUCCESS
 from etl.storage import fs
@@ -128,7 +134,7 @@ def inspect(
             break
         compression = compression_of(path)
         yield f"== {path}" + (f" ({compression})" if compression != "none" else "")
-        at = "index" if is_array_record(path) else "offset"
+        at = adapter_of(path).position  # "offset" in a TFRecord file, "index" in an ArrayRecord
         for index, (offset, data) in enumerate(_records(path)):
             if shown >= limit:
                 break
@@ -156,7 +162,7 @@ def _records(path: str) -> Iterator[tuple[int, bytes]]:
     try:
         first = next(records, None)
     except VerifyError as e:
-        named = ".tfrecord" in fs.basename(path) or is_array_record(path)
+        named = is_shard_name(path)
         if named or not re.search(r"record header|truncated record", str(e)):
             raise
         raise NotTFRecord(f"{path}: not a TFRecord file (it does not start with a TFRecord "
@@ -174,11 +180,11 @@ def _files_and_schema(items: list[str]) -> tuple[list[str], str | None]:
     for item in items:
         if fs.isdir(item):
             root = _dataset_root(item)
-            found = sorted(_glob(fs.join(root, "*.tfrecord*"))
-                           + _glob(fs.join(root, "*" + ARRAY_RECORD_SUFFIX)))
+            patterns = [a.pattern for a in ADAPTER_FOR_FORMAT.values()]  # every format's shards
+            found = sorted(f for pattern in patterns for f in _glob(fs.join(root, pattern)))
             if not found:
-                raise InspectError(f"{item}: no *.tfrecord* files (nor *{ARRAY_RECORD_SUFFIX}) in "
-                                   "this directory")
+                raise InspectError(f"{item}: no {patterns[0]} files (nor "
+                                   f"{', '.join(patterns[1:])}) in this directory")
             files += found
             candidate = fs.join(root, SCHEMA_FILE)
         elif any(c in item for c in "*?["):
@@ -450,9 +456,8 @@ def _file_stems(files: list[str]) -> dict[str, str]:
     used: set[str] = set()
     for path in files:
         name = fs.basename(path)
-        stem = _safe(name.split(".tfrecord", 1)[0] if ".tfrecord" in name
-                     else name.removesuffix(ARRAY_RECORD_SUFFIX) if is_array_record(name)
-                     else os.path.splitext(name)[0])
+        shard = shard_stem(name)
+        stem = _safe(os.path.splitext(name)[0] if shard is None else shard)
         unique, n = stem, 2
         while unique in used:
             unique, n = f"{stem}-{n}", n + 1
