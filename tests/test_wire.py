@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
+from etl.formats.proto_wire import varints
 
 
 def _feature(values, kind):
@@ -106,3 +107,18 @@ def test_bytes_lists_grouped_or_not_equal_protobuf(blobs) -> None:
         want = tf.train.Example(features=tf.train.Features(feature={
             "b": _feature(blobs[i], "bytes"), "n": _feature(ints[i], "int64")}))
         assert got == want.SerializeToString(deterministic=True), i
+
+
+@pytest.mark.parametrize("values", [
+    np.arange(-1000, 1000).repeat(3),  # small range: gathered from a per-value table
+    np.full(5000, -7),  # one value
+    np.random.default_rng(1).integers(-2**63, 2**63 - 1, 5000),  # full range: the matrix
+    np.array([0, 127, 128, -1, 2**63 - 1, -2**63]),  # shorter than the table's threshold
+])
+def test_varints_match_protobuf(values):
+    """Every varint path gives protobuf's bytes (an int64 packed list's payload)."""
+    want = tf.train.Int64List(value=values.tolist()).SerializeToString()
+    got = b"".join(varints(values).to_pylist())
+    assert want[0] == 0x0A  # packed field 1, then its length varint, then the payload
+    assert want.endswith(got) and len(want) - len(got) <= 1 + 10
+

@@ -31,7 +31,7 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 from apache_beam.utils.shared import Shared
 
-from etl.base import signals
+from etl.base import heap, signals
 from etl.base.inflight import InFlight
 from etl.base.pause import pause
 from etl.base.units import DEFAULT_MAX_RECORD_BYTES
@@ -141,7 +141,7 @@ class _ReadEncodeFn(beam.DoFn):
     def setup(self) -> None:
         import yaml  # noqa: PLC0415
 
-
+        heap.keep_freed_memory()  # a block's big buffers reused, not re-faulted (etl.base.heap)
         schema = schema_from_dict(yaml.safe_load(self.spec.schema_yaml))
         self.encoder = Encoder(schema, max_record_bytes=self.spec.max_record_bytes)
         self.readers = {
@@ -406,6 +406,7 @@ class _WriteShardFn(beam.DoFn):
         self.writers_handle = writers
 
     def setup(self) -> None:
+        heap.keep_freed_memory()  # a piece's big buffers reused, not re-faulted (etl.base.heap)
         self.held = _held_store(self.held_handle, self.spec)
         self.tally = _tally(self.tally_handle)
         self.writers = _writers(self.writers_handle)

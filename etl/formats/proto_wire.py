@@ -58,9 +58,23 @@ def varint_lengths(v: np.ndarray) -> np.ndarray:
 def varints(values: np.ndarray) -> pa.LargeBinaryArray:
     """Varint-encode a whole int64 column at once: element i is value i's varint.
 
-    All ten possible 7-bit groups are computed as an (n, 10) matrix; a boolean mask of the
-    groups each value needs, read row by row, is the concatenation of the varints.
+    A column whose values span a range smaller than a quarter of its length (a small integer
+    feature, a label, a year) has each distinct value's varint made once, for the range, and
+    gathered in C++ (`take`): a negative value is a 10-byte varint, and on the benchmark's
+    `i1` in [-1000, 1000) the matrix below cost 55 CPU-ns a value, the gather 11.
     """
+    v = np.asarray(values).astype(np.int64, copy=False)
+    if len(v) >= 1024:
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < len(v) // 4:
+            table = _varint_matrix(np.arange(lo, hi + 1, dtype=np.int64))
+            return table.take(pa.array(v - np.int64(lo)))
+    return _varint_matrix(v)
+
+
+def _varint_matrix(values: np.ndarray) -> pa.LargeBinaryArray:
+    """All ten possible 7-bit groups of each value as an (n, 10) matrix; a boolean mask of the
+    groups each value needs, read row by row, is the concatenation of the varints."""
     v = values.astype(np.int64).view(np.uint64)
     nbytes = varint_lengths(v)
     width = int(nbytes.max()) if len(v) else 0

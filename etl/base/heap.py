@@ -1,0 +1,56 @@
+"""Keep freed heap memory in the process (glibc's malloc), so big buffers are reused, not
+re-faulted.
+
+The data path allocates and frees tens of MB per block, over and over: NumPy's arrays of a
+262,144-record block (keys, offsets, the framed run) are 2-52 MB each. glibc hands any
+allocation above its mmap threshold (at most 32 MB by default) a fresh mapping and unmaps it
+on free, and trims the top of the heap above its trim threshold, so the next block's buffers
+are new pages the kernel must map, zero and unmap again: on the 10M-row benchmark CSV, `perf`
+showed page zeroing and the fault path at ~10% of the run's CPU. Raising both thresholds keeps
+freed memory in the heap for the next block (figures: benchmarks/README.md, "CSV 10M toward 1M
+records/s"): about 2 CPU-s less system time at 10M rows (of ~23) for ~30 MB more peak RSS,
+since the heap never grows beyond the largest working set anyway. (Huge pages that Arrow's own
+allocator touches first are still zeroed: that part is not glibc's.)
+
+Set with `mallopt` at run time (what GLIBC_TUNABLES would set before the process starts, which
+a worker cannot do for itself). Elsewhere (musl, macOS, Windows) this does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import platform
+import threading
+
+MMAP_THRESHOLD = 512 << 20  # allocations above this get a mapping of their own
+TRIM_THRESHOLD = 1 << 30  # free memory at the heap's top kept up to this
+_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+
+_lock = threading.Lock()
+_done: list[bool] = []  # [True] once set (or found impossible) in this process
+
+
+def keep_freed_memory() -> bool:
+    """Raise glibc's mmap and trim thresholds for this process, once; True when they are set
+    (False where the C library is not glibc or refuses)."""
+    with _lock:
+        if _done:
+            return _done[0]
+        _done.append(_set())
+        return _done[0]
+
+
+def _set() -> bool:
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
