@@ -374,7 +374,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
         released = _quarantined(job, plan, attempt, lock_stale_after, break_lock)
         if released is not None:
             return released
-    via = strategy_for(job.shuffle_via, runner).NAME
+    via = strategy_for(job.shuffle.via, runner).NAME
     info = RunInfo.current(plan.run_id)
     with ExitStack() as stack:
         # from the lock to its release a signal is only recorded, except while the pipeline
@@ -489,7 +489,7 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     publish; whatever happens, stop the progress display and remove the run's directory,
     then report a failure in one line (its traceback goes to the run's log)."""
     started, run_id, tmp, log_file = attempt.started, plan.run_id, place.tmp, place.log_file
-    held = shares_process(options) and via == files.NAME and job.spill_in_memory > 0
+    held = shares_process(options) and via == files.NAME and job.shuffle.spill_in_memory > 0
     spec = convert_spec(job, plan.schema, plan.read_plan, options, via, tmp, held,
                         plan.sources)
     plan.read_plan.save(spec.read_plan)
@@ -591,12 +591,12 @@ def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: P
     split_bytes = read_split_bytes(job, options)
     return ConvertSpec(
         schema_yaml=schema.to_yaml(), sources=sources or job.sources, base_dir=job.base_dir,
-        fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
-        staging_dir=fs.join(tmp, "staging"), compression=job.compression,
-        format=job.format, index=job.index, stats=job.stats,
-        splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
-        max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
-        spill_in_memory=job.spill_in_memory if held else 0, via=via,
+        fractions=job.fractions, seed=job.shuffle.seed, spill_dir=fs.join(tmp, "spill"),
+        staging_dir=fs.join(tmp, "staging"), compression=job.shard_format.compression,
+        format=job.shard_format.kind, index=job.shard_format.index, stats=job.stats,
+        splits=tuple(job.splits), shards=job.sharding.shards, shard_size=job.sharding.shard_size,
+        max_shard_bytes=job.sharding.max_shard_bytes, max_record_bytes=job.reading.max_record_bytes,
+        spill_in_memory=job.shuffle.spill_in_memory if held else 0, via=via,
         read_plan=fs.join(tmp, "read_plan.json"), split_bytes=split_bytes,
         spread_files=needs_scan(read_plan.units, split_bytes) > 1,
         # one file read whole: read it where it was listed (a stage less on a local run)
@@ -637,8 +637,8 @@ def read_split_bytes(job: JobConfig, options: PipelineOptions) -> int:
     two workers, DEFAULT_SPLIT_BYTES elsewhere. One reader of a whole file already keeps two
     cores busy (a prefetch thread reads, the encoder runs beside it), so on two cores split
     reads only add readers' buffers (benchmarks/README.md: "Split reads on two cores")."""
-    if job.split_bytes is not None:
-        return job.split_bytes
+    if job.reading.split_bytes is not None:
+        return job.reading.split_bytes
     if is_local(options.view_as(StandardOptions).runner):
         workers = options.view_as(DirectOptions).direct_num_workers or 1
         if workers <= 2:
@@ -855,12 +855,12 @@ def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: 
     rejected = manifest["rejected"]
     read = sum(i["read"] for i in manifest["inputs"])
     try:
-        check_threshold(rejected, read, first_rejected(staging), job.max_bad_fraction,
+        check_threshold(rejected, read, first_rejected(staging), job.acceptance.max_bad_fraction,
                         rejected_at)
     except BadInputError:
         fs.write_bytes(rejected_at, fs.read_bytes(fs.join(staging, REJECTED_FILE)))
         raise
-    empty_inputs(manifest, read, job.allow_empty)
+    empty_inputs(manifest, read, job.acceptance.allow_empty)
     for note in manifest["notes"]:
         log.warning(note)
     if fields:  # what the run was made from: the next run compares it (etl.schedule.idempotence)
