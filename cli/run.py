@@ -17,6 +17,7 @@ or failed too, adds one entry to the run history beside the outputs (etl.schedul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -461,7 +462,7 @@ class _SharedStores:
                  options: PipelineOptions) -> None:
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         self.held_handle = Shared() if held else None
-        self.spills = self.held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
+        self.spills = self.held_handle.acquire(lambda: files.HeldSpills(spec.shuffle.spill_in_memory)) \
             if self.held_handle else None
         # this run's live progress tally: shared like the held spills, when every stage runs
         # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
@@ -586,18 +587,19 @@ def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
 def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: PipelineOptions,
                  via: str, tmp: str, held: bool,
                  sources: dict[str, dict[str, Any]] | None = None) -> ConvertSpec:
-    """What the pipeline is told: the job, its schema, where this run spills and stages, and
-    how its inputs are read (`held`: spills may stay in this process's memory)."""
+    """What the pipeline is told: the job's sections (its shuffle with the strategy `via` it
+    runs with, spills held in this process's memory only when `held`; its reads cut for this
+    runner), its schema, and where this run spills and stages."""
     split_bytes = read_split_bytes(job, options)
     return ConvertSpec(
         schema_yaml=schema.to_yaml(), sources=sources or job.sources, base_dir=job.base_dir,
-        fractions=job.fractions, seed=job.shuffle.seed, spill_dir=fs.join(tmp, "spill"),
-        staging_dir=fs.join(tmp, "staging"), compression=job.shard_format.compression,
-        format=job.shard_format.kind, index=job.shard_format.index, stats=job.stats,
-        splits=tuple(job.splits), shards=job.sharding.shards, shard_size=job.sharding.shard_size,
-        max_shard_bytes=job.sharding.max_shard_bytes, max_record_bytes=job.reading.max_record_bytes,
-        spill_in_memory=job.shuffle.spill_in_memory if held else 0, via=via,
-        read_plan=fs.join(tmp, "read_plan.json"), split_bytes=split_bytes,
+        fractions=job.fractions, splits=tuple(job.splits),
+        shuffle=dataclasses.replace(job.shuffle, via=via,
+                                    spill_in_memory=job.shuffle.spill_in_memory if held else 0),
+        sharding=job.sharding, shard_format=job.shard_format,
+        reading=dataclasses.replace(job.reading, split_bytes=split_bytes), stats=job.stats,
+        spill_dir=fs.join(tmp, "spill"), staging_dir=fs.join(tmp, "staging"),
+        read_plan=fs.join(tmp, "read_plan.json"),
         spread_files=needs_scan(read_plan.units, split_bytes) > 1,
         # one file read whole: read it where it was listed (a stage less on a local run)
         spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units, split_bytes) > 0,

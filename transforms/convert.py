@@ -39,6 +39,7 @@ from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
 from etl.formats.proto_wire import binary_column
 from etl.formats.shards import TFRECORD, ShardFormat
+from etl.job.config import Reading, Sharding, Shuffle
 from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
 from etl.output.accounting import add_missing
 from etl.output.finalize import finalize_run
@@ -63,40 +64,44 @@ _KEYED_CHUNK = tuple[tuple[str, int], engine.Chunk]  # (split, shard index), chu
 
 @dataclass(frozen=True)
 class ConvertSpec:
-    """Everything workers need, as plain values (pickled once into the DoFns)."""
+    """Everything workers need, as plain values (pickled once into the DoFns): the job's
+    sections whole (etl.job.config), resolved for this run by cli.run.convert_spec; never the
+    JobConfig itself, whose document (`raw`) may hold a database password."""
 
     schema_yaml: str
     sources: dict[str, dict[str, Any]]
     base_dir: str
     fractions: dict[str, float]
-    seed: int | None
+    splits: tuple[str, ...]
+    shuffle: Shuffle  # `via` resolved (etl.shuffle.strategy_for); spill_in_memory 0: all on disk
+    sharding: Sharding
+    shard_format: ShardFormat
+    reading: Reading  # split_bytes resolved for the runner (0: whole files)
     spill_dir: str
     staging_dir: str
-    compression: str
-    splits: tuple[str, ...]
-    shards: int | None
-    shard_size: int | None
-    max_shard_bytes: int
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # larger records: oversized_record
-    spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
-    via: str = files.NAME  # the shuffle strategy (etl.shuffle.strategy_for)
     # the read plan (etl.job.read_plan.ReadPlan): every input file, in one file the pipeline
     # reads, so the job graph does not grow with the number of inputs
     read_plan: str = ""
-    split_bytes: int = 0  # read tasks of about this size (0: whole files)
     spread_files: bool = False  # cut files on several workers (many files need a scan)
     spread_reads: bool = True  # read tasks on several workers (False: one small file)
-    format: str = TFRECORD  # tfrecord | array_record (etl.formats.shards)
-    index: bool | None = None  # index files beside the shards; None: the format's default
     stats: bool = False  # gather the report's statistics while encoding (stats.json)
 
     @property
     def shuffled(self) -> bool:
-        return self.seed is not None
+        return self.shuffle.shuffled
 
-    @property
-    def shard_format(self) -> ShardFormat:
-        return ShardFormat.of(self.format, self.compression, self.index)
+
+def flat_settings(*, seed: int | None, shards: int | None, shard_size: int | None,
+                  max_shard_bytes: int, via: str = files.NAME, spill_in_memory: int = 0,
+                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, split_bytes: int = 0,
+                  format: str = TFRECORD, compression: str = "none",  # noqa: A002 - the key
+                  index: bool | None = None, **rest: Any) -> ConvertSpec:
+    """ConvertSpec from one flat keyword per setting, as tests and benchmarks write them by
+    hand (`rest`: its other fields); a run builds it from the job (cli.run.convert_spec)."""
+    return ConvertSpec(shuffle=Shuffle(seed, via, spill_in_memory),
+                       sharding=Sharding(shards, shard_size, max_shard_bytes),
+                       shard_format=ShardFormat.of(format, compression, index),
+                       reading=Reading(split_bytes, max_record_bytes), **rest)
 
 
 # one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
@@ -118,7 +123,7 @@ class _SplitFilesFn(beam.DoFn):
 
     @wire_errors
     def process(self, unit: ReadUnit):  # type: ignore[override]
-        yield from tasks_of(unit, self.readers[unit.source], self.spec.split_bytes)
+        yield from tasks_of(unit, self.readers[unit.source], self.spec.reading.split_bytes)
 
 
 class _ReadEncodeFn(beam.DoFn):
@@ -138,13 +143,13 @@ class _ReadEncodeFn(beam.DoFn):
 
 
         schema = schema_from_dict(yaml.safe_load(self.spec.schema_yaml))
-        self.encoder = Encoder(schema, max_record_bytes=self.spec.max_record_bytes)
+        self.encoder = Encoder(schema, max_record_bytes=self.spec.reading.max_record_bytes)
         self.readers = {
             name: make_reader(cfg, self.spec.base_dir, f"sources.{name}")
             for name, cfg in self.spec.sources.items()
         }
         for reader in self.readers.values():
-            reader.prepare(schema, self.spec.max_record_bytes)
+            reader.prepare(schema, self.spec.reading.max_record_bytes)
         self.held = _held_store(self.held_handle, self.spec)
         self.stats = _StatsFeed(schema) if self.spec.stats else None
         self.read_counter = Metrics.counter("etl", "records_read")
@@ -212,7 +217,7 @@ class _ReadEncodeFn(beam.DoFn):
 
     def _emit(self, run: SortedRun) -> SortedRun | files.SpillRef:
         """engine: the run itself; files: the run written to a spill (or held), its ref."""
-        if self.spec.via != files.NAME:
+        if self.spec.shuffle.via != files.NAME:
             return run
         if not len(run.keys):
             return files.SpillRef("", run.stats(self.spec.shuffled))
@@ -227,9 +232,9 @@ _NO_KEYS = np.zeros(0, np.uint64)
 
 def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | None:
     """This run's store of held spills (the same object in every DoFn of this process)."""
-    if handle is None or not spec.spill_in_memory or spec.via != files.NAME:
+    if handle is None or not spec.shuffle.spill_in_memory or spec.shuffle.via != files.NAME:
         return None
-    return handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory))
+    return handle.acquire(lambda: files.HeldSpills(spec.shuffle.spill_in_memory))
 
 
 def _writers(handle: Shared | None) -> InFlight | None:
@@ -310,7 +315,7 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
     if not len(rows):
         return EncodedBlock(block.num_read, 0, [], rejected, missing=missing)
     positions = np.asarray(block.positions)[rows]
-    hashed = keys.shuffle_keys(spec.seed or 0, task.identity, positions)
+    hashed = keys.shuffle_keys(spec.shuffle.seed or 0, task.identity, positions)
     ids = keys.record_ids(task.ordinal, positions)
     sort_keys = hashed if spec.shuffled else ids
     if spec.fractions:
@@ -394,7 +399,9 @@ def plan_shards(stats: ShuffleStats, spec: ConvertSpec, tally: Shared | None = N
     if live is not None:
         live.stage("planning")
     pause("shuffle")
-    return make_plan(stats, spec.splits, spec.shards, spec.shard_size, spec.max_shard_bytes)
+    sharding = spec.sharding
+    return make_plan(stats, spec.splits, sharding.shards, sharding.shard_size,
+                     sharding.max_shard_bytes)
 
 
 def _all_plans(plan: Plan) -> list[ShardPlan]:
@@ -425,7 +432,7 @@ class _WriteShardFn(beam.DoFn):
         signals.check_cancelled("writing shards")
         pause("write")
         with _writing(self.writers):  # the shard: the launcher's clean-up waits for it
-            if spec.via == files.NAME:
+            if spec.shuffle.via == files.NAME:
                 shard, spills = element
                 result = files.write_files_shard(shard, spills, spec.staging_dir,
                                                  spec.shard_format, self.held)
@@ -491,7 +498,7 @@ def _finalize_run(plan: Plan, shards: list[ShardResult], reports: list[list[dict
     if spec.stats:
         per_split = {split: stats.get(split) or SplitStats(schema) for split in spec.splits}
         document = stats_document(schema, per_split)
-    return finalize_run(spec.staging_dir, schema, spec.splits, spec.seed, spec.shard_format,
+    return finalize_run(spec.staging_dir, schema, spec.splits, spec.shuffle.seed, spec.shard_format,
                         list(shards), list(reports), plan.notes, read_plan.inputs,
                         expected_reads(read_plan.units, reports), stats=document)
 
@@ -528,7 +535,7 @@ class ConvertToShards(beam.PTransform):
         tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec)).with_output_types(ReadTask)
         if spec.spread_reads:
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
-        run_type = files.SpillRef if spec.via == files.NAME else SortedRun  # coders.py
+        run_type = files.SpillRef if spec.shuffle.via == files.NAME else SortedRun  # coders.py
         read_encode = _ReadEncodeFn(spec, self.held, self.tally, self.writers)
         blocks = tasks | "ReadEncode" >> beam.ParDo(read_encode).with_output_types(
             run_type).with_outputs(REPORTS, STATS, main="runs")
@@ -544,7 +551,7 @@ class ConvertToShards(beam.PTransform):
                                            spec.shuffled)
                 | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(spec.shuffled))
                 | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, spec, tally)))
-        if spec.via == files.NAME:
+        if spec.shuffle.via == files.NAME:
             # each shard's list of spills, from the plan and every spill's slim ref (a side
             # input: no Flatten, which the local runner would run as a stage of its own)
             refs = blocks | "SlimRefs" >> beam.Map(_slim)
@@ -574,4 +581,4 @@ class ConvertToShards(beam.PTransform):
                                              self.writers)
 
 
-__all__ = ["ConvertSpec", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult"]
+__all__ = ["ConvertSpec", "ConvertToShards", "flat_settings", "MergeStatsFn", "ReadTask", "ShardResult"]
