@@ -76,7 +76,7 @@ from etl.sources import sql_source, sql_url
 from etl.storage import fs, scratch
 from etl.storage.object_store import Store
 from transforms import progress_feed as live
-from transforms.convert import ConvertSpec, ConvertToShards
+from transforms.convert import ConvertSettings, ConvertToShards
 from transforms.staging import pipeline_options  # Beam options + our package for workers
 
 log = logging.getLogger(__name__)
@@ -458,11 +458,12 @@ class _SharedStores:
     each dropped when the run ends: the held spills, the live progress tally, the busy writers.
     A handle is None where its store is not used (stages elsewhere, no progress display)."""
 
-    def __init__(self, spec: ConvertSpec, held: bool, progress: ProgressConfig | None,
+    def __init__(self, settings: ConvertSettings, held: bool, progress: ProgressConfig | None,
                  options: PipelineOptions) -> None:
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         self.held_handle = Shared() if held else None
-        self.spills = self.held_handle.acquire(lambda: files.HeldSpills(spec.shuffle.spill_in_memory)) \
+        budget = settings.shuffle.spill_in_memory
+        self.spills = self.held_handle.acquire(lambda: files.HeldSpills(budget)) \
             if self.held_handle else None
         # this run's live progress tally: shared like the held spills, when every stage runs
         # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
@@ -491,10 +492,10 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     then report a failure in one line (its traceback goes to the run's log)."""
     started, run_id, tmp, log_file = attempt.started, plan.run_id, place.tmp, place.log_file
     held = shares_process(options) and via == files.NAME and job.shuffle.spill_in_memory > 0
-    spec = convert_spec(job, plan.schema, plan.read_plan, options, via, tmp, held,
-                        plan.sources)
-    plan.read_plan.save(spec.read_plan)
-    stores = _SharedStores(spec, held, progress, options)
+    settings = convert_settings(job, plan.schema, plan.read_plan, options, via, tmp, held,
+                                plan.sources)
+    plan.read_plan.save(settings.read_plan)
+    stores = _SharedStores(settings, held, progress, options)
     bytes_total = sum(u.num_bytes for u in plan.read_plan.units)
     reporter: live.Reporter | None = None
     failure: BaseException | None = None
@@ -505,14 +506,14 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
             reporter = live.start(progress, stores.tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
                 p = new_pipeline(options, tmp)
-                _ = p | "Convert" >> ConvertToShards(spec, stores.held_handle, stores.tally_handle,
-                                                   stores.writers_handle)
+                _ = p | "Convert" >> ConvertToShards(settings, stores.held_handle,
+                                                     stores.tally_handle, stores.writers_handle)
                 submitted = p.run()
                 if reporter is not None and stores.tally is None:  # poll the runner's metrics
                     reporter.attach(live.MetricsFeed(submitted, bytes_total))
                 attempt.dataflow_job_id = announce_job(submitted, options, run_log) or ""
                 submitted.wait_until_finish()
-            result = _check_then_publish(job, plan, spec, options, place, attempt, reporter)
+            result = _check_then_publish(job, plan, settings, options, place, attempt, reporter)
     except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
         failure = _changed_input(e, plan.pinned)
         if isinstance(e, KeyboardInterrupt) and submitted is not None:
@@ -532,8 +533,8 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     return result
 
 
-def _check_then_publish(job: JobConfig, plan: _Plan, spec: ConvertSpec, options: PipelineOptions,
-                        place: _Place, attempt: Attempt,
+def _check_then_publish(job: JobConfig, plan: _Plan, settings: ConvertSettings,
+                        options: PipelineOptions, place: _Place, attempt: Attempt,
                         reporter: live.Reporter | None) -> JobResult:
     """After the pipeline: the lock still ours, what was read unchanged, then the checks and
     the publish (a launch-only run: nothing ran, nothing to check or publish)."""
@@ -550,7 +551,7 @@ def _check_then_publish(job: JobConfig, plan: _Plan, spec: ConvertSpec, options:
         rejected_at = place.log_file.removesuffix(".log") + ".rejected.jsonl"
         fields = {**plan.ident.manifest_fields(), "run_id": plan.run_id,
                   ORIGIN_KEY: plan.origin}
-        result = _check_and_publish(job, spec, plan.run_id, attempt.started, rejected_at,
+        result = _check_and_publish(job, settings, plan.run_id, attempt.started, rejected_at,
                                     place.remote, fields, reporter, attempt)
     if reporter is not None:
         reporter.stage("done")
@@ -584,14 +585,14 @@ def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
     return p
 
 
-def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: PipelineOptions,
-                 via: str, tmp: str, held: bool,
-                 sources: dict[str, dict[str, Any]] | None = None) -> ConvertSpec:
+def convert_settings(job: JobConfig, schema: Schema, read_plan: ReadPlan,
+                     options: PipelineOptions, via: str, tmp: str, held: bool,
+                     sources: dict[str, dict[str, Any]] | None = None) -> ConvertSettings:
     """What the pipeline is told: the job's sections (its shuffle with the strategy `via` it
     runs with, spills held in this process's memory only when `held`; its reads cut for this
     runner), its schema, and where this run spills and stages."""
     split_bytes = read_split_bytes(job, options)
-    return ConvertSpec(
+    return ConvertSettings(
         schema_yaml=schema.to_yaml(), sources=sources or job.sources, base_dir=job.base_dir,
         fractions=job.fractions, splits=tuple(job.splits),
         shuffle=dataclasses.replace(job.shuffle, via=via,
@@ -844,15 +845,15 @@ def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
             for k, v in manifest["splits"].items()}
 
 
-def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: float,
-                       rejected_at: str, remote: RemoteRun | None = None,
+def _check_and_publish(job: JobConfig, settings: ConvertSettings, run_id: str,
+                       started: float, rejected_at: str, remote: RemoteRun | None = None,
                        fields: dict[str, Any] | None = None,
                        reporter: live.Reporter | None = None,
                        attempt: Attempt | None = None) -> JobResult:
     """The finalize step left the manifest in staging (the run's one result): check the bad-
     record threshold, then publish. A run that rejected more than allowed keeps its
     dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
-    staging = spec.staging_dir
+    staging = settings.staging_dir
     manifest = json.loads(fs.read_bytes(fs.join(staging, MANIFEST)))
     rejected = manifest["rejected"]
     read = sum(i["read"] for i in manifest["inputs"])

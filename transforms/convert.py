@@ -63,10 +63,11 @@ _KEYED_CHUNK = tuple[tuple[str, int], engine.Chunk]  # (split, shard index), chu
 
 
 @dataclass(frozen=True)
-class ConvertSpec:
+class ConvertSettings:
     """Everything workers need, as plain values (pickled once into the DoFns): the job's
-    sections whole (etl.job.config), resolved for this run by cli.run.convert_spec; never the
-    JobConfig itself, whose document (`raw`) may hold a database password."""
+    sections whole (etl.job.config), resolved for this run by cli.run.convert_settings; never
+    the JobConfig itself, whose document (`raw`) may hold a database password. A DoFn keeps
+    it as `self.spec`: the attribute tests/test_sql_dataflow reads from a staged pipeline."""
 
     schema_yaml: str
     sources: dict[str, dict[str, Any]]
@@ -95,13 +96,13 @@ def flat_settings(*, seed: int | None, shards: int | None, shard_size: int | Non
                   max_shard_bytes: int, via: str = files.NAME, spill_in_memory: int = 0,
                   max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, split_bytes: int = 0,
                   format: str = TFRECORD, compression: str = "none",  # noqa: A002 - the key
-                  index: bool | None = None, **rest: Any) -> ConvertSpec:
-    """ConvertSpec from one flat keyword per setting, as tests and benchmarks write them by
-    hand (`rest`: its other fields); a run builds it from the job (cli.run.convert_spec)."""
-    return ConvertSpec(shuffle=Shuffle(seed, via, spill_in_memory),
-                       sharding=Sharding(shards, shard_size, max_shard_bytes),
-                       shard_format=ShardFormat.of(format, compression, index),
-                       reading=Reading(split_bytes, max_record_bytes), **rest)
+                  index: bool | None = None, **rest: Any) -> ConvertSettings:
+    """ConvertSettings from one flat keyword per setting, as tests and benchmarks write them by
+    hand (`rest`: its other fields); a run builds it from the job (cli.run.convert_settings)."""
+    return ConvertSettings(shuffle=Shuffle(seed, via, spill_in_memory),
+                           sharding=Sharding(shards, shard_size, max_shard_bytes),
+                           shard_format=ShardFormat.of(format, compression, index),
+                           reading=Reading(split_bytes, max_record_bytes), **rest)
 
 
 # one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
@@ -113,8 +114,8 @@ class _SplitFilesFn(beam.DoFn):
     """A read unit -> its read tasks (cut where its format allows; text formats find their
     cut points by scanning the file, which is why this runs on workers)."""
 
-    def __init__(self, spec: ConvertSpec):
-        self.spec = spec
+    def __init__(self, settings: ConvertSettings):
+        self.spec = settings
 
     def setup(self) -> None:
 
@@ -131,9 +132,9 @@ class _ReadEncodeFn(beam.DoFn):
     `files` strategy writes each run to a spill (or holds it) and emits its SpillRef, the
     `engine` strategy emits the run itself."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None, tally: Shared | None = None,
+    def __init__(self, settings: ConvertSettings, held: Shared | None, tally: Shared | None = None,
                  writers: Shared | None = None):
-        self.spec = spec
+        self.spec = settings
         self.held_handle = held
         self.tally_handle = tally
         self.writers_handle = writers
@@ -223,18 +224,19 @@ class _ReadEncodeFn(beam.DoFn):
             return files.SpillRef("", run.stats(self.spec.shuffled))
         with _writing(self.writers):  # the launcher's clean-up waits for it
             return files.write_spill(fs.join(self.spec.spill_dir, run.split,
-                                              f"{uuid.uuid4().hex}.spill"), run,
+                                             f"{uuid.uuid4().hex}.spill"), run,
                                      self.spec.shuffled, self.held)
 
 
 _NO_KEYS = np.zeros(0, np.uint64)
 
 
-def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | None:
+def _held_store(handle: Shared | None, settings: ConvertSettings) -> files.HeldSpills | None:
     """This run's store of held spills (the same object in every DoFn of this process)."""
-    if handle is None or not spec.shuffle.spill_in_memory or spec.shuffle.via != files.NAME:
+    shuffle = settings.shuffle
+    if handle is None or not shuffle.spill_in_memory or shuffle.via != files.NAME:
         return None
-    return handle.acquire(lambda: files.HeldSpills(spec.shuffle.spill_in_memory))
+    return handle.acquire(lambda: files.HeldSpills(settings.shuffle.spill_in_memory))
 
 
 def _writers(handle: Shared | None) -> InFlight | None:
@@ -294,7 +296,7 @@ class EncodedBlock:
     missing: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
 
-def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block,
+def encode_block(encoder: Encoder, settings: ConvertSettings, task: ReadTask, block: Block,
                  stats: _StatsFeed | None = None) -> EncodedBlock:
     """One block: encode it, key it, and sort it into one run per split it feeds (with the
     statistics of each run's records when `stats` is given: exactly the records written)."""
@@ -315,12 +317,12 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
     if not len(rows):
         return EncodedBlock(block.num_read, 0, [], rejected, missing=missing)
     positions = np.asarray(block.positions)[rows]
-    hashed = keys.shuffle_keys(spec.shuffle.seed or 0, task.identity, positions)
+    hashed = keys.shuffle_keys(settings.shuffle.seed or 0, task.identity, positions)
     ids = keys.record_ids(task.ordinal, positions)
-    sort_keys = hashed if spec.shuffled else ids
-    if spec.fractions:
-        which = keys.assign_splits(hashed, list(spec.fractions.values()))
-        targets = [(name, np.flatnonzero(which == i)) for i, name in enumerate(spec.fractions)]
+    sort_keys = hashed if settings.shuffled else ids
+    if settings.fractions:
+        which = keys.assign_splits(hashed, list(settings.fractions.values()))
+        targets = [(name, np.flatnonzero(which == i)) for i, name in enumerate(settings.fractions)]
     else:
         targets = [(task.source, np.arange(len(rows)))]
     runs: list[SortedRun] = []
@@ -392,15 +394,15 @@ class MergeStatsFn(beam.CombineFn):
 
 
 @wire_errors
-def plan_shards(stats: ShuffleStats, spec: ConvertSpec, tally: Shared | None = None) -> Plan:
+def plan_shards(stats: ShuffleStats, settings: ConvertSettings, tally: Shared | None = None) -> Plan:
     """Every split's shard count and every shard's key and rank range (with notes, such as a
     raised shard count, that the finalize step puts in the manifest)."""
     live = _tally(tally)
     if live is not None:
         live.stage("planning")
     pause("shuffle")
-    sharding = spec.sharding
-    return make_plan(stats, spec.splits, sharding.shards, sharding.shard_size,
+    sharding = settings.sharding
+    return make_plan(stats, settings.splits, sharding.shards, sharding.shard_size,
                      sharding.max_shard_bytes)
 
 
@@ -412,9 +414,9 @@ class _WriteShardFn(beam.DoFn):
     """Stage 2: write one shard; `files`: (shard plan, spill paths), `engine`: ((split,
     index), its chunks) with the plan as a side input."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None = None,
+    def __init__(self, settings: ConvertSettings, held: Shared | None = None,
                  tally: Shared | None = None, writers: Shared | None = None):
-        self.spec = spec
+        self.spec = settings
         self.held_handle = held
         self.tally_handle = tally
         self.writers_handle = writers
@@ -426,20 +428,20 @@ class _WriteShardFn(beam.DoFn):
 
     @wire_errors
     def process(self, element: Any, plan: Plan | None = None):  # type: ignore[override]
-        spec = self.spec
+        settings = self.spec
         if self.tally is not None:
             self.tally.stage("writing shards")
         signals.check_cancelled("writing shards")
         pause("write")
         with _writing(self.writers):  # the shard: the launcher's clean-up waits for it
-            if spec.shuffle.via == files.NAME:
+            if settings.shuffle.via == files.NAME:
                 shard, spills = element
-                result = files.write_files_shard(shard, spills, spec.staging_dir,
-                                                 spec.shard_format, self.held)
+                result = files.write_files_shard(shard, spills, settings.staging_dir,
+                                                 settings.shard_format, self.held)
             else:  # engine: the group's chunks, read once as they stream out of the group
                 (split, index), chunks = element
                 result = engine.write_engine_shard(plan.shards[split][index], chunks,
-                                                   spec.staging_dir, spec.shard_format)
+                                                   settings.staging_dir, settings.shard_format)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         if self.tally is not None:
@@ -473,15 +475,15 @@ def _slim(ref: files.SpillRef) -> files.SpillRef:
 
 @wire_errors
 def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
-              stats: dict[str, SplitStats | None], spec: ConvertSpec,
+              stats: dict[str, SplitStats | None], settings: ConvertSettings,
               tally: Shared | None = None, writers: Shared | None = None) -> dict[str, Any]:
     """Every shard result, read report and the plan's notes -> the manifest (etl.output.finalize)."""
     with _writing(_writers(writers)):  # the launcher's clean-up waits for it
-        return _finalize_run(plan, shards, reports, stats, spec, tally)
+        return _finalize_run(plan, shards, reports, stats, settings, tally)
 
 
 def _finalize_run(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
-                  stats: dict[str, SplitStats | None], spec: ConvertSpec,
+                  stats: dict[str, SplitStats | None], settings: ConvertSettings,
                   tally: Shared | None) -> dict[str, Any]:
     import yaml  # noqa: PLC0415
 
@@ -492,19 +494,20 @@ def _finalize_run(plan: Plan, shards: list[ShardResult], reports: list[list[dict
     pause("finalize")
 
 
-    read_plan = ReadPlan.load(spec.read_plan)
-    schema = schema_from_dict(yaml.safe_load(spec.schema_yaml))
+    read_plan = ReadPlan.load(settings.read_plan)
+    schema = schema_from_dict(yaml.safe_load(settings.schema_yaml))
     document = None
-    if spec.stats:
-        per_split = {split: stats.get(split) or SplitStats(schema) for split in spec.splits}
+    if settings.stats:
+        per_split = {split: stats.get(split) or SplitStats(schema) for split in settings.splits}
         document = stats_document(schema, per_split)
-    return finalize_run(spec.staging_dir, schema, spec.splits, spec.shuffle.seed, spec.shard_format,
-                        list(shards), list(reports), plan.notes, read_plan.inputs,
-                        expected_reads(read_plan.units, reports), stats=document)
+    return finalize_run(settings.staging_dir, schema, settings.splits, settings.shuffle.seed,
+                        settings.shard_format, list(shards), list(reports), plan.notes,
+                        read_plan.inputs, expected_reads(read_plan.units, reports),
+                        stats=document)
 
 
 class ConvertToShards(beam.PTransform):
-    """Files -> shuffled, sharded TFRecords in `spec.staging_dir`, and one finalize step that
+    """Files -> shuffled, sharded TFRecords in `settings.staging_dir`, and one finalize step that
     checks every count and writes the dead letters, schema files and `manifest.json` there
     (the one result the launcher reads back before it publishes). Its output: the manifest.
 
@@ -514,29 +517,29 @@ class ConvertToShards(beam.PTransform):
     only. `writers`: a Shared handle of this run's busy writers (etl.base.inflight; local
     runner in one process), which the launcher waits for before its clean-up."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None = None,
+    def __init__(self, settings: ConvertSettings, held: Shared | None = None,
                  tally: Shared | None = None, writers: Shared | None = None):
         super().__init__()
-        self.spec = spec
+        self.spec = settings
         self.held = held
         self.tally = tally
         self.writers = writers
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         beam_fixes.apply()  # before Pipeline.run(): the local runner's data plane drops records
-        spec = self.spec
+        settings = self.spec
         tally = self.tally
         units = (pbegin
                  | "Start" >> beam.Impulse()
                  | "ListInputFiles" >> beam.FlatMap(lambda _, path: ReadPlan.load(path).units,
-                                                    spec.read_plan))
-        if spec.spread_files:  # several files to scan for cut points: on several workers
+                                                    settings.read_plan))
+        if settings.spread_files:  # several files to scan for cut points: on several workers
             units = units | "DistributeFiles" >> beam.Reshuffle()
-        tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec)).with_output_types(ReadTask)
-        if spec.spread_reads:
+        tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(settings)).with_output_types(ReadTask)
+        if settings.spread_reads:
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
-        run_type = files.SpillRef if spec.shuffle.via == files.NAME else SortedRun  # coders.py
-        read_encode = _ReadEncodeFn(spec, self.held, self.tally, self.writers)
+        run_type = files.SpillRef if settings.shuffle.via == files.NAME else SortedRun  # coders.py
+        read_encode = _ReadEncodeFn(settings, self.held, self.tally, self.writers)
         blocks = tasks | "ReadEncode" >> beam.ParDo(read_encode).with_output_types(
             run_type).with_outputs(REPORTS, STATS, main="runs")
         reports = blocks[REPORTS]
@@ -548,10 +551,10 @@ class ConvertToShards(beam.PTransform):
         # default-value branch is not needed, see the empty run per input file)
         plan = (blocks
                 | "BlockStats" >> beam.Map(lambda b, shuffled: (None, _stats_of(b, shuffled)),
-                                           spec.shuffled)
-                | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(spec.shuffled))
-                | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, spec, tally)))
-        if spec.shuffle.via == files.NAME:
+                                           settings.shuffled)
+                | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(settings.shuffled))
+                | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, settings, tally)))
+        if settings.shuffle.via == files.NAME:
             # each shard's list of spills, from the plan and every spill's slim ref (a side
             # input: no Flatten, which the local runner would run as a stage of its own)
             refs = blocks | "SlimRefs" >> beam.Map(_slim)
@@ -560,7 +563,7 @@ class ConvertToShards(beam.PTransform):
                                                    ).with_output_types(tuple[ShardPlan, tuple[str, ...]])
                       | "DistributeShards" >> beam.Reshuffle())
             results = shards | "WriteShards" >> beam.ParDo(
-                _WriteShardFn(spec, self.held, self.tally, self.writers))
+                _WriteShardFn(settings, self.held, self.tally, self.writers))
         else:
             # declared, deterministic coders (transforms/coders.py) for all that is shuffled;
             # one empty chunk per shard, so even a shard without records gets its group
@@ -572,13 +575,14 @@ class ConvertToShards(beam.PTransform):
             shards = ((chunks, empty) | "Flatten" >> beam.Flatten()
                       | "GroupByShard" >> beam.GroupByKey())
             results = shards | "WriteShards" >> beam.ParDo(
-                _WriteShardFn(spec, self.held, self.tally, self.writers),
+                _WriteShardFn(settings, self.held, self.tally, self.writers),
                 beam.pvalue.AsSingleton(plan))
         # one finalize step, once every shard and read report is in (side inputs)
         return plan | "Finalize" >> beam.Map(_finalize, beam.pvalue.AsList(results),
                                              beam.pvalue.AsList(reports),
-                                             beam.pvalue.AsDict(stats), spec, self.tally,
+                                             beam.pvalue.AsDict(stats), settings, self.tally,
                                              self.writers)
 
 
-__all__ = ["ConvertSpec", "ConvertToShards", "flat_settings", "MergeStatsFn", "ReadTask", "ShardResult"]
+__all__ = ["ConvertSettings", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult",
+           "flat_settings"]
