@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      or getattr(args, "estimate", False)):
             check_open_files()  # `ulimit -n` too low: one line now, not gRPC's errors later
         if args.command in ("run", "demo"):
-            return _convert(args, beam_args, debug, verbose, console)
+            return _run_or_demo(args, beam_args, debug, verbose, console)
         return _tool(args, verbose)
     except EtlError as e:
         _report(f"error: {e}", e, debug)
@@ -334,13 +334,13 @@ def _tool(args: argparse.Namespace, verbose: bool) -> int:
     return 0
 
 
-def _convert(args: argparse.Namespace, beam_args: list[str], debug: bool, verbose: bool,
-             console: Any) -> int:
+def _run_or_demo(args: argparse.Namespace, beam_args: list[str], debug: bool, verbose: bool,
+                 console: Any) -> int:
     """`run` and `demo`."""
     stale = (None if args.lock_stale_after is None
              else parse_duration(args.lock_stale_after, "--lock-stale-after"))
     if args.command == "run":
-        return _run(args, beam_args, stale, debug, console)
+        return _run_command(args, beam_args, stale, debug, console)
     if not os.path.exists(DEMO_JOB):
         raise ConfigError(f"the demo's job and sample data ({DEMO_JOB}) come with the "
                           "source checkout, not with an installed copy; pass a job "
@@ -356,8 +356,8 @@ def _convert(args: argparse.Namespace, beam_args: list[str], debug: bool, verbos
                                            console))
 
 
-def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
-         debug: bool, console: object = None) -> int:
+def _run_command(args: argparse.Namespace, beam_args: list[str], stale: float | None,
+                 debug: bool, console: object = None) -> int:
     """`run`: one span (today's summary), a range (one line per span), or a dry run. Arguments
     and the job are checked before Beam is imported: a mistake is reported in well under 1 s."""
     from cli import ranges  # noqa: PLC0415 - per subcommand: --help stays fast
