@@ -280,7 +280,7 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
 
 
 @dataclass
-class _Plan:
+class _RunPlan:
     """What a run knows before it takes the lock: its inputs (pinned and fingerprinted), its
     identity, and whether the published output is current and intact (skip)."""
 
@@ -296,8 +296,8 @@ class _Plan:
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # as the readers get them
 
 
-def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
-          force: bool, sources: dict[str, dict[str, Any]]) -> _Plan:
+def _plan_run(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
+              force: bool, sources: dict[str, dict[str, Any]]) -> _RunPlan:
     """Refuse an output another job published (etl.output.origin: before the inputs are read
     for their fingerprints); list, check, pin and fingerprint the inputs; name the run;
     decide the skip (a current output that is damaged is rebuilt, and the attempt says why)."""
@@ -327,8 +327,8 @@ def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
         skip = False
         attempt.rebuilt_reason = idempotence.DAMAGED.format(damaged)
         log.warning("%s; rebuilding it", attempt.rebuilt_reason)
-    return _Plan(schema, read_plan, pinned, inputs, ident, run_id, published, skip, origin,
-                 sources)
+    return _RunPlan(schema, read_plan, pinned, inputs, ident, run_id, published, skip, origin,
+                    sources)
 
 
 @dataclass
@@ -354,7 +354,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
     check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
     runner = given.view_as(StandardOptions).runner
     attempt.runner = str(getattr(runner, "__name__", runner) or "")
-    plan = _plan(job, runner, given, attempt, force, sources)
+    plan = _plan_run(job, runner, given, attempt, force, sources)
 
     def skipped() -> JobResult:
         assert plan.published is not None
@@ -398,7 +398,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
     return result
 
 
-def _quarantined(job: JobConfig, plan: _Plan, attempt: Attempt, stale: float,
+def _quarantined(job: JobConfig, plan: _RunPlan, attempt: Attempt, stale: float,
                  break_lock: bool) -> JobResult | None:
     """A span whose very run (same run key) waits in quarantine is not run again: it stays
     blocked (exit 6), or with --accept that run is released and published."""
@@ -418,7 +418,7 @@ def _quarantined(job: JobConfig, plan: _Plan, attempt: Attempt, stale: float,
                      run_id=attempt.run_id)
 
 
-def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
+def _take_output(stack: ExitStack, job: JobConfig, plan: _RunPlan, info: RunInfo,
                  temp_root: str | None, lock_stale_after: float,
                  break_lock: bool, force: bool = False) -> _Place | None:
     """Lock the output (held until `stack` closes), clear dead runs' leftovers, check the
@@ -484,8 +484,8 @@ class _SharedStores:
             self.spills.release()
 
 
-def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, place: _Place,
-             run_log: RunLog, attempt: Attempt, capture_stderr: bool,
+def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, via: str,
+             place: _Place, run_log: RunLog, attempt: Attempt, capture_stderr: bool,
              progress: ProgressConfig | None) -> JobResult:
     """Run the pipeline into the run's directory, check what was read against the pins,
     publish; whatever happens, stop the progress display and remove the run's directory,
@@ -533,7 +533,7 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     return result
 
 
-def _check_then_publish(job: JobConfig, plan: _Plan, settings: ConvertSettings,
+def _check_then_publish(job: JobConfig, plan: _RunPlan, settings: ConvertSettings,
                         options: PipelineOptions, place: _Place, attempt: Attempt,
                         reporter: live.Reporter | None) -> JobResult:
     """After the pipeline: the lock still ours, what was read unchanged, then the checks and
