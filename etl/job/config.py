@@ -109,7 +109,8 @@ class Acceptance:
 class JobConfig:
     """A job file, parsed: where things are, then its settings as sections, each parsed by
     one function below and carried whole to the pipeline (transforms.convert.ConvertSettings).
-    The flat properties (`seed`, `shard_size`, ...) read the sections for older callers."""
+    The code reads the sections; the flat read-only properties (`seed`, `shard_size`, ...) are
+    what the tests written against the flat config read."""
 
     path: str
     base_dir: str
