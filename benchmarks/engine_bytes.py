@@ -34,7 +34,7 @@ from etl.shuffle import engine
 from etl.shuffle.planning import ShuffleStats, make_plan
 from etl.sources import make_reader
 from transforms.coders import ChunkCoder, SortedRunCoder
-from transforms.convert import ConvertSpec, encode_block
+from transforms.convert import encode_block, flat_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "schemas" / "bench_csv.yaml"
@@ -43,12 +43,12 @@ SCHEMA = ROOT / "schemas" / "bench_csv.yaml"
 def runs_of(csv: str, seed: int) -> list:
     schema_doc = SCHEMA.read_text()
     schema = schema_from_dict(yaml.safe_load(schema_doc))
-    spec = ConvertSpec(schema_yaml=schema_doc, sources={}, base_dir=".", fractions={},
+    spec = flat_settings(schema_yaml=schema_doc, sources={}, base_dir=".", fractions={},
                        seed=seed, spill_dir="", staging_dir="", compression="none",
                        splits=("train",), shards=None, shard_size=None, max_shard_bytes=0)
-    encoder = Encoder(schema, max_record_bytes=spec.max_record_bytes)
+    encoder = Encoder(schema, max_record_bytes=spec.reading.max_record_bytes)
     reader = make_reader({"format": "csv", "paths": [csv]}, ".", "sources.train")
-    reader.prepare(schema, spec.max_record_bytes)
+    reader.prepare(schema, spec.reading.max_record_bytes)
     runs = []
     for split in reader.splits(csv, WHOLE_FILE):
         task = ReadTask("train", csv, "data.csv", 0, split)

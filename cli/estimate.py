@@ -35,12 +35,12 @@ def estimate_report(job: JobConfig, beam_args: list[str]) -> tuple[list[str], in
     local = is_local(runner)
     plan = plan_units(job.sources, job.base_dir, job.path)
     est = estimate(job, plan, load_schema(job.schema_path), runner=str(runner),
-                   via=strategy_for(job.shuffle_via, runner).NAME,
+                   via=strategy_for(job.shuffle.via, runner).NAME,
                    split_bytes=read_split_bytes(job, options), local=local,
                    workers=workers.num_workers or workers.max_num_workers,
                    machine_type=workers.machine_type, disk_gb=workers.disk_size_gb)
     out = lines(est)
-    failing, code = sample_verdict(est, job.max_bad_fraction)
+    failing, code = sample_verdict(est, job.acceptance.max_bad_fraction)
     on_disk = [i["path"] for i in plan.inputs if not fs.is_remote(i["path"])]
     if not local and on_disk and not workers_on_this_host(options):
         out.append(f"  note              {len(on_disk)} input(s) are on this machine: copy them "

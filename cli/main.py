@@ -51,7 +51,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Python's cyclic GC rescans every live object of Beam, pyarrow and protobuf's modules again
 # and again while they import (~200k objects), and once more at exit. Off while importing,
@@ -70,6 +70,9 @@ from etl.base.pause import pause  # noqa: E402
 from etl.base.quiet import native_stderr_quiet  # noqa: E402
 from etl.base.units import parse_duration  # noqa: E402
 from etl.base.worker_errors import check_open_files  # noqa: E402
+
+if TYPE_CHECKING:
+    from cli.ranges import Request
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      or getattr(args, "estimate", False)):
             check_open_files()  # `ulimit -n` too low: one line now, not gRPC's errors later
         if args.command in ("run", "demo"):
-            return _convert(args, beam_args, debug, verbose, console)
+            return _run_or_demo(args, beam_args, debug, verbose, console)
         return _tool(args, verbose)
     except EtlError as e:
         _report(f"error: {e}", e, debug)
@@ -331,28 +334,30 @@ def _tool(args: argparse.Namespace, verbose: bool) -> int:
     return 0
 
 
-def _convert(args: argparse.Namespace, beam_args: list[str], debug: bool, verbose: bool,
-             console: Any) -> int:
+def _run_or_demo(args: argparse.Namespace, beam_args: list[str], debug: bool, verbose: bool,
+                 console: Any) -> int:
     """`run` and `demo`."""
     stale = (None if args.lock_stale_after is None
              else parse_duration(args.lock_stale_after, "--lock-stale-after"))
     if args.command == "run":
-        return _run(args, beam_args, stale, debug, console)
+        return _run_command(args, beam_args, stale, debug, console)
     if not os.path.exists(DEMO_JOB):
         raise ConfigError(f"the demo's job and sample data ({DEMO_JOB}) come with the "
                           "source checkout, not with an installed copy; pass a job "
                           "file: run JOB.yaml")
-    from cli.summary import run_and_report  # noqa: PLC0415 - per subcommand: --help stays fast
+    from cli import ranges  # noqa: PLC0415 - per subcommand: --help stays fast
+    from cli.one_span import Display, run_and_report  # noqa: PLC0415 - per subcommand: --help stays fast
 
     _imports_done()
-    return run_and_report(DEMO_JOB, args.output, beam_args, sample=True,
-                          break_lock=args.break_lock, lock_stale_after=stale,
-                          debug=debug, verbose=verbose, progress=args.progress,
-                          progress_every=args.progress_every, progress_stream=console)
+    request = ranges.Request(DEMO_JOB, args.output, None, tuple(beam_args),
+                             break_lock=args.break_lock, lock_stale_after=stale,
+                             capture_stderr=not debug)
+    return run_and_report(request, Display(True, verbose, args.progress, args.progress_every,
+                                           console))
 
 
-def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
-         debug: bool, console: object = None) -> int:
+def _run_command(args: argparse.Namespace, beam_args: list[str], stale: float | None,
+                 debug: bool, console: object = None) -> int:
     """`run`: one span (today's summary), a range (one line per span), or a dry run. Arguments
     and the job are checked before Beam is imported: a mistake is reported in well under 1 s."""
     from cli import ranges  # noqa: PLC0415 - per subcommand: --help stays fast
@@ -374,29 +379,31 @@ def _run(args: argparse.Namespace, beam_args: list[str], stale: float | None,
             worst = ranges.worst([worst, code])
         return worst
     if args.first is None:
-        from cli.summary import run_and_report  # noqa: PLC0415 - imports Beam
+        from cli.one_span import Display, run_and_report  # noqa: PLC0415 - imports Beam
 
         _imports_done()
-        return run_and_report(args.job, args.output, beam_args, sample=args.sample,
-                              break_lock=args.break_lock, lock_stale_after=stale, debug=debug,
-                              span=spans[0] if spans else None, force=args.force,
-                              allow_missing=args.allow_missing, only=args.only,
-                              verbose=bool(getattr(args, "verbose", False)),
-                              progress=args.progress, progress_every=args.progress_every,
-                              progress_stream=console,  # type: ignore[arg-type]
-                              report=args.report, verify_full=args.verify_full,
-                              accept=args.accept)
-    requests = [ranges.Request(args.job, args.output, job.span, tuple(beam_args),
-                                 force=args.force, allow_missing=args.allow_missing,
-                                 break_lock=args.break_lock, lock_stale_after=stale,
-                                 capture_stderr=not debug, report=args.report,
-                                 verify_full=args.verify_full, accept=args.accept)
-                for job in jobs]
+        display = Display(args.sample, bool(getattr(args, "verbose", False)), args.progress,
+                          args.progress_every, console)  # type: ignore[arg-type]
+        return run_and_report(_request(args, beam_args, stale, debug,
+                                       spans[0].name if spans else None), display, args.only)
+    requests = [_request(args, beam_args, stale, debug, job.span) for job in jobs]
     if args.parallel == 1:  # spans run here; with workers, only they need Beam
         import cli.run  # noqa: F401, PLC0415 - Beam loaded here, not per span
 
     _imports_done()
     return ranges.run_range(jobs, requests, args.only, args.parallel, debug=debug)
+
+
+def _request(args: argparse.Namespace, beam_args: list[str], stale: float | None,
+             debug: bool, span: str | None) -> Request:
+    """`run`'s options for one span (cli.ranges.Request): the one-span path and every span
+    of a range get the same."""
+    from cli import ranges  # noqa: PLC0415 - per subcommand: --help stays fast
+
+    return ranges.Request(args.job, args.output, span, tuple(beam_args), force=args.force,
+                          allow_missing=args.allow_missing, break_lock=args.break_lock,
+                          lock_stale_after=stale, capture_stderr=not debug,
+                          report=args.report, verify_full=args.verify_full, accept=args.accept)
 
 
 def _ours_only(record: logging.LogRecord) -> bool:

@@ -113,6 +113,14 @@ class Request:
     accept: bool = False  # --accept: a span a block: check fails publishes (etl.quality.gate)
 
 
+def load_request(req: Request) -> JobConfig:
+    """The request's job, filled for its span; with --report it gathers the statistics the
+    report is built from."""
+    job = load_job(req.job_path, req.output, parse_date(req.span) if req.span else None,
+                   req.verify_full)
+    return dataclasses.replace(job, stats=True) if req.report else job
+
+
 @dataclass
 class Outcome:
     """What became of one span: status ok | skipped | failed, and what to print."""
@@ -305,10 +313,7 @@ def run_span(req: Request) -> Outcome:
     started = time.time()
     span = req.span
     try:
-        job = load_job(req.job_path, req.output, parse_date(span) if span else None,
-                       req.verify_full)
-        if req.report:  # the report is built from the statistics the conversion gathers
-            job = dataclasses.replace(job, stats=True)
+        job = load_request(req)
         span = job.span
         check_buckets(input_places(job.sources, job.base_dir))  # else "no input files"
         skipped = check_inputs(job, req.allow_missing)
@@ -598,4 +603,5 @@ def _worker_logging(debug: bool) -> None:
 
 
 __all__ = ["ONLY", "SEVERITY", "Decision", "Outcome", "Request", "decide", "dry_run",
-           "load_spans", "missing_inputs", "resolve_spans", "run_range", "run_span", "worst"]
+           "load_request", "load_spans", "missing_inputs", "resolve_spans", "run_range",
+           "run_span", "worst"]

@@ -17,6 +17,7 @@ or failed too, adds one entry to the run history beside the outputs (etl.schedul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -75,7 +76,7 @@ from etl.sources import sql_source, sql_url
 from etl.storage import fs, scratch
 from etl.storage.object_store import Store
 from transforms import progress_feed as live
-from transforms.convert import ConvertSpec, ConvertToShards
+from transforms.convert import ConvertSettings, ConvertToShards
 from transforms.staging import pipeline_options  # Beam options + our package for workers
 
 log = logging.getLogger(__name__)
@@ -279,7 +280,7 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
 
 
 @dataclass
-class _Plan:
+class _RunPlan:
     """What a run knows before it takes the lock: its inputs (pinned and fingerprinted), its
     identity, and whether the published output is current and intact (skip)."""
 
@@ -295,8 +296,8 @@ class _Plan:
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # as the readers get them
 
 
-def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
-          force: bool, sources: dict[str, dict[str, Any]]) -> _Plan:
+def _plan_run(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
+              force: bool, sources: dict[str, dict[str, Any]]) -> _RunPlan:
     """Refuse an output another job published (etl.output.origin: before the inputs are read
     for their fingerprints); list, check, pin and fingerprint the inputs; name the run;
     decide the skip (a current output that is damaged is rebuilt, and the attempt says why)."""
@@ -326,8 +327,8 @@ def _plan(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
         skip = False
         attempt.rebuilt_reason = idempotence.DAMAGED.format(damaged)
         log.warning("%s; rebuilding it", attempt.rebuilt_reason)
-    return _Plan(schema, read_plan, pinned, inputs, ident, run_id, published, skip, origin,
-                 sources)
+    return _RunPlan(schema, read_plan, pinned, inputs, ident, run_id, published, skip, origin,
+                    sources)
 
 
 @dataclass
@@ -353,7 +354,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
     check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
     runner = given.view_as(StandardOptions).runner
     attempt.runner = str(getattr(runner, "__name__", runner) or "")
-    plan = _plan(job, runner, given, attempt, force, sources)
+    plan = _plan_run(job, runner, given, attempt, force, sources)
 
     def skipped() -> JobResult:
         assert plan.published is not None
@@ -374,7 +375,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
         released = _quarantined(job, plan, attempt, lock_stale_after, break_lock)
         if released is not None:
             return released
-    via = strategy_for(job.shuffle_via, runner).NAME
+    via = strategy_for(job.shuffle.via, runner).NAME
     info = RunInfo.current(plan.run_id)
     with ExitStack() as stack:
         # from the lock to its release a signal is only recorded, except while the pipeline
@@ -397,7 +398,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
     return result
 
 
-def _quarantined(job: JobConfig, plan: _Plan, attempt: Attempt, stale: float,
+def _quarantined(job: JobConfig, plan: _RunPlan, attempt: Attempt, stale: float,
                  break_lock: bool) -> JobResult | None:
     """A span whose very run (same run key) waits in quarantine is not run again: it stays
     blocked (exit 6), or with --accept that run is released and published."""
@@ -417,7 +418,7 @@ def _quarantined(job: JobConfig, plan: _Plan, attempt: Attempt, stale: float,
                      run_id=attempt.run_id)
 
 
-def _take_output(stack: ExitStack, job: JobConfig, plan: _Plan, info: RunInfo,
+def _take_output(stack: ExitStack, job: JobConfig, plan: _RunPlan, info: RunInfo,
                  temp_root: str | None, lock_stale_after: float,
                  break_lock: bool, force: bool = False) -> _Place | None:
     """Lock the output (held until `stack` closes), clear dead runs' leftovers, check the
@@ -457,11 +458,12 @@ class _SharedStores:
     each dropped when the run ends: the held spills, the live progress tally, the busy writers.
     A handle is None where its store is not used (stages elsewhere, no progress display)."""
 
-    def __init__(self, spec: ConvertSpec, held: bool, progress: ProgressConfig | None,
+    def __init__(self, settings: ConvertSettings, held: bool, progress: ProgressConfig | None,
                  options: PipelineOptions) -> None:
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         self.held_handle = Shared() if held else None
-        self.spills = self.held_handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory)) \
+        budget = settings.shuffle.spill_in_memory
+        self.spills = self.held_handle.acquire(lambda: files.HeldSpills(budget)) \
             if self.held_handle else None
         # this run's live progress tally: shared like the held spills, when every stage runs
         # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
@@ -482,19 +484,19 @@ class _SharedStores:
             self.spills.release()
 
 
-def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, place: _Place,
-             run_log: RunLog, attempt: Attempt, capture_stderr: bool,
+def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, via: str,
+             place: _Place, run_log: RunLog, attempt: Attempt, capture_stderr: bool,
              progress: ProgressConfig | None) -> JobResult:
     """Run the pipeline into the run's directory, check what was read against the pins,
     publish; whatever happens, stop the progress display and remove the run's directory,
     then report a failure in one line (its traceback goes to the run's log)."""
     started, run_id, tmp, log_file = attempt.started, plan.run_id, place.tmp, place.log_file
     held = (shares_process(options) and strategy_for(via, None).HOLDS_SPILLS
-            and job.spill_in_memory > 0)
-    spec = convert_spec(job, plan.schema, plan.read_plan, options, via, tmp, held,
-                        plan.sources)
-    plan.read_plan.save(spec.read_plan)
-    stores = _SharedStores(spec, held, progress, options)
+            and job.shuffle.spill_in_memory > 0)
+    settings = convert_settings(job, plan.schema, plan.read_plan, options, via, tmp, held,
+                                plan.sources)
+    plan.read_plan.save(settings.read_plan)
+    stores = _SharedStores(settings, held, progress, options)
     bytes_total = sum(u.num_bytes for u in plan.read_plan.units)
     reporter: live.Reporter | None = None
     failure: BaseException | None = None
@@ -505,14 +507,14 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
             reporter = live.start(progress, stores.tally, bytes_total)
             with run_log.stderr_captured(capture_stderr):
                 p = new_pipeline(options, tmp)
-                _ = p | "Convert" >> ConvertToShards(spec, stores.held_handle, stores.tally_handle,
-                                                   stores.writers_handle)
+                _ = p | "Convert" >> ConvertToShards(settings, stores.held_handle,
+                                                     stores.tally_handle, stores.writers_handle)
                 submitted = p.run()
                 if reporter is not None and stores.tally is None:  # poll the runner's metrics
                     reporter.attach(live.MetricsFeed(submitted, bytes_total))
                 attempt.dataflow_job_id = announce_job(submitted, options, run_log) or ""
                 submitted.wait_until_finish()
-            result = _check_then_publish(job, plan, spec, options, place, attempt, reporter)
+            result = _check_then_publish(job, plan, settings, options, place, attempt, reporter)
     except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
         failure = _changed_input(e, plan.pinned)
         if isinstance(e, KeyboardInterrupt) and submitted is not None:
@@ -532,8 +534,8 @@ def _convert(job: JobConfig, plan: _Plan, options: PipelineOptions, via: str, pl
     return result
 
 
-def _check_then_publish(job: JobConfig, plan: _Plan, spec: ConvertSpec, options: PipelineOptions,
-                        place: _Place, attempt: Attempt,
+def _check_then_publish(job: JobConfig, plan: _RunPlan, settings: ConvertSettings,
+                        options: PipelineOptions, place: _Place, attempt: Attempt,
                         reporter: live.Reporter | None) -> JobResult:
     """After the pipeline: the lock still ours, what was read unchanged, then the checks and
     the publish (a launch-only run: nothing ran, nothing to check or publish)."""
@@ -550,7 +552,7 @@ def _check_then_publish(job: JobConfig, plan: _Plan, spec: ConvertSpec, options:
         rejected_at = place.log_file.removesuffix(".log") + ".rejected.jsonl"
         fields = {**plan.ident.manifest_fields(), "run_id": plan.run_id,
                   ORIGIN_KEY: plan.origin}
-        result = _check_and_publish(job, spec, plan.run_id, attempt.started, rejected_at,
+        result = _check_and_publish(job, settings, plan.run_id, attempt.started, rejected_at,
                                     place.remote, fields, reporter, attempt)
     if reporter is not None:
         reporter.stage("done")
@@ -584,21 +586,22 @@ def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
     return p
 
 
-def convert_spec(job: JobConfig, schema: Schema, read_plan: ReadPlan, options: PipelineOptions,
-                 via: str, tmp: str, held: bool,
-                 sources: dict[str, dict[str, Any]] | None = None) -> ConvertSpec:
-    """What the pipeline is told: the job, its schema, where this run spills and stages, and
-    how its inputs are read (`held`: spills may stay in this process's memory)."""
+def convert_settings(job: JobConfig, schema: Schema, read_plan: ReadPlan,
+                     options: PipelineOptions, via: str, tmp: str, held: bool,
+                     sources: dict[str, dict[str, Any]] | None = None) -> ConvertSettings:
+    """What the pipeline is told: the job's sections (its shuffle with the strategy `via` it
+    runs with, spills held in this process's memory only when `held`; its reads cut for this
+    runner), its schema, and where this run spills and stages."""
     split_bytes = read_split_bytes(job, options)
-    return ConvertSpec(
+    return ConvertSettings(
         schema_yaml=schema.to_yaml(), sources=sources or job.sources, base_dir=job.base_dir,
-        fractions=job.fractions, seed=job.seed, spill_dir=fs.join(tmp, "spill"),
-        staging_dir=fs.join(tmp, "staging"), compression=job.compression,
-        format=job.format, index=job.index, stats=job.stats,
-        splits=tuple(job.splits), shards=job.shards, shard_size=job.shard_size,
-        max_shard_bytes=job.max_shard_bytes, max_record_bytes=job.max_record_bytes,
-        spill_in_memory=job.spill_in_memory if held else 0, via=via,
-        read_plan=fs.join(tmp, "read_plan.json"), split_bytes=split_bytes,
+        fractions=job.fractions, splits=tuple(job.splits),
+        shuffle=dataclasses.replace(job.shuffle, via=via,
+                                    spill_in_memory=job.shuffle.spill_in_memory if held else 0),
+        sharding=job.sharding, shard_format=job.shard_format,
+        reading=dataclasses.replace(job.reading, split_bytes=split_bytes), stats=job.stats,
+        spill_dir=fs.join(tmp, "spill"), staging_dir=fs.join(tmp, "staging"),
+        read_plan=fs.join(tmp, "read_plan.json"),
         spread_files=needs_scan(read_plan.units, split_bytes) > 1,
         # one file read whole: read it where it was listed (a stage less on a local run)
         spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units, split_bytes) > 0,
@@ -638,8 +641,8 @@ def read_split_bytes(job: JobConfig, options: PipelineOptions) -> int:
     two workers, DEFAULT_SPLIT_BYTES elsewhere. One reader of a whole file already keeps two
     cores busy (a prefetch thread reads, the encoder runs beside it), so on two cores split
     reads only add readers' buffers (benchmarks/README.md: "Split reads on two cores")."""
-    if job.split_bytes is not None:
-        return job.split_bytes
+    if job.reading.split_bytes is not None:
+        return job.reading.split_bytes
     if is_local(options.view_as(StandardOptions).runner):
         workers = options.view_as(DirectOptions).direct_num_workers or 1
         if workers <= 2:
@@ -843,25 +846,25 @@ def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
             for k, v in manifest["splits"].items()}
 
 
-def _check_and_publish(job: JobConfig, spec: ConvertSpec, run_id: str, started: float,
-                       rejected_at: str, remote: RemoteRun | None = None,
+def _check_and_publish(job: JobConfig, settings: ConvertSettings, run_id: str,
+                       started: float, rejected_at: str, remote: RemoteRun | None = None,
                        fields: dict[str, Any] | None = None,
                        reporter: live.Reporter | None = None,
                        attempt: Attempt | None = None) -> JobResult:
     """The finalize step left the manifest in staging (the run's one result): check the bad-
     record threshold, then publish. A run that rejected more than allowed keeps its
     dead-letter records at `rejected_at` (beside the run log) so the user can see them all."""
-    staging = spec.staging_dir
+    staging = settings.staging_dir
     manifest = json.loads(fs.read_bytes(fs.join(staging, MANIFEST)))
     rejected = manifest["rejected"]
     read = sum(i["read"] for i in manifest["inputs"])
     try:
-        check_threshold(rejected, read, first_rejected(staging), job.max_bad_fraction,
+        check_threshold(rejected, read, first_rejected(staging), job.acceptance.max_bad_fraction,
                         rejected_at)
     except BadInputError:
         fs.write_bytes(rejected_at, fs.read_bytes(fs.join(staging, REJECTED_FILE)))
         raise
-    empty_inputs(manifest, read, job.allow_empty)
+    empty_inputs(manifest, read, job.acceptance.allow_empty)
     for note in manifest["notes"]:
         log.warning(note)
     if fields:  # what the run was made from: the next run compares it (etl.schedule.idempotence)

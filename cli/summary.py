@@ -1,107 +1,30 @@
-"""Run a job and print what users want to see: progress while it runs (etl.run.progress), then a
-table of records, shards and bytes per split, what was read and rejected, time, rate, a sample;
-with `report`, the dataset report beside the published data and its drift against the previous
-span (cli.ranges.report_span)."""
+"""What users see of a run: a table of records, shards and bytes per split, what was read and
+rejected, time, rate, a sample; with `report`, the dataset report beside the published data and
+its drift against the previous span (cli.ranges.report_span). The run itself: cli.one_span."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from typing import Any, TextIO
+from typing import Any
 
-from cli.ranges import (
-    check_inputs,
-    not_selected,
-    record_interrupted,
-    report_span,
-    skip_if_current,
-)
-from etl.base import signals
-from etl.base.pause import pause
+from cli.ranges import report_span
 from etl.base.quiet import native_stderr_quiet
 from etl.base.units import format_size
 from etl.formats.shards import adapter_for
-from etl.job.config import JobConfig, input_places, load_job
-from etl.job.spans import Span
+from etl.job.config import JobConfig
 from etl.output.layout import REJECTED_FILE
 from etl.output.manifest import dataset_dir
-from etl.output.remote import check_buckets, version_dir
-from etl.run.progress import DEFAULT_EVERY, resolve
+from etl.output.remote import version_dir
 from etl.storage import fs
 
 
-def run_and_report(job_path: str, output: str | None, beam_args: list[str], sample: bool,
-                   break_lock: bool = False, lock_stale_after: float | None = None,
-                   debug: bool = False, span: Span | None = None, force: bool = False,
-                   allow_missing: bool = False, only: str = "all", verbose: bool = False,
-                   progress: str = "none", progress_every: float = DEFAULT_EVERY,
-                   progress_stream: TextIO | None = None, report: bool = False,
-                   verify_full: bool = False, accept: bool = False) -> int:
-    """One span (or a job without placeholders). Without `debug`, worker tracebacks go to the
-    run's log file only (see run_job). A skipped span prints one line saying why: exit 0.
-    `progress` (auto, bar, lines, none) is drawn on `progress_stream`: the real stderr, a
-    duplicate taken before a run sends fd 2 to its log file.
-    `report` (`run --report`): after the data is published, or when the span is skipped as
-    current, its report (etl.tools.report.for_run); a failing report raises ReportFailed (the
-    report error's exit code) saying the data was published."""
-    started = time.time()
-    job = load_job(job_path, output=output, span=span, verify_full=verify_full)
-    if report:  # the report is built from the statistics the conversion gathers
-        job = dataclasses.replace(job, stats=True)
-    try:
-        ran = _before_run(job, output, beam_args, force, allow_missing, only, verbose, report)
-        if ran is not None:
-            return ran
-        pause("imports")  # tests: a signal while Beam is imported (about 1.5 s)
-        from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
-    except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published
-        stopped = signals.as_interrupted(e, signals.UNCHANGED)
-        record_interrupted(job, started, stopped)
-        raise stopped from None
-
-    stale = {} if lock_stale_after is None else {"lock_stale_after": lock_stale_after}
-    shown = resolve(progress, progress_stream, progress_every)
-    result = run_job(job, beam_args, force=force, break_lock=break_lock,
-                     capture_stderr=not debug, progress=shown, accept=accept, **stale)
-    try:
-        return _after_run(job, result, output, sample, verbose, report)
-    except KeyboardInterrupt as e:  # run_job is done: say whether its output is in place
-        published = not (getattr(result, "skipped", "") or result.launched)
-        raise signals.as_interrupted(
-            e, signals.PUBLISHED if published else signals.UNCHANGED) from None
-
-
-def _before_run(job: JobConfig, output: str | None, beam_args: list[str], force: bool,
-                allow_missing: bool, only: str, verbose: bool, report: bool) -> int | None:
-    """What happens before a span runs (left out, no inputs, current): its exit code, or
-    None when run_job has work to do."""
-    label = f"{job.span} ({job.output})" if job.span else job.output
-    check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
-    left_out = not_selected(job, only) if only != "all" else ""
-    if left_out:
-        print(f"Skipped {label}: {left_out}")
-        return 0
-    skipped = check_inputs(job, allow_missing)
-    if skipped:
-        print(f"Skipped {label}: {skipped}")
-        return 0
-    skipped = skip_if_current(job, beam_args, force)
-    if skipped:
-        print(f"Skipped {label}: {skipped}")
-        if report:
-            _print_report(job, output, not verbose, keep_current=True)
-        return 0
-    return None
-
-
-def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, verbose: bool,
-               report: bool) -> int:
+def print_result(job: JobConfig, result: Any, output: str | None, sample: bool, verbose: bool,
+                 report: bool) -> int:
     """The summary of a run_job result (skipped, launched or published), and its report."""
     label = f"{job.span} ({job.output})" if job.span else job.output
     if getattr(result, "skipped", ""):
         print(f"Skipped {label}: {result.skipped}")
         if report:
-            _print_report(job, output, not verbose, keep_current=True)
+            print_report(job, output, not verbose, keep_current=True)
         return 0
     if result.launched:
         print(result.launched[0].upper() + result.launched[1:])
@@ -134,7 +57,7 @@ def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, ve
             print(text)
     print(read_back_line(result.manifest, result.output, first))
     if report:
-        _print_report(job, output, not verbose)
+        print_report(job, output, not verbose)
     return 0
 
 
@@ -147,7 +70,7 @@ def read_back_line(manifest: dict[str, Any], output: str, split: str) -> str:
     return f"Read it back: etl.make_dataset({output!r}, split={split!r})"
 
 
-def _print_report(job: JobConfig, output: str | None, quiet: bool,
+def print_report(job: JobConfig, output: str | None, quiet: bool,
                   keep_current: bool = False) -> None:
     """The span's report and drift lines; ReportFailed (raised on) says the data is published."""
     made = report_span(job, output, keep_current, quiet)

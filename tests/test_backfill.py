@@ -267,7 +267,7 @@ def test_a_current_span_is_skipped_without_importing_beam(tmp_path: Any) -> None
     start-up): the CLI's one-span path, checked in a fresh interpreter."""
     job = make_job(str(tmp_path), ["2026-11-20"])
     assert cli("run", job, "--date", "2026-11-20").returncode == 0
-    code = ("import sys; from cli.summary import run_and_report; "
+    code = ("import sys; from cli.one_span import run_keywords as run_and_report; "
             f"rc = run_and_report({job!r}, None, ['--runner=FnApiRunner'], sample=False, "
             "span=__import__('etl.job.spans', fromlist=['x']).parse_date('2026-11-20')); "
             "print(rc, 'apache_beam' in sys.modules)")

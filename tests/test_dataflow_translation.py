@@ -20,7 +20,8 @@ from etl.job.config import job_from_dict
 from etl.shuffle import engine, files, strategy_for
 from tests.helpers import cli
 from transforms.coders import ChunkCoder, PlainDataclassCoder, SortedRunCoder
-from transforms.convert import ConvertSpec, ConvertToShards
+from transforms.convert import ConvertToShards
+from transforms.convert import flat_settings as ConvertSpec
 
 DATAFLOW = ["--runner=DataflowRunner", "--project=my-project-123", "--region=us-central1",
             "--temp_location=gs://my-bucket/tmp", "--dry_run=True", "--no_auth"]

@@ -5,6 +5,7 @@ gs:// through the emulator; and the bad outputs it refuses, one line naming the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -21,6 +22,7 @@ from cli.run import run_job
 from etl.contract.codec import Encoder
 from etl.contract.schema import Schema, schema_from_dict
 from etl.formats.record_index import IndexFileError, index_lines
+from etl.formats.shards import ShardFormat
 from etl.formats.tfrecord import read_file
 from etl.job.config import load_job
 from etl.read.random_access import Records, RecordsError, open_records
@@ -51,7 +53,8 @@ def with_indexes(root: str) -> str:
 def run(job_name: str, out: Path, **overrides: Any) -> str:
     """A bundled example job, run for real into `out` (uncompressed: random access needs it)."""
     doc = load_job(os.path.join(ROOT, "examples", f"{job_name}.yaml"), output=str(out))
-    job = doc.__class__(**{**doc.__dict__, "compression": "none", **overrides})
+    job = dataclasses.replace(doc, shard_format=ShardFormat.of(
+        overrides.get("format", doc.format), "none", overrides.get("index", doc.index)))
     return with_indexes(run_job(job, ["--runner=FnApiRunner"]).output)
 
 

@@ -156,7 +156,8 @@ def test_dataflow_translation_carries_no_password(postgres, leaky, emulated_gcs,
     workers' settings name the variable, the snapshot and the survey."""
     import apache_beam as beam
 
-    from cli.run import convert_spec, plan_reads
+    from cli.run import convert_settings as convert_spec
+    from cli.run import plan_reads
     from etl.contract.schema import load_schema
     from etl.job.config import load_job
     from etl.shuffle import engine

@@ -40,6 +40,7 @@ from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
 from etl.formats.proto_wire import binary_column
 from etl.formats.shards import DEFAULT_FORMAT, ShardFormat
+from etl.job.config import Reading, Sharding, Shuffle
 from etl.job.read_plan import ReadPlan, ReadTask, ReadUnit, expected_reads, tasks_of
 from etl.output.accounting import add_missing
 from etl.output.finalize import finalize_run
@@ -62,46 +63,51 @@ from transforms.shuffles import steps_for
 
 
 @dataclass(frozen=True)
-class ConvertSpec:
-    """Everything workers need, as plain values (pickled once into the DoFns)."""
+class ConvertSettings:
+    """Everything workers need, as plain values (pickled once into the DoFns): the job's
+    sections whole (etl.job.config), resolved for this run by cli.run.convert_settings; never
+    the JobConfig itself, whose document (`raw`) may hold a database password. A DoFn keeps
+    it as `self.spec`: the attribute tests/test_sql_dataflow reads from a staged pipeline."""
 
     schema_yaml: str
     sources: dict[str, dict[str, Any]]
     base_dir: str
     fractions: dict[str, float]
-    seed: int | None
+    splits: tuple[str, ...]
+    shuffle: Shuffle  # `via` resolved (etl.shuffle.strategy_for); spill_in_memory 0: all on disk
+    sharding: Sharding
+    shard_format: ShardFormat
+    reading: Reading  # split_bytes resolved for the runner (0: whole files)
     spill_dir: str
     staging_dir: str
-    compression: str
-    splits: tuple[str, ...]
-    shards: int | None
-    shard_size: int | None
-    max_shard_bytes: int
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # larger records: oversized_record
-    spill_in_memory: int = 0  # bytes of spills held in process memory (stage 2 in-process)
-    via: str = LOCAL_DEFAULT  # the shuffle strategy (etl.shuffle.strategy_for; its Beam steps: .steps)
     # the read plan (etl.job.read_plan.ReadPlan): every input file, in one file the pipeline
     # reads, so the job graph does not grow with the number of inputs
     read_plan: str = ""
-    split_bytes: int = 0  # read tasks of about this size (0: whole files)
     spread_files: bool = False  # cut files on several workers (many files need a scan)
     spread_reads: bool = True  # read tasks on several workers (False: one small file)
-    format: str = DEFAULT_FORMAT  # tfrecord | array_record (etl.formats.shards)
-    index: bool | None = None  # index files beside the shards; None: the format's default
     stats: bool = False  # gather the report's statistics while encoding (stats.json)
 
     @property
     def shuffled(self) -> bool:
-        return self.seed is not None
-
-    @property
-    def shard_format(self) -> ShardFormat:
-        return ShardFormat.of(self.format, self.compression, self.index)
+        return self.shuffle.shuffled
 
     @property
     def steps(self) -> ShuffleSteps:
         """The shuffle strategy's Beam steps (transforms.shuffles)."""
-        return steps_for(self.via)
+        return steps_for(self.shuffle.via)
+
+
+def flat_settings(*, seed: int | None, shards: int | None, shard_size: int | None,
+                  max_shard_bytes: int, via: str = LOCAL_DEFAULT, spill_in_memory: int = 0,
+                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, split_bytes: int = 0,
+                  format: str = DEFAULT_FORMAT, compression: str = "none",  # noqa: A002 - the key
+                  index: bool | None = None, **rest: Any) -> ConvertSettings:
+    """ConvertSettings from one flat keyword per setting, as tests and benchmarks write them by
+    hand (`rest`: its other fields); a run builds it from the job (cli.run.convert_settings)."""
+    return ConvertSettings(shuffle=Shuffle(seed, via, spill_in_memory),
+                           sharding=Sharding(shards, shard_size, max_shard_bytes),
+                           shard_format=ShardFormat.of(format, compression, index),
+                           reading=Reading(split_bytes, max_record_bytes), **rest)
 
 
 # one JSON-lines file per input file: {"ordinal", "path", "read"}, then its rejected records
@@ -113,8 +119,8 @@ class _SplitFilesFn(beam.DoFn):
     """A read unit -> its read tasks (cut where its format allows; text formats find their
     cut points by scanning the file, which is why this runs on workers)."""
 
-    def __init__(self, spec: ConvertSpec):
-        self.spec = spec
+    def __init__(self, settings: ConvertSettings):
+        self.spec = settings
 
     def setup(self) -> None:
 
@@ -123,7 +129,7 @@ class _SplitFilesFn(beam.DoFn):
 
     @wire_errors
     def process(self, unit: ReadUnit):  # type: ignore[override]
-        yield from tasks_of(unit, self.readers[unit.source], self.spec.split_bytes)
+        yield from tasks_of(unit, self.readers[unit.source], self.spec.reading.split_bytes)
 
 
 class _ReadEncodeFn(beam.DoFn):
@@ -131,9 +137,9 @@ class _ReadEncodeFn(beam.DoFn):
     `files` strategy writes each run to a spill (or holds it) and emits its SpillRef, the
     `engine` strategy emits the run itself."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None, tally: Shared | None = None,
+    def __init__(self, settings: ConvertSettings, held: Shared | None, tally: Shared | None = None,
                  writers: Shared | None = None):
-        self.spec = spec
+        self.spec = settings
         self.held_handle = held
         self.tally_handle = tally
         self.writers_handle = writers
@@ -143,13 +149,13 @@ class _ReadEncodeFn(beam.DoFn):
 
         heap.keep_freed_memory()  # a block's big buffers reused, not re-faulted (etl.base.heap)
         schema = schema_from_dict(yaml.safe_load(self.spec.schema_yaml))
-        self.encoder = Encoder(schema, max_record_bytes=self.spec.max_record_bytes)
+        self.encoder = Encoder(schema, max_record_bytes=self.spec.reading.max_record_bytes)
         self.readers = {
             name: make_reader(cfg, self.spec.base_dir, f"sources.{name}")
             for name, cfg in self.spec.sources.items()
         }
         for reader in self.readers.values():
-            reader.prepare(schema, self.spec.max_record_bytes)
+            reader.prepare(schema, self.spec.reading.max_record_bytes)
         self.held = _held_store(self.held_handle, self.spec)
         self.steps = self.spec.steps
         self.stats = _StatsFeed(schema) if self.spec.stats else None
@@ -225,11 +231,12 @@ class _ReadEncodeFn(beam.DoFn):
 _NO_KEYS = np.zeros(0, np.uint64)
 
 
-def _held_store(handle: Shared | None, spec: ConvertSpec) -> files.HeldSpills | None:
+def _held_store(handle: Shared | None, settings: ConvertSettings) -> files.HeldSpills | None:
     """This run's store of held spills (the same object in every DoFn of this process)."""
-    if handle is None or not spec.spill_in_memory or not spec.steps.strategy.HOLDS_SPILLS:
+    shuffle = settings.shuffle
+    if handle is None or not shuffle.spill_in_memory or not settings.steps.strategy.HOLDS_SPILLS:
         return None
-    return handle.acquire(lambda: files.HeldSpills(spec.spill_in_memory))
+    return handle.acquire(lambda: files.HeldSpills(settings.shuffle.spill_in_memory))
 
 
 def _writers(handle: Shared | None) -> InFlight | None:
@@ -289,7 +296,7 @@ class EncodedBlock:
     missing: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
 
-def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Block,
+def encode_block(encoder: Encoder, settings: ConvertSettings, task: ReadTask, block: Block,
                  stats: _StatsFeed | None = None) -> EncodedBlock:
     """One block: encode it, key it, and sort it into one run per split it feeds (with the
     statistics of each run's records when `stats` is given: exactly the records written)."""
@@ -310,12 +317,12 @@ def encode_block(encoder: Encoder, spec: ConvertSpec, task: ReadTask, block: Blo
     if not len(rows):
         return EncodedBlock(block.num_read, 0, [], rejected, missing=missing)
     positions = np.asarray(block.positions)[rows]
-    hashed = keys.shuffle_keys(spec.seed or 0, task.identity, positions)
+    hashed = keys.shuffle_keys(settings.shuffle.seed or 0, task.identity, positions)
     ids = keys.record_ids(task.ordinal, positions)
-    sort_keys = hashed if spec.shuffled else ids
-    if spec.fractions:
-        which = keys.assign_splits(hashed, list(spec.fractions.values()))
-        targets = [(name, np.flatnonzero(which == i)) for i, name in enumerate(spec.fractions)]
+    sort_keys = hashed if settings.shuffled else ids
+    if settings.fractions:
+        which = keys.assign_splits(hashed, list(settings.fractions.values()))
+        targets = [(name, np.flatnonzero(which == i)) for i, name in enumerate(settings.fractions)]
     else:
         targets = [(task.source, np.arange(len(rows)))]
     runs: list[SortedRun] = []
@@ -383,14 +390,16 @@ class MergeStatsFn(beam.CombineFn):
 
 
 @wire_errors
-def plan_shards(stats: ShuffleStats, spec: ConvertSpec, tally: Shared | None = None) -> Plan:
+def plan_shards(stats: ShuffleStats, settings: ConvertSettings, tally: Shared | None = None) -> Plan:
     """Every split's shard count and every shard's key and rank range (with notes, such as a
     raised shard count, that the finalize step puts in the manifest)."""
     live = _tally(tally)
     if live is not None:
         live.stage("planning")
     pause("shuffle")
-    return make_plan(stats, spec.splits, spec.shards, spec.shard_size, spec.max_shard_bytes)
+    sharding = settings.sharding
+    return make_plan(stats, settings.splits, sharding.shards, sharding.shard_size,
+                     sharding.max_shard_bytes)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -398,9 +407,9 @@ class _WriteShardFn(beam.DoFn):
     shard plan and spill paths; `engine`: (split, index) and its chunks, the plan as a side
     input), through the strategy's `write_shard` (transforms/shuffle_steps.py)."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None = None,
+    def __init__(self, settings: ConvertSettings, held: Shared | None = None,
                  tally: Shared | None = None, writers: Shared | None = None):
-        self.spec = spec
+        self.spec = settings
         self.held_handle = held
         self.tally_handle = tally
         self.writers_handle = writers
@@ -414,14 +423,14 @@ class _WriteShardFn(beam.DoFn):
 
     @wire_errors
     def process(self, element: Any, plan: Plan | None = None):  # type: ignore[override]
-        spec = self.spec
+        settings = self.spec
         if self.tally is not None:
             self.tally.stage("writing shards")
         signals.check_cancelled("writing shards")
         pause("write")
         with _writing(self.writers):  # the shard: the launcher's clean-up waits for it
-            result = self.steps.write_shard(element, plan, spec.staging_dir,
-                                            spec.shard_format, self.held)
+            result = self.steps.write_shard(element, plan, settings.staging_dir,
+                                            settings.shard_format, self.held)
         Metrics.counter("etl", "records_written").inc(result.num_records)
         Metrics.counter("etl", "shards_written").inc()
         if self.tally is not None:
@@ -431,15 +440,15 @@ class _WriteShardFn(beam.DoFn):
 
 @wire_errors
 def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
-              stats: dict[str, SplitStats | None], spec: ConvertSpec,
+              stats: dict[str, SplitStats | None], settings: ConvertSettings,
               tally: Shared | None = None, writers: Shared | None = None) -> dict[str, Any]:
     """Every shard result, read report and the plan's notes -> the manifest (etl.output.finalize)."""
     with _writing(_writers(writers)):  # the launcher's clean-up waits for it
-        return _finalize_run(plan, shards, reports, stats, spec, tally)
+        return _finalize_run(plan, shards, reports, stats, settings, tally)
 
 
 def _finalize_run(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
-                  stats: dict[str, SplitStats | None], spec: ConvertSpec,
+                  stats: dict[str, SplitStats | None], settings: ConvertSettings,
                   tally: Shared | None) -> dict[str, Any]:
     import yaml  # noqa: PLC0415
 
@@ -450,19 +459,19 @@ def _finalize_run(plan: Plan, shards: list[ShardResult], reports: list[list[dict
     pause("finalize")
 
 
-    read_plan = ReadPlan.load(spec.read_plan)
-    schema = schema_from_dict(yaml.safe_load(spec.schema_yaml))
+    read_plan = ReadPlan.load(settings.read_plan)
+    schema = schema_from_dict(yaml.safe_load(settings.schema_yaml))
     document = None
-    if spec.stats:
-        per_split = {split: stats.get(split) or SplitStats(schema) for split in spec.splits}
+    if settings.stats:
+        per_split = {split: stats.get(split) or SplitStats(schema) for split in settings.splits}
         document = stats_document(schema, per_split)
-    return finalize_run(spec.staging_dir, schema, spec.splits, spec.seed, spec.shard_format,
-                        list(shards), list(reports), plan.notes, read_plan.inputs,
+    return finalize_run(settings.staging_dir, schema, settings.splits, settings.shuffle.seed,
+                        settings.shard_format, list(shards), list(reports), plan.notes, read_plan.inputs,
                         expected_reads(read_plan.units, reports), stats=document)
 
 
 class ConvertToShards(beam.PTransform):
-    """Files -> shuffled, sharded TFRecords in `spec.staging_dir`, and one finalize step that
+    """Files -> shuffled, sharded TFRecords in `settings.staging_dir`, and one finalize step that
     checks every count and writes the dead letters, schema files and `manifest.json` there
     (the one result the launcher reads back before it publishes). Its output: the manifest.
 
@@ -472,30 +481,30 @@ class ConvertToShards(beam.PTransform):
     only. `writers`: a Shared handle of this run's busy writers (etl.base.inflight; local
     runner in one process), which the launcher waits for before its clean-up."""
 
-    def __init__(self, spec: ConvertSpec, held: Shared | None = None,
+    def __init__(self, settings: ConvertSettings, held: Shared | None = None,
                  tally: Shared | None = None, writers: Shared | None = None):
         super().__init__()
-        self.spec = spec
+        self.spec = settings
         self.held = held
         self.tally = tally
         self.writers = writers
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         beam_fixes.apply()  # before Pipeline.run(): the local runner's data plane drops records
-        spec = self.spec
+        settings = self.spec
         tally = self.tally
         units = (pbegin
                  | "Start" >> beam.Impulse()
                  | "ListInputFiles" >> beam.FlatMap(lambda _, path: ReadPlan.load(path).units,
-                                                    spec.read_plan))
-        if spec.spread_files:  # several files to scan for cut points: on several workers
+                                                    settings.read_plan))
+        if settings.spread_files:  # several files to scan for cut points: on several workers
             units = units | "DistributeFiles" >> beam.Reshuffle()
-        tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(spec)).with_output_types(ReadTask)
-        if spec.spread_reads:
+        tasks = units | "SplitFiles" >> beam.ParDo(_SplitFilesFn(settings)).with_output_types(ReadTask)
+        if settings.spread_reads:
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
-        steps = spec.steps  # the shuffle strategy's Beam steps (transforms.shuffles)
+        steps = settings.steps  # the shuffle strategy's Beam steps (transforms.shuffles)
         run_type = steps.run_type  # what stage 1 emits: its declared coder (coders.py)
-        read_encode = _ReadEncodeFn(spec, self.held, self.tally, self.writers)
+        read_encode = _ReadEncodeFn(settings, self.held, self.tally, self.writers)
         blocks = tasks | "ReadEncode" >> beam.ParDo(read_encode).with_output_types(
             run_type).with_outputs(REPORTS, STATS, main="runs")
         reports = blocks[REPORTS]
@@ -507,17 +516,17 @@ class ConvertToShards(beam.PTransform):
         # default-value branch is not needed, see the empty run per input file)
         plan = (blocks
                 | "BlockStats" >> beam.Map(lambda b, shuffled, steps: (None, steps.block_stats(
-                    b, shuffled)), spec.shuffled, steps)
-                | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(spec.shuffled))
-                | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, spec, tally)))
+                    b, shuffled)), settings.shuffled, steps)
+                | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(settings.shuffled))
+                | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, settings, tally)))
         # the strategy's steps bring every shard its runs and write it (top-level labels)
-        results = steps.shard_results(blocks, plan, _WriteShardFn(spec, self.held, self.tally,
+        results = steps.shard_results(blocks, plan, _WriteShardFn(settings, self.held, self.tally,
                                                                   self.writers))
         # one finalize step, once every shard and read report is in (side inputs)
         return plan | "Finalize" >> beam.Map(_finalize, beam.pvalue.AsList(results),
                                              beam.pvalue.AsList(reports),
-                                             beam.pvalue.AsDict(stats), spec, self.tally,
+                                             beam.pvalue.AsDict(stats), settings, self.tally,
                                              self.writers)
 
 
-__all__ = ["ConvertSpec", "ConvertToShards", "MergeStatsFn", "ReadTask", "ShardResult"]
+__all__ = ["ConvertSettings", "ConvertToShards", "flat_settings", "MergeStatsFn", "ReadTask", "ShardResult"]

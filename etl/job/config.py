@@ -48,6 +48,7 @@ from etl.formats.shards import (
     ADAPTER_FOR_FORMAT,
     DEFAULT_FORMAT,
     FormatProblem,
+    ShardFormat,
     default_index,
     format_problem,
 )
@@ -64,6 +65,7 @@ _KEYS = {"schema", "sources", "source", "split", "output", "shuffle", "shards", 
 VERIFY_MODES = ("quick", "full")  # what a rerun checks before it skips a span as current
 DEFAULT_SPLIT_BYTES = 256 * 2**20  # one read task per this much of a large splittable file
 DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
+DEFAULT_SHARD_SIZE = 128 * 10**6  # neither shards: nor shard_size: given
 # Held spills skip the page cache (see etl.shuffle.files). A fixed budget, so memory does not grow
 # with the data: most of the 1M-row benchmark CSV (206 MB of spills) is held, and 10M rows
 # hold no more (peak 10M / 1M RSS must stay <= 1.5x; 256 MiB measured 1.31-1.47x).
@@ -71,28 +73,66 @@ DEFAULT_SPILL_IN_MEMORY = 192 * 2**20
 
 
 @dataclass(frozen=True)
+class Shuffle:
+    """`shuffle:` and the spills' memory budget: in which order records reach their shards,
+    and how they travel there."""
+
+    seed: int | None = 0  # None: keep input order
+    via: str | None = None  # engine | files; None: files locally, engine elsewhere (strategy_for)
+    spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY  # files: spills held in process memory
+
+    @property
+    def shuffled(self) -> bool:
+        return self.seed is not None
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """`shards:` or `shard_size:`, and `max_shard_bytes:`: how many shards each split gets
+    (etl.shuffle.planning.make_plan; etl.job.estimate), as one value from the job file on."""
+
+    shards: int | None = None  # per split; None: from shard_size
+    shard_size: int | None = DEFAULT_SHARD_SIZE  # bytes per shard; None: `shards` given
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+
+
+@dataclass(frozen=True)
+class Reading:
+    """`split_bytes:` and `max_record_bytes:`: how inputs are cut into read tasks, and the
+    largest record a read accepts."""
+
+    split_bytes: int | None = None  # None: chosen for the runner (cli.run.read_split_bytes)
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES  # a bigger record: oversized_record
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """`max_bad_fraction:` and `allow_empty:`: what a run's counts must be to publish."""
+
+    max_bad_fraction: float = 0.0  # rejected records allowed before the run fails
+    allow_empty: bool = False  # a span that reads no record publishes (else exit 2)
+
+
+@dataclass(frozen=True)
 class JobConfig:
+    """A job file, parsed: where things are, then its settings as sections, each parsed by
+    one function below and carried whole to the pipeline (transforms.convert.ConvertSettings).
+    The code reads the sections; the flat read-only properties (`seed`, `shard_size`, ...) are
+    what the tests written against the flat config read."""
+
     path: str
     base_dir: str
     schema_path: str
     sources: dict[str, dict[str, Any]]  # split (or "*" with fractions) -> source config
     fractions: dict[str, float]  # empty unless one source is split by fraction
     output: str
-    seed: int | None  # None: keep input order
-    shards: int | None
-    shard_size: int | None
-    compression: str
-    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
-    max_bad_fraction: float = 0.0
+    shuffle: Shuffle = Shuffle()
+    sharding: Sharding = Sharding()
+    shard_format: ShardFormat = ShardFormat()  # format, compression, index (its default applied)
+    reading: Reading = Reading()
+    acceptance: Acceptance = Acceptance()
     temp_location: str | None = None
-    spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY
-    split_bytes: int | None = None  # None: chosen for the runner (cli.run.read_split_bytes)
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
-    shuffle_via: str | None = None  # engine | files; None: files locally, engine elsewhere
     verify: str = "quick"  # before a skip: sizes (quick) or every byte (full), etl.schedule.idempotence
-    allow_empty: bool = False  # a span that reads no record publishes (else exit 2)
-    format: str = DEFAULT_FORMAT  # the shards' container: tfrecord | array_record
-    index: bool = False  # an index file beside each shard (resolved: the default applied)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as written: unfilled
     span: str | None = None  # the date its placeholders were filled with; None: it has none
     checks: Checks | None = field(default=None, compare=False)  # quality gates (etl.job.checks)
@@ -105,11 +145,47 @@ class JobConfig:
 
     @property
     def shuffled(self) -> bool:
-        return self.seed is not None
+        return self.shuffle.shuffled
 
     @property
     def splits(self) -> list[str]:
         return list(self.fractions) if self.fractions else list(self.sources)
+
+    @property
+    def seed(self) -> int | None:
+        return self.shuffle.seed
+
+    @property
+    def spill_in_memory(self) -> int:
+        return self.shuffle.spill_in_memory
+
+    @property
+    def shard_size(self) -> int | None:
+        return self.sharding.shard_size
+
+    @property
+    def max_shard_bytes(self) -> int:
+        return self.sharding.max_shard_bytes
+
+    @property
+    def format(self) -> str:
+        return self.shard_format.kind
+
+    @property
+    def index(self) -> bool:
+        return self.shard_format.index
+
+    @property
+    def split_bytes(self) -> int | None:
+        return self.reading.split_bytes
+
+    @property
+    def max_record_bytes(self) -> int:
+        return self.reading.max_record_bytes
+
+    @property
+    def max_bad_fraction(self) -> float:
+        return self.acceptance.max_bad_fraction
 
 
 def _number(doc: Mapping[str, Any], key: str, default: float, where: str) -> float:
@@ -265,43 +341,29 @@ def _span_for(doc: Mapping[str, Any], path: str, output: str | None,
 def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
                   output: str | None = None, span: Span | None = None,
                   lines: Lines | None = None) -> JobConfig:
+    """A job document -> JobConfig: each section parsed by its own function (a ConfigError
+    names the file and the key), then the output checked (`_output_refusal`)."""
     _check_keys(doc, path)
     span = _span_for(doc, path, output, span)
     sources, fractions = _sources(doc, path, span)
     schema = _string(doc, "schema", path)
     out = _output(doc, path, output, span)
-    seed, via = _shuffle(doc.get("shuffle", {"seed": 0}), path, span)
-    shards, shard_size = _sharding(doc, path)
-    compression = _compression(doc, path)
-    fmt, index = _shard_format(doc, compression, path)
-    _check_spill(doc, path)
-    max_bad = _number(doc, "max_bad_fraction", 0.0, path)
-    if not 0 <= max_bad <= 1:
-        raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1], got {max_bad!r}")
-    verify = doc.get("verify", "quick")
-    if verify not in VERIFY_MODES:
-        raise ConfigError(f"{path}: verify must be 'quick' (sizes) or 'full' (every byte) "
-                          f"before a span is skipped as current, got {verify!r}")
-    allow_empty = _flag(doc, "allow_empty", False, path)
-    checks = parse_checks(doc.get("checks"), path, lines)
-    stats = _flag(doc, "stats", checks is not None, path)
-    if checks is not None and not stats:
-        raise ConfigError(f"{path}: stats: false with checks: (the checks read the statistics "
-                          "the conversion gathers); remove one of them")
-    temp = doc.get("temp_location")
-    if temp is not None and (not isinstance(temp, str) or not temp):
-        raise ConfigError(f"{path}: temp_location must be a path (text), got {temp!r}")
+    shuffle = _shuffle_section(doc, path, span)
+    sharding = _sharding(doc, path)
+    shard_format = _format_section(doc, path)
+    acceptance = _acceptance(doc, path)
+    verify = _verify(doc, path)
+    checks, stats = _checks_and_stats(doc, path, lines)
+    temp = _temp_location(doc, path)
+    reading = _reading(doc, path)
     schema_path = _resolve(base_dir, schema)
     resolved = _resolve(os.getcwd(), out) if output else _resolve(base_dir, out)
     job = JobConfig(
         path=path, base_dir=base_dir, schema_path=schema_path,
-        sources=sources, fractions=fractions, output=resolved, seed=seed, shards=shards,
-        shard_size=shard_size, compression=compression, **_sizes(doc, path),
-        max_bad_fraction=max_bad, temp_location=temp,
-        shuffle_via=via, verify=verify, allow_empty=allow_empty, format=fmt, index=index,
-        raw=dict(doc),
-        span=span.name if span is not None else None,
-        checks=checks, stats=stats,
+        sources=sources, fractions=fractions, output=resolved, shuffle=shuffle,
+        sharding=sharding, shard_format=shard_format, reading=reading, acceptance=acceptance,
+        temp_location=temp, verify=verify, raw=dict(doc),
+        span=span.name if span is not None else None, checks=checks, stats=stats,
         output_override=output,
     )
     refused = _output_refusal(out, job.output, job)
@@ -310,6 +372,40 @@ def job_from_dict(doc: Any, path: str = "<job>", base_dir: str = ".",
             raise ConfigError(f"--output: refusing output {out!r}{refused}")
         raise _KeyRefused("output", f"{path}: refusing output {out!r}{refused}")
     return job
+
+
+def _acceptance(doc: Mapping[str, Any], path: str) -> Acceptance:
+    """`max_bad_fraction:` (within [0, 1]) and `allow_empty:`."""
+    max_bad = _number(doc, "max_bad_fraction", 0.0, path)
+    if not 0 <= max_bad <= 1:
+        raise ConfigError(f"{path}: max_bad_fraction must be within [0, 1], got {max_bad!r}")
+    return Acceptance(max_bad, _flag(doc, "allow_empty", False, path))
+
+
+def _verify(doc: Mapping[str, Any], path: str) -> str:
+    verify = doc.get("verify", "quick")
+    if verify not in VERIFY_MODES:
+        raise ConfigError(f"{path}: verify must be 'quick' (sizes) or 'full' (every byte) "
+                          f"before a span is skipped as current, got {verify!r}")
+    return str(verify)
+
+
+def _checks_and_stats(doc: Mapping[str, Any], path: str,
+                      lines: Lines | None) -> tuple[Checks | None, bool]:
+    """`checks:` (etl.job.checks) and `stats:`, which defaults to on with checks."""
+    checks = parse_checks(doc.get("checks"), path, lines)
+    stats = _flag(doc, "stats", checks is not None, path)
+    if checks is not None and not stats:
+        raise ConfigError(f"{path}: stats: false with checks: (the checks read the statistics "
+                          "the conversion gathers); remove one of them")
+    return checks, stats
+
+
+def _temp_location(doc: Mapping[str, Any], path: str) -> str | None:
+    temp = doc.get("temp_location")
+    if temp is not None and (not isinstance(temp, str) or not temp):
+        raise ConfigError(f"{path}: temp_location must be a path (text), got {temp!r}")
+    return temp
 
 
 def _check_keys(doc: Any, path: str) -> None:
@@ -336,8 +432,8 @@ def _output(doc: Mapping[str, Any], path: str, output: str | None, span: Span | 
     return out
 
 
-def _sharding(doc: Mapping[str, Any], path: str) -> tuple[int | None, int | None]:
-    """(`shards:`, `shard_size:`): one of them; neither means 128 MB shards."""
+def _sharding(doc: Mapping[str, Any], path: str) -> Sharding:
+    """`shards:` or `shard_size:` (neither: 128 MB shards), and `max_shard_bytes:`."""
     if "shards" in doc and "shard_size" in doc:
         raise ConfigError(f"{path}: give 'shards' or 'shard_size', not both")
     shards = doc.get("shards")
@@ -346,8 +442,10 @@ def _sharding(doc: Mapping[str, Any], path: str) -> tuple[int | None, int | None
         raise ConfigError(f"{path}: shards must be a positive integer, got {shards!r}")
     shard_size = parse_size(doc["shard_size"], f"{path}: shard_size") if "shard_size" in doc else None
     if shards is None and shard_size is None:
-        shard_size = 128 * 10**6
-    return shards, shard_size
+        shard_size = DEFAULT_SHARD_SIZE
+    max_shard_bytes = parse_size(doc.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES),
+                                 f"{path}: max_shard_bytes")
+    return Sharding(shards, shard_size, max_shard_bytes)
 
 
 def _compression(doc: Mapping[str, Any], path: str) -> str:
@@ -376,19 +474,20 @@ def _flag(doc: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
     return value
 
 
-def _sizes(doc: Mapping[str, Any], path: str) -> dict[str, int | None]:
-    """The byte sizes of the job (units allowed: 64MiB), as JobConfig fields."""
-    return {
-        "max_shard_bytes": parse_size(doc.get("max_shard_bytes", DEFAULT_MAX_SHARD_BYTES),
-                                      f"{path}: max_shard_bytes"),
-        "spill_in_memory": parse_size(doc.get("spill_in_memory", DEFAULT_SPILL_IN_MEMORY),
-                                      f"{path}: spill_in_memory", allow_zero=True),
-        "max_record_bytes": parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
-                                       f"{path}: max_record_bytes"),
-        "split_bytes": (None if doc.get("split_bytes") is None
-                        else parse_size(doc["split_bytes"], f"{path}: split_bytes",
-                                        allow_zero=True)),
-    }
+def _reading(doc: Mapping[str, Any], path: str) -> Reading:
+    """`max_record_bytes:` and `split_bytes:` (units allowed: 64MiB)."""
+    max_record_bytes = parse_size(doc.get("max_record_bytes", DEFAULT_MAX_RECORD_BYTES),
+                                  f"{path}: max_record_bytes")
+    split_bytes = (None if doc.get("split_bytes") is None
+                   else parse_size(doc["split_bytes"], f"{path}: split_bytes", allow_zero=True))
+    return Reading(split_bytes, max_record_bytes)
+
+
+def _format_section(doc: Mapping[str, Any], path: str) -> ShardFormat:
+    """`compression:`, `format:` and `index:` (its default applied) as one ShardFormat."""
+    compression = _compression(doc, path)
+    kind, index = _shard_format(doc, compression, path)
+    return ShardFormat(kind, compression, index)
 
 
 def _shard_format(doc: Mapping[str, Any], compression: str, path: str) -> tuple[str, bool]:
@@ -453,6 +552,15 @@ def _sources(doc: Mapping[str, Any], path: str, span: Span | None
         if name != "*" and not re.fullmatch(r"[A-Za-z0-9_.]+", name):
             raise ConfigError(f"{path}: split name {name!r} must be letters, digits, _ or .")
     return sources, fractions
+
+
+def _shuffle_section(doc: Mapping[str, Any], path: str, span: Span | None) -> Shuffle:
+    """`shuffle:` (seed, via), `spill:` and `spill_in_memory:`."""
+    seed, via = _shuffle(doc.get("shuffle", {"seed": 0}), path, span)
+    _check_spill(doc, path)
+    in_memory = parse_size(doc.get("spill_in_memory", DEFAULT_SPILL_IN_MEMORY),
+                           f"{path}: spill_in_memory", allow_zero=True)
+    return Shuffle(seed, via, in_memory)
 
 
 def _shuffle(shuffle: Any, path: str, span: Span | None) -> tuple[int | None, str | None]:

@@ -268,8 +268,8 @@ def estimate(job: JobConfig, plan: ReadPlan, schema: Schema, *, runner: str, via
     shards = {}
     for split, n in per_split.items():
         share = framed * n / max(records, 1)
-        shards[split] = num_shards_for(int(share), job.shards, job.shard_size,
-                                       job.max_shard_bytes)[0]
+        shards[split] = num_shards_for(int(share), job.sharding.shards, job.sharding.shard_size,
+                                       job.sharding.max_shard_bytes)[0]
     read_tasks = sum(max(1, math.ceil(u.num_bytes / split_bytes)) if split_bytes else 1
                      for u in plan.units)
     shuffle = packed if _runner_shuffle(via) else framed
@@ -304,7 +304,7 @@ def _sample_sources(job: JobConfig, first: dict[str, ReadUnit],
                                    False, unsampled=True)
         elif name in first:
             samples[name] = sample_source(name, cfg, first[name], schema, job.base_dir,
-                                          job.max_record_bytes)
+                                          job.reading.max_record_bytes)
     return samples
 
 
