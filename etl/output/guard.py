@@ -81,7 +81,7 @@ def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> 
         raise ConfigError(f"refusing output {output}: it is an existing file, not a dataset "
                           "directory; choose another output path")
     for path in inputs:
-        if fs.is_remote(path) or not os.path.isabs(path) or not os.path.exists(path):
+        if not fs.on_disk(path) or not os.path.exists(path):
             continue
         if fs.within(path, here):
             raise ConfigError(f"refusing output {output}: it holds the input {path}; the output "
@@ -159,7 +159,7 @@ def _check_remote(output: str, inputs: Iterable[str]) -> None:
 def check_inputs_readable(paths: Iterable[str]) -> None:
     """Every local input exists and can be opened (ConfigError naming the first that cannot)."""
     for path in paths:
-        if fs.is_remote(path) or not os.path.isabs(path):
+        if not fs.on_disk(path):
             continue  # object-store inputs are checked when matched; python: pseudo-files
         try:
             if os.path.isdir(path):
@@ -195,7 +195,7 @@ def check_writable(output: str) -> None:
 def check_free_space(locations: Iterable[tuple[str, str]], needed: int) -> None:
     """Each local (path, role) must have at least `needed` bytes free (the inputs' total)."""
     for path, role in locations:
-        if fs.is_remote(path):
+        if fs.local_path(path) is None:  # an object store has no free space to check
             continue
         probe = _existing_ancestor(path)
         free = shutil.disk_usage(probe).free

@@ -243,11 +243,12 @@ def remove_run(store: Store, output: str, marker: Marker) -> bool:
         for name in marker.objects:
             store.delete(base + name)
         tmp = marker.tmp.rstrip("/") + "/"
-        if fs.is_remote(tmp) and marker.run.run_id in tmp:  # only a prefix named by its run
+        local = fs.local_path(tmp)
+        if local is not None:
+            fs.delete_tree(local)
+        elif marker.run.run_id in tmp:  # only a prefix named by its run
             for obj in store.list(tmp):
                 store.delete(obj.url)
-        elif not fs.is_remote(tmp):
-            fs.delete_tree(tmp)
         store.delete(marker.url, if_generation_match=marker.generation)
     except (StorageError, OSError) as e:
         log.warning("could not remove everything of run %s (the next run tries again): %s",
