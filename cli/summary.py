@@ -24,7 +24,8 @@ from etl.job.config import JobConfig, input_places, load_job
 from etl.job.spans import Span
 from etl.output.layout import REJECTED_FILE
 from etl.output.manifest import dataset_dir
-from etl.output.remote import check_buckets, version_dir
+from etl.output.place import place_for
+from etl.output.remote import check_buckets
 from etl.schedule.progress import DEFAULT_EVERY, resolve
 from etl.storage import fs
 
@@ -111,8 +112,9 @@ def _after_run(job: JobConfig, result: Any, output: str | None, sample: bool, ve
     print(f"Wrote {result.output}{f' (span {job.span})' if job.span else ''} "
           f"in {result.seconds:.1f}s")
     folder = result.output
-    if fs.is_remote(result.output) and result.run_id:  # gs://: the version this run published
-        folder = version_dir(result.output, result.run_id)
+    version = place_for(result.output).version_dir(result.run_id) if result.run_id else None
+    if version is not None:  # gs://: the version this run published
+        folder = version
         print(f"  published    version {result.run_id}: {folder}")
     for line in summary_table(result.manifest, result.seconds):
         print(line)

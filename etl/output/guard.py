@@ -46,9 +46,7 @@ from etl.output.layout import (
 )
 from etl.output.lock import RunInfo, why_dead
 from etl.output.ownership import foreign_content, load_json, ours
-from etl.output.remote import check_output as check_remote_output
 from etl.storage import fs, scratch
-from etl.storage.object_store import Store
 
 log = logging.getLogger(__name__)
 KEEP_LOGS = 10
@@ -67,12 +65,11 @@ def has_run_dirs(output: str) -> bool:
 
 
 def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> None:
-    """Raise ConfigError unless the run may (re)place `output`.
+    """Raise ConfigError unless the run may (re)place the local output directory `output`
+    (a gs:// prefix has its own rules: etl.output.remote.check_output; etl.output.place asks
+    the right one).
 
     `inputs`: every file the run reads (source files, the job file, the schema file)."""
-    if fs.is_remote(output):
-        _check_remote(output, inputs)
-        return
     here = os.path.abspath(output)
     if os.path.islink(here):
         raise ConfigError(f"refusing output {output}: it is a symbolic link; give the real "
@@ -146,11 +143,6 @@ def published_inside(path: str) -> str | None:
                     below.append(child)
         level = below
     return None
-
-
-def _check_remote(output: str, inputs: Iterable[str]) -> None:
-    """Object stores: their own rules (run markers instead of a work dir: etl.output.remote)."""
-    check_remote_output(Store(), output, list(inputs))
 
 
 # -------------------------------------------------------------------------------- preflight

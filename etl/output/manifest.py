@@ -178,6 +178,17 @@ def load_manifest(path: str) -> dict[str, Any]:
     return parse_manifest(raw, where)
 
 
+def published_run(output: str) -> str | None:
+    """The run id of what `output` publishes now (None: nothing published)."""
+    ddir = dataset_dir(output)
+    if not fs.exists(fs.join(ddir, SUCCESS)):
+        return None
+    try:
+        return str(load_manifest(ddir).get("run_id") or "") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
     """The manifest in `raw` (read from `where`), or ManifestError naming `where`."""
     try:
