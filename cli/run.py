@@ -259,8 +259,7 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
     if isinstance(failure, OtherJobsOutput):
         return  # the output's history is the other job's: a refused run adds nothing to it
     try:
-        if failure is not None and not attempt.accepted and (
-                not history.exists_on_disk(root)):
+        if failure is not None and not attempt.accepted and not history.exists_on_disk(root):
             return  # nothing known about the output yet: no storage call, nothing created
         history.append(root, history.entry(
             run_id=attempt.run_id or None, run_key=attempt.run_key or None,
