@@ -14,8 +14,6 @@ from etl.base.errors import EtlError
 from etl.base.pause import pause
 from etl.output import guard, layout
 from etl.output.lock import LOCK, RunInfo, RunLock
-from etl.output.manifest import published_run
-from etl.output.publish import publish
 from etl.storage import fs
 
 log = logging.getLogger(__name__)
@@ -90,6 +88,8 @@ class LocalHeld:
         guard.recover_leftovers(self.workdir, self.output, self.stale_after, current=current)
 
     def published_run(self) -> str | None:
+        from etl.output.manifest import published_run  # noqa: PLC0415 - start-up time (see publish)
+
         return published_run(self.output)
 
     def start_run(self, still_wanted: Callable[[], bool]) -> bool:
@@ -106,12 +106,19 @@ class LocalHeld:
     def publish(self, staging: str) -> None:
         """Renames: the old output goes aside inside this run's directory (its marker covers
         it), the new one into place."""
+        # the manifest and format code (NumPy, pyarrow) load only when a place publishes:
+        # `history` and `--help` ask a place where things are and must start fast
+        # (tests/test_fixed_cost.py)
+        from etl.output.publish import publish  # noqa: PLC0415 - start-up time
+
         publish(staging, self.output, self.info.run_id,
                 aside=os.path.join(os.path.dirname(staging), layout.PREVIOUS))
 
     def release(self, staging: str) -> None:
         """Checked again, then published through a run directory of its own, removed after
         unless it holds the previous output still."""
+        from etl.output.publish import publish  # noqa: PLC0415 - start-up time (see publish)
+
         guard.check_output(self.output, [])
         tmp = guard.create_run_dir(self.workdir, self.info)
         try:
