@@ -41,7 +41,7 @@ def estimate_report(job: JobConfig, beam_args: list[str]) -> tuple[list[str], in
                    machine_type=workers.machine_type, disk_gb=workers.disk_size_gb)
     out = lines(est)
     failing, code = sample_verdict(est, job.acceptance.max_bad_fraction)
-    on_disk = [i["path"] for i in plan.inputs if not fs.is_remote(i["path"])]
+    on_disk = [i["path"] for i in plan.inputs if fs.local_path(i["path"]) is not None]
     if not local and on_disk and not workers_on_this_host(options):
         out.append(f"  note              {len(on_disk)} input(s) are on this machine: copy them "
                    "to a bucket (gs://...) and point the job there before the real run")

@@ -16,6 +16,7 @@ import time
 from etl.base import signals
 from etl.base.errors import ConfigError, VerifyError
 from etl.output import quarantine
+from etl.output.manifest import published_run
 from etl.quality.evaluate import Result
 from etl.schedule import history
 
@@ -67,7 +68,7 @@ def _act(action: str, entry: quarantine.Entry) -> None:
 def _list(output: str, found: list[quarantine.Entry]) -> None:
     if not found:
         print(f"nothing in quarantine for {output}")
-    published = quarantine.published_run(output) if found else None
+    published = published_run(output) if found else None
     for e in found:
         if e.problem is not None:
             print(f"{e.run_id}  {e.problem}")

@@ -58,8 +58,8 @@ from etl.base.pause import pause
 from etl.base.quiet import native_stderr_quiet
 from etl.job.config import JobConfig, input_places, job_from_dict, load_job
 from etl.job.spans import Span, fill, parse_date, placeholders, span_range, strings_in
-from etl.output import guard
 from etl.output.layout import SUCCESS
+from etl.output.place import place_for
 from etl.output.remote import check_buckets
 from etl.schedule import history, idempotence
 from etl.shuffle import is_local
@@ -248,7 +248,7 @@ def record_interrupted(job: JobConfig, started: float, stopped: BaseException) -
     before its output is accepted (nothing created, no store waited on)."""
 
     root = history.history_root(job.output)
-    if fs.is_remote(root) or not history.exists(root):
+    if not history.exists_on_disk(root):
         return
     _record(job, started, "interrupted", "", str(stopped), getattr(stopped, "exit_code", 130))
 
@@ -277,11 +277,12 @@ def skip_if_current(job: JobConfig, beam_args: list[str] | tuple[str, ...],
     runner, leftovers of a run in the output's work dir, --force)."""
 
     runner = _runner_of(list(beam_args))
-    if force or fs.is_remote(job.output) or not is_local(runner):
+    place = place_for(job.output)
+    if force or not place.read_without_a_store or not is_local(runner):
         return ""
     started = time.time()
     verdict = idempotence.verdict(job)
-    if not verdict.current or guard.has_run_dirs(job.output):
+    if not verdict.current or place.has_leftover_runs():
         return ""
     published = idempotence.published_manifest(job.output) or {}
     run_key = str(published.get("run_key") or "")

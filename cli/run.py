@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -56,16 +55,16 @@ from etl.base.worker_errors import (
 from etl.contract.schema import Schema, load_schema
 from etl.job.config import DEFAULT_SPLIT_BYTES, JobConfig, input_places
 from etl.job.read_plan import ReadPlan, needs_scan, plan_units
-from etl.output import guard, layout, quarantine
+from etl.output import guard, quarantine
 from etl.output.accounting import check_threshold
 from etl.output.finalize import first_rejected
-from etl.output.layout import MANIFEST, REJECTED_FILE, SUCCESS
-from etl.output.lock import DEFAULT_STALE_AFTER, LOCK, RunInfo, RunLock, lock_lost
+from etl.output.layout import MANIFEST, REJECTED_FILE
+from etl.output.lock import DEFAULT_STALE_AFTER, RunInfo, lock_lost
 from etl.output.manifest import record_run
 from etl.output.origin import KEY as ORIGIN_KEY
 from etl.output.origin import OtherJobsOutput, check_same_job, job_origin
-from etl.output.publish import publish
-from etl.output.remote import RemoteRun, check_buckets, work_prefix
+from etl.output.place import HeldPlace, OutputPlace, place_for
+from etl.output.remote import check_buckets
 from etl.quality import gate
 from etl.run.progress import ProgressConfig, Tally
 from etl.schedule import history, idempotence, input_pin
@@ -74,7 +73,6 @@ from etl.schedule.run_log import RunLog
 from etl.shuffle import files, is_local, strategy_for
 from etl.sources import sql_source, sql_url
 from etl.storage import fs, scratch
-from etl.storage.object_store import Store
 from transforms import progress_feed as live
 from transforms.convert import ConvertSettings, ConvertToShards
 from transforms.staging import pipeline_options  # Beam options + our package for workers
@@ -262,8 +260,7 @@ def record_history(job: JobConfig, attempt: Attempt, result: JobResult | None = 
     if isinstance(failure, OtherJobsOutput):
         return  # the output's history is the other job's: a refused run adds nothing to it
     try:
-        if failure is not None and not attempt.accepted and (
-                fs.is_remote(root) or not history.exists(root)):
+        if failure is not None and not attempt.accepted and not history.exists_on_disk(root):
             return  # nothing known about the output yet: no storage call, nothing created
         history.append(root, history.entry(
             run_id=attempt.run_id or None, run_key=attempt.run_key or None,
@@ -331,18 +328,6 @@ def _plan_run(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Atte
                     sources)
 
 
-@dataclass
-class _Place:
-    """Where a run works once it holds its output: the lock, this run's staging directory
-    and log, and (object stores) the versioned publish."""
-
-    lock: Any
-    remote: RemoteRun | None
-    tmp: str
-    log_file: str
-    workdir: str | None  # local outputs: the work dir whose old logs are pruned after
-
-
 def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
          sources: dict[str, dict[str, Any]], *, force: bool,
          break_lock: bool, lock_stale_after: float, capture_stderr: bool,
@@ -364,7 +349,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
                          run_id=plan.run_id)
 
     guard.recover_scratch(lock_stale_after)  # dead processes' scratch in the temp dir
-    dead_runs = not fs.is_remote(job.output) and guard.has_run_dirs(job.output)
+    dead_runs = place_for(job.output).has_leftover_runs()
     if plan.skip and not dead_runs:
         return skipped()  # no lock, no pipeline
     options = pipeline_options(args)
@@ -420,37 +405,27 @@ def _quarantined(job: JobConfig, plan: _RunPlan, attempt: Attempt, stale: float,
 
 def _take_output(stack: ExitStack, job: JobConfig, plan: _RunPlan, info: RunInfo,
                  temp_root: str | None, lock_stale_after: float,
-                 break_lock: bool, force: bool = False) -> _Place | None:
+                 break_lock: bool, force: bool = False) -> HeldPlace | None:
     """Lock the output (held until `stack` closes), clear dead runs' leftovers, check the
-    output again under the lock and make this run's directory; None when, locked, the output
-    turns out current after all (a dead run's leftovers were all that stood in the way)."""
-    if not fs.is_remote(job.output):
-        workdir = layout.work_dir(job.output)
-        with same_run_named(job.output, plan.ident.run_key):
-            lock = stack.enter_context(RunLock(workdir, info, lock_stale_after, break_lock,
-                                               output=job.output))
-        pause("lock")  # tests: a signal once the lock is held, before the run dir exists
-        guard.recover_leftovers(workdir, job.output, lock_stale_after, current=plan.run_id)
-        if job.checks is not None:  # a dead blocked run's quarantine entry, cut short
-            quarantine.remove_incomplete(job.output)
+    output again under the lock and make this run's directory (etl.output.place); None when,
+    locked, the output turns out current after all (a dead run's leftovers were all that stood
+    in the way)."""
+    place = place_for(job.output)
+    with same_run_named(place, plan.ident.run_key):
+        held = stack.enter_context(place.hold(info, lock_stale_after, break_lock, temp_root,
+                                              _protected(job, plan.inputs)))
+    pause("lock")  # tests: a signal once the lock is held, before the run dir exists
+    held.clear_leftovers(plan.run_id)
+    if job.checks is not None:  # a dead blocked run's quarantine entry, cut short
+        quarantine.remove_incomplete(job.output)
+
+    def still_wanted() -> bool:
         now = idempotence.published_manifest(job.output)
         if not force:  # another job may have published since the plan looked
             check_same_job(job.output, now, plan.origin)
-        if plan.skip and idempotence.stale_reason(now, plan.ident, plan.inputs) is None:
-            return None
-        guard.check_output(job.output, _protected(job, plan.inputs))  # again, locked
-        tmp = guard.create_run_dir(workdir, info)
-        pause("run-dir")
-        return _Place(lock, None, tmp, layout.log_path(workdir, plan.run_id), workdir)
-    # object stores: lock, marker, leftovers and a versioned publish (etl.output.remote)
-    with same_run_named(job.output, plan.ident.run_key):
-        remote = stack.enter_context(RemoteRun(job.output, info, temp_root, lock_stale_after,
-                                               break_lock, inputs=_protected(job, plan.inputs)))
-    pause("lock")
-    if job.checks is not None:  # locked: a dead blocked run's quarantine entry, cut short
-        quarantine.remove_incomplete(job.output)
-    log_file = os.path.join(tempfile.gettempdir(), "tfrecord-etl", "logs", f"{plan.run_id}.log")
-    return _Place(remote, remote, remote.tmp, log_file, None)
+        return not (plan.skip and idempotence.stale_reason(now, plan.ident, plan.inputs) is None)
+
+    return held if held.start_run(still_wanted) else None
 
 
 class _SharedStores:
@@ -485,7 +460,7 @@ class _SharedStores:
 
 
 def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, via: str,
-             place: _Place, run_log: RunLog, attempt: Attempt, capture_stderr: bool,
+             place: HeldPlace, run_log: RunLog, attempt: Attempt, capture_stderr: bool,
              progress: ProgressConfig | None) -> JobResult:
     """Run the pipeline into the run's directory, check what was read against the pins,
     publish; whatever happens, stop the progress display and remove the run's directory,
@@ -523,11 +498,10 @@ def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, via: str,
         if reporter is not None:  # before anything else is printed: the summary, an error
             reporter.stop(final=failure is None)
         stores.release(failure, run_log)
-        if p is not None and fs.is_remote(tmp):  # its temp folder: Beam's run removes it, a
+        if p is not None and fs.local_path(tmp) is None:  # its temp folder: Beam's run removes it, a
             shutil.rmtree(p.local_tempdir, ignore_errors=True)  # failure before it does not
-        _clean_up(tmp, run_log, job.output)  # first: frees the space a full disk needs for the log
-    if place.workdir is not None:
-        guard.prune_logs(place.workdir, current=run_id)  # this run's log is always kept
+        _clean_up(place, run_log)  # first: frees the space a full disk needs for the log
+    place.prune_logs()  # this run's log is always kept
     if failure is not None:
         _raise_run_failure(failure, run_log, attempt, log_file, run_id)
     run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
@@ -535,14 +509,13 @@ def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, via: str,
 
 
 def _check_then_publish(job: JobConfig, plan: _RunPlan, settings: ConvertSettings,
-                        options: PipelineOptions, place: _Place, attempt: Attempt,
+                        options: PipelineOptions, place: HeldPlace, attempt: Attempt,
                         reporter: live.Reporter | None) -> JobResult:
     """After the pipeline: the lock still ours, what was read unchanged, then the checks and
     the publish (a launch-only run: nothing ran, nothing to check or publish)."""
     if reporter is not None:
         reporter.stage("checking")
-    if place.lock is not None:
-        place.lock.verify()
+    place.verify()
     launched = launch_only(options)
     if launched:  # nothing ran: nothing to check or publish
         result = JobResult(job.output, {}, {"num_records": 0}, time.time() - attempt.started,
@@ -553,7 +526,7 @@ def _check_then_publish(job: JobConfig, plan: _RunPlan, settings: ConvertSetting
         fields = {**plan.ident.manifest_fields(), "run_id": plan.run_id,
                   ORIGIN_KEY: plan.origin}
         result = _check_and_publish(job, settings, plan.run_id, attempt.started, rejected_at,
-                                    place.remote, fields, reporter, attempt)
+                                    place, fields, reporter, attempt)
     if reporter is not None:
         reporter.stage("done")
     return result
@@ -581,7 +554,7 @@ def new_pipeline(options: PipelineOptions, tmp: str) -> beam.Pipeline:
     p = beam.Pipeline(options=options)
     made = getattr(p, "local_tempdir", None)  # Beam 2.77; another version may have none
     if isinstance(made, str):
-        p.local_tempdir = scratch.make("pipeline", None if fs.is_remote(tmp) else tmp)
+        p.local_tempdir = scratch.make("pipeline", fs.local_path(tmp))
         shutil.rmtree(made, ignore_errors=True)
     return p
 
@@ -670,31 +643,17 @@ def announce_job(result: Any, options: PipelineOptions, run_log: RunLog) -> str 
 
 
 @contextmanager
-def same_run_named(output: str, run_key: str) -> Iterator[None]:
+def same_run_named(place: OutputPlace, run_key: str) -> Iterator[None]:
     """A LockedError while taking the output's lock says so when the holder is this very run
     (same run key: same job, span and inputs) submitted again, e.g. by a retrying scheduler."""
     try:
         yield
     except LockedError as e:
-        holder = _lock_holder(output)
+        holder = place.lock_holder()
         if holder is None or not idempotence.same_run(holder.run_id, run_key):
             raise
         raise LockedError(f"{e}; it is the same run (run key {run_key}: same job, span and "
                           "inputs) submitted again: let that one finish") from e
-
-
-def _lock_holder(output: str) -> RunInfo | None:
-    """Who holds the output's lock, if it can be read."""
-    try:
-        if fs.is_remote(output):
-
-            found = Store().read(work_prefix(output) + LOCK)
-            raw = found[0] if found else b""
-        else:
-            raw = fs.read_bytes(os.path.join(layout.work_dir(output), LOCK))
-        return RunInfo.from_json(json.loads(raw))
-    except (OSError, ValueError, EtlError):
-        return None
 
 
 def launch_only(options: PipelineOptions) -> str:
@@ -725,7 +684,7 @@ def check_worker_access(job: JobConfig, inputs: list[dict[str, Any]], runner: An
         raise ConfigError(f"{job.path}: runner {runner} runs on other machines, which cannot "
                           f"read {len(local)} local input file(s), e.g. {local[0]}; copy the "
                           "inputs to a bucket (gs://...) and point the job's paths there")
-    if not fs.is_remote(job.output):
+    if not fs.reachable_elsewhere(job.output):
         raise ConfigError(f"{job.path}: runner {runner} runs on other machines, which cannot "
                           f"write the local output {job.output}; use a gs:// output")
 
@@ -737,7 +696,7 @@ def _workers_reach(path: str) -> bool:
     """Whether workers elsewhere can read an input: a bucket's object, or a database server's
     query (etl.sources.sql_source: workers connect to it themselves; a DuckDB or SQLite file
     is on this machine's disk)."""
-    return fs.is_remote(path) or path.startswith("sql:postgresql://")
+    return fs.reachable_elsewhere(path) or path.startswith("sql:postgresql://")
 
 
 def workers_on_this_host(options: PipelineOptions) -> bool:
@@ -766,44 +725,30 @@ def preflight(job: JobConfig, inputs: list[dict[str, Any]], temp_root: str | Non
     output, an unwritable output location, too little free space (the inputs' total size on
     the output's file system, or on a local temp location)."""
     guard.check_inputs_readable([i["path"] for i in inputs])
-    guard.check_output(job.output, _protected(job, inputs))
+    place = place_for(job.output)
+    place.check(_protected(job, inputs))
     check_buckets([("temp location", temp_root or "")])  # a missing one: exit 2
-    needed = sum(i["num_bytes"] for i in inputs)
-    if not fs.is_remote(job.output):
-        guard.check_writable(job.output)
-        guard.check_free_space([(job.output, "output")], needed)
-    elif temp_root and not fs.is_remote(temp_root):
-        guard.check_free_space([(temp_root, "temp location")], needed)
+    place.check_room(sum(i["num_bytes"] for i in inputs), temp_root)
 
 
 def _protected(job: JobConfig, inputs: list[dict[str, Any]]) -> list[str]:
     """What the output must never contain: every input, the job file and the schema file."""
     extra = [os.path.abspath(p) for p in (job.path, job.schema_path)
-             if not fs.is_remote(p) and os.path.exists(p)]
+             if fs.local_path(p) is not None and os.path.exists(p)]
     return [i["path"] for i in inputs] + extra
 
 
-def _clean_up(tmp: str, run_log: RunLog, output: str | None = None) -> None:
+def _clean_up(place: HeldPlace, run_log: RunLog) -> None:
     """Remove the run's directory, unless it still holds the previous output of a publish
     that could not be rolled back (then it is put back first, or kept for the next run)."""
     pause("clean-up")
-    aside = fs.join(tmp, layout.PREVIOUS)
-    if output is not None and not fs.is_remote(tmp) and os.path.isdir(aside):
-        if not os.path.lexists(output):
-            os.replace(aside, output)
-            log.warning("put the previous output back at %s", output)
-        elif not os.path.exists(os.path.join(output, SUCCESS)):
-            log.warning("kept %s: it holds the previous output of %s (the next run puts it "
-                        "back)", tmp, output)
-            return
+    if place.keep_run_dir():
+        return
     try:
-        if fs.is_remote(tmp):
-            fs.delete_tree(tmp)
-        else:
-            guard.remove_run_dir(tmp)  # its marker last: a leftover is still known as ours
+        place.remove_run_dir()  # local: its marker last, a leftover is still known as ours
     except Exception as e:  # noqa: BLE001 - a leftover is removed by the next run
-        run_log.note(f"could not remove {tmp}: {e}")
-        log.warning("could not remove %s (the next run removes it): %s", tmp, e)
+        run_log.note(f"could not remove {place.tmp}: {e}")
+        log.warning("could not remove %s (the next run removes it): %s", place.tmp, e)
 
 
 def user_error(exc: BaseException, log_file: str | None = None,
@@ -847,7 +792,7 @@ def _split_counts(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _check_and_publish(job: JobConfig, settings: ConvertSettings, run_id: str,
-                       started: float, rejected_at: str, remote: RemoteRun | None = None,
+                       started: float, rejected_at: str, place: HeldPlace,
                        fields: dict[str, Any] | None = None,
                        reporter: live.Reporter | None = None,
                        attempt: Attempt | None = None) -> JobResult:
@@ -879,11 +824,7 @@ def _check_and_publish(job: JobConfig, settings: ConvertSettings, run_id: str,
             attempt.checks = [r.to_json() for r in checked.blocked + checked.warned]
     if reporter is not None:
         reporter.stage("publishing")
-    if remote is not None:  # object store: a new version, then the pointer
-        remote.publish(staging)
-    else:  # local: the old output goes aside inside this run's directory (its marker covers it)
-        publish(staging, job.output, run_id,
-                aside=os.path.join(os.path.dirname(staging), layout.PREVIOUS))
+    place.publish(staging)  # local: renames; gs://: a new version, then the pointer
     if attempt is not None:
         attempt.published = True
     return JobResult(job.output, _split_counts(manifest), rejected, time.time() - started,

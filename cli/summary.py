@@ -13,7 +13,7 @@ from etl.formats.shards import adapter_for
 from etl.job.config import JobConfig
 from etl.output.layout import REJECTED_FILE
 from etl.output.manifest import dataset_dir
-from etl.output.remote import version_dir
+from etl.output.place import place_for
 from etl.storage import fs
 
 
@@ -35,8 +35,9 @@ def print_result(job: JobConfig, result: Any, output: str | None, sample: bool, 
     print(f"Wrote {result.output}{f' (span {job.span})' if job.span else ''} "
           f"in {result.seconds:.1f}s")
     folder = result.output
-    if fs.is_remote(result.output) and result.run_id:  # gs://: the version this run published
-        folder = version_dir(result.output, result.run_id)
+    version = place_for(result.output).version_dir(result.run_id) if result.run_id else None
+    if version is not None:  # gs://: the version this run published
+        folder = version
         print(f"  published    version {result.run_id}: {folder}")
     for line in summary_table(result.manifest, result.seconds):
         print(line)

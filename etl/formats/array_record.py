@@ -120,7 +120,7 @@ def digest(local_path: str) -> tuple[int, str]:
 @contextmanager
 def local_copy(path: str) -> Iterator[str]:
     """`path` itself when local, else a temporary local copy (the reader needs a file)."""
-    if not fs.is_remote(path):
+    if fs.local_path(path) is not None:
         yield path
         return
     with scratch.scratch_dir("array-record") as tmp:

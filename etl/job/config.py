@@ -231,14 +231,14 @@ def _output_refusal(given: str, output: str, job: JobConfig) -> str | None:
     if given.startswith("~"):
         return (": it starts with '~', which is not expanded to a home directory here "
                 "(it would make a folder named '~'): write the full path")
-    if fs.is_remote(output):
+    if fs.local_path(output) is None:  # a bucket holds none of the folders below
         return None
     real = os.path.realpath(output)
     places = [("the filesystem root", os.path.abspath(os.sep)),
               ("your home directory", os.path.expanduser("~")),
               ("the checkout of this program", _CHECKOUT),
               ("the job file's folder", fs.dirname(fs.abspath(job.path)))]
-    if not fs.is_remote(job.schema_path):
+    if fs.local_path(job.schema_path) is not None:
         places.append(("the schema file's folder", os.path.dirname(job.schema_path)))
     for name, cfg in job.sources.items():
         for pattern in strings_in(cfg.get("paths")):
@@ -246,7 +246,7 @@ def _output_refusal(given: str, output: str, job: JobConfig) -> str | None:
                 full = fs.resolve(job.base_dir, pattern)
             except ValueError:
                 continue
-            if not fs.is_remote(full):
+            if fs.local_path(full) is not None:
                 fixed = re.split(r"[*?\[]", full, maxsplit=1)[0]  # up to the first glob character
                 where = "source" if name == "*" else f"sources.{name}"
                 places.append((f"the input {where}.paths {pattern!r}", full) if fixed == full

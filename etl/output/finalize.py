@@ -89,7 +89,7 @@ def remove_attempts(staging: str, names: list[str]) -> None:
     could remove its own `<shard>.<attempt>.attempt` file, or `<shard>.index.<attempt>.attempt`
     for its index): only files of that exact form,
     which only the shard writer creates, in this run's own staging directory."""
-    if fs.is_remote(staging):  # object stores: no attempt files (etl.shuffle.shard_writer)
+    if not fs.renames(staging):  # object stores: no attempt files (etl.shuffle.shard_writer)
         return
     pattern = re.compile("(?:" + "|".join(re.escape(n) for n in names) + r")\.[0-9a-f]{12}"
                          + re.escape(ATTEMPT_SUFFIX))

@@ -46,9 +46,7 @@ from etl.output.layout import (
 )
 from etl.output.lock import RunInfo, why_dead
 from etl.output.ownership import foreign_content, load_json, ours
-from etl.output.remote import check_output as check_remote_output
 from etl.storage import fs, scratch
-from etl.storage.object_store import Store
 
 log = logging.getLogger(__name__)
 KEEP_LOGS = 10
@@ -67,12 +65,11 @@ def has_run_dirs(output: str) -> bool:
 
 
 def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> None:
-    """Raise ConfigError unless the run may (re)place `output`.
+    """Raise ConfigError unless the run may (re)place the local output directory `output`
+    (a gs:// prefix has its own rules: etl.output.remote.check_output; etl.output.place asks
+    the right one).
 
     `inputs`: every file the run reads (source files, the job file, the schema file)."""
-    if fs.is_remote(output):
-        _check_remote(output, inputs)
-        return
     here = os.path.abspath(output)
     if os.path.islink(here):
         raise ConfigError(f"refusing output {output}: it is a symbolic link; give the real "
@@ -81,7 +78,7 @@ def check_output(output: str, inputs: Iterable[str], cwd: str | None = None) -> 
         raise ConfigError(f"refusing output {output}: it is an existing file, not a dataset "
                           "directory; choose another output path")
     for path in inputs:
-        if fs.is_remote(path) or not os.path.isabs(path) or not os.path.exists(path):
+        if not fs.on_disk(path) or not os.path.exists(path):
             continue
         if fs.within(path, here):
             raise ConfigError(f"refusing output {output}: it holds the input {path}; the output "
@@ -148,18 +145,13 @@ def published_inside(path: str) -> str | None:
     return None
 
 
-def _check_remote(output: str, inputs: Iterable[str]) -> None:
-    """Object stores: their own rules (run markers instead of a work dir: etl.output.remote)."""
-    check_remote_output(Store(), output, list(inputs))
-
-
 # -------------------------------------------------------------------------------- preflight
 
 
 def check_inputs_readable(paths: Iterable[str]) -> None:
     """Every local input exists and can be opened (ConfigError naming the first that cannot)."""
     for path in paths:
-        if fs.is_remote(path) or not os.path.isabs(path):
+        if not fs.on_disk(path):
             continue  # object-store inputs are checked when matched; python: pseudo-files
         try:
             if os.path.isdir(path):
@@ -195,7 +187,7 @@ def check_writable(output: str) -> None:
 def check_free_space(locations: Iterable[tuple[str, str]], needed: int) -> None:
     """Each local (path, role) must have at least `needed` bytes free (the inputs' total)."""
     for path, role in locations:
-        if fs.is_remote(path):
+        if fs.local_path(path) is None:  # an object store has no free space to check
             continue
         probe = _existing_ancestor(path)
         free = shutil.disk_usage(probe).free

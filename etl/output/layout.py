@@ -24,6 +24,8 @@ TFDS_INFO_FILE = "dataset_info.json"
 TFDS_FEATURES_FILE = "features.json"
 STATS_FILE = "stats.json"  # the statistics the run gathered (etl.stats.dataset), listed
 
+QUARANTINE_SUFFIX = ".quarantine"  # OUT.quarantine beside OUT: blocked runs (etl.output.quarantine)
+
 MARKER = "_ETL_RUN.json"
 RUN_PREFIX = "run-"
 PREVIOUS = "previous-output"

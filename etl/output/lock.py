@@ -451,7 +451,7 @@ def publishing(output: str) -> LockedError | None:
     holder: an incomplete output is then what it looks like). Object stores publish by one
     pointer write, so a reader never sees them half-published: None."""
 
-    if fs.is_remote(output) or os.path.exists(os.path.join(output, SUCCESS)):
+    if not fs.renames(output) or os.path.exists(os.path.join(output, SUCCESS)):
         return None
     workdir = work_dir(output)
     holder = RunInfo.from_json(_loads(RunLock._read(os.path.join(workdir, LOCK)) or b""))
@@ -479,7 +479,7 @@ def output_version(output: str) -> tuple[Any, ...]:
         except (OSError, StorageError):  # absent, or going away under us
             return None
 
-    if fs.is_remote(output):
+    if not fs.renames(output):  # published by writing the pointer, not by a rename
         return ("pointer", digest(fs.join(output, SUCCESS)))
     try:
         st = os.stat(output)

@@ -144,7 +144,7 @@ def dataset_dir(out: str) -> str:
     object-store output holds versions side by side and its `_SUCCESS` is a JSON pointer
     ({"version": V, ...}, etl.output.remote): `out/V`. Without a pointer (absent, empty, or
     not ours) `out` is returned, and verify says what is missing there."""
-    if not fs.is_remote(out):
+    if fs.renames(out):  # published by rename: no versions below it
         return out
     marker = fs.join(out, SUCCESS)
     if not fs.exists(marker):
@@ -168,13 +168,22 @@ def load_manifest(path: str) -> dict[str, Any]:
                             "(damaged, or not a dataset written by this project)")
     try:
         raw = fs.read_bytes(where)
-    except FileNotFoundError:
-        raise missing from None
     except OSError as e:  # an object store says "not found" its own way
-        if fs.is_remote(where) and not fs.exists(where):
+        if fs.not_found(where, e):
             raise missing from None
         raise ManifestError(f"{where}: cannot be read: {fs.first_line(e)}") from e
     return parse_manifest(raw, where)
+
+
+def published_run(output: str) -> str | None:
+    """The run id of what `output` publishes now (None: nothing published)."""
+    ddir = dataset_dir(output)
+    if not fs.exists(fs.join(ddir, SUCCESS)):
+        return None
+    try:
+        return str(load_manifest(ddir).get("run_id") or "") or None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
@@ -340,7 +349,7 @@ def _check_exact_listing(path: str, manifest: dict[str, Any], listed: set[str],
         raise VerifyError(f"{path}: missing file(s) listed in the manifest: {missing}")
     if extra:
         raise ForeignEntries(f"{path}: file(s) not in the manifest: {extra}")
-    if not fs.is_remote(path):
+    if fs.local_path(path) is not None:
         # the next run's own test of "ours" (empty directories, links to directories, the
         # producer tag): verify passes exactly the outputs a run would replace
         foreign = foreign_content(path)
@@ -364,7 +373,7 @@ class _Seal:
     @classmethod
     def of(cls, given: str, path: str, manifest: dict[str, Any]) -> _Seal:
         base = path.rstrip("/") + "/"
-        if not fs.is_remote(path):
+        if fs.local_path(path) is not None:  # a file system's stats: the seal compares them
             stats = fs.list_stats(path)
             sealed = manifest.get(SEALED)
             then = dict(sealed["files"]) if sealed else None

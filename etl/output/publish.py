@@ -39,7 +39,7 @@ def publish(staging: str, output: str, run_id: str, aside: str | None = None) ->
 
     Object-store outputs are published by `publish_version` (etl.output.remote.RemoteRun).
     """
-    if fs.is_remote(output):
+    if not fs.renames(output):
         raise StorageError(f"{output}: object-store outputs are published as versions "
                            "(etl.output.remote), not by renames")
     aside = aside or os.path.join(os.path.dirname(os.path.abspath(staging)), f"old-{run_id}")
@@ -120,10 +120,7 @@ def publish_version(store: Any, staging: str, files: list[str], output: str, ver
     for name in files:
         signals.raise_pending(signals.UNCHANGED)  # a signal while copying: nothing current changed
         try:
-            if fs.is_remote(src):
-                store.copy_new(src + name, dst + name)
-            else:
-                store.upload_new(os.path.join(staging, name), dst + name)
+            fs.put_new(store, src + name, dst + name)
         except Conflict as e:
             raise StorageError(f"cannot publish {dst + name}: an object of another content "
                                f"is already there ({e}); nothing published") from e

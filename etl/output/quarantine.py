@@ -55,18 +55,16 @@ from typing import Any
 from etl.base import signals
 from etl.base.errors import ConfigError, EtlError, StorageError, VerifyError, quote
 from etl.base.pause import pause
-from etl.output import guard
-from etl.output.layout import MANIFEST, PREVIOUS, PRODUCER, SUCCESS, work_dir
-from etl.output.lock import DEFAULT_STALE_AFTER, RunInfo, RunLock
+from etl.output.layout import MANIFEST, PRODUCER, QUARANTINE_SUFFIX, SUCCESS
+from etl.output.lock import DEFAULT_STALE_AFTER, RunInfo
 from etl.output.manifest import dataset_dir, load_manifest
 from etl.output.ownership import belongs
-from etl.output.publish import publish
-from etl.output.remote import RemoteRun
+from etl.output.place import place_for
 from etl.storage import fs
 from etl.storage.object_store import Conflict, Store
 
 log = logging.getLogger(__name__)
-SUFFIX = ".quarantine"
+SUFFIX = QUARANTINE_SUFFIX
 MARKER = "_QUARANTINE.json"
 DATASET = "dataset"
 CHECKS = "checks.json"
@@ -77,9 +75,7 @@ CHUNK = 1 << 20
 
 def root(output: str) -> str:
     """`OUT.quarantine` beside OUT (local: absolute)."""
-    if fs.is_remote(output):
-        return output.rstrip("/") + SUFFIX
-    return os.path.abspath(output).rstrip(os.sep) + SUFFIX
+    return place_for(output).quarantine_root
 
 
 def entry_path(output: str, run_id: str) -> str:
@@ -115,17 +111,6 @@ class Entry:
                 "manifest_sha256": self.manifest_sha256}
 
 
-def published_run(output: str) -> str | None:
-    """The run id of what `output` publishes now (None: nothing published)."""
-    ddir = dataset_dir(output)
-    if not fs.exists(fs.join(ddir, SUCCESS)):
-        return None
-    try:
-        return str(load_manifest(ddir).get("run_id") or "") or None
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def put(staging: str, output: str, run_id: str, run_key: str, files: dict[str, bytes],
         replaces: str | None, span: str | None = None, job_sha256: str | None = None) -> str:
     """Move (local: rename) or copy (gs://) the staged dataset into a new entry, with `files`
@@ -140,7 +125,7 @@ def put(staging: str, output: str, run_id: str, run_key: str, files: dict[str, b
                   dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                   [f"{DATASET}/{n}" for n in names] + sorted(files), False, span, job_sha256,
                   marker_output=output, manifest_sha256=digest)
-    if fs.is_remote(path):
+    if not fs.renames(path):  # an object store: copied
         store = Store()
         entry.generation = store.write(fs.join(path, MARKER), _marker_bytes(entry), 0)
         for i, name in enumerate(names):
@@ -188,7 +173,7 @@ def entries(output: str) -> list[Entry]:
     with its `problem`. VerifyError when `OUT.quarantine` itself is a symbolic link."""
     top = root(output)
     found: list[Entry] = []
-    if fs.is_remote(top):
+    if fs.local_path(top) is None:  # an object store: listed by prefix
         store = Store()
         prefix = top.rstrip("/") + "/"
         for obj in store.list(prefix):
@@ -341,16 +326,10 @@ def _checks(path: str) -> list[dict[str, Any]]:
         return []
 
 
-def _same_output(a: str, b: str) -> bool:
-    if fs.is_remote(a) or fs.is_remote(b):
-        return a.rstrip("/") == b.rstrip("/")
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
 def _trusted(entry: Entry) -> None:
     if entry.problem is not None:
         raise VerifyError(entry.problem)
-    if not fs.is_remote(entry.path):
+    if fs.local_path(entry.path) is not None:  # only a file system has links
         link = first_link(entry.path)
         if link is not None:
             raise VerifyError(_refused(entry.path, entry.run_id, entry.output,
@@ -365,10 +344,7 @@ def drop(entry: Entry, stale_after: float = DEFAULT_STALE_AFTER,
     empty). Anything else stays. Returns the paths removed."""
     _trusted(entry)
     info = RunInfo.current(entry.run_id)
-    if fs.is_remote(entry.output):
-        with RemoteRun(entry.output, info, None, stale_after, break_lock):
-            return _remove(entry)
-    with RunLock(work_dir(entry.output), info, stale_after, break_lock, output=entry.output):
+    with place_for(entry.output).hold(info, stale_after, break_lock):
         return _remove(entry)
 
 
@@ -378,7 +354,7 @@ def _remove(entry: Entry) -> list[str]:
     _trusted(entry)
     removed = []
     names = [n for n in entry.objects if _inside(n)]
-    if fs.is_remote(entry.path):
+    if fs.local_path(entry.path) is None:  # an object store: each listed object
         store = Store()
         for name in names:
             url = fs.join(entry.path, name)
@@ -455,42 +431,22 @@ def release(entry: Entry, stale_after: float = DEFAULT_STALE_AFTER,
                           "putting it there); drop it and rerun the span")
     output = entry.output
     info = RunInfo.current(entry.run_id)
-    if fs.is_remote(output):
-        with RemoteRun(output, info, None, stale_after, break_lock) as run:
-            now = run.pointer.run_id if run.pointer else None
-            if now == entry.run_id:
-                _remove(entry)
-                return f"{output} already publishes run {entry.run_id}: removed its quarantine"
-            _not_moved_on(entry, now)
-            _consistent(entry, verify_entry(entry))
-            run.verify()
-            run.publish(fs.join(entry.path, DATASET))
-            _remove(entry)
-        return f"released run {entry.run_id}: {output} publishes it now{_moved(entry)}"
-    workdir = work_dir(output)
-    with RunLock(workdir, info, stale_after, break_lock, output=output):
-        guard.recover_leftovers(workdir, output, stale_after)
+    with place_for(output).hold(info, stale_after, break_lock) as held:
+        held.clear_leftovers(None)
         _trusted(entry)  # again, locked
-        now = published_run(output)
+        now = held.published_run()
         if now == entry.run_id:
             _remove(entry)
             return f"{output} already publishes run {entry.run_id}: removed its quarantine"
         _not_moved_on(entry, now)
         _consistent(entry, verify_entry(entry))
-        guard.check_output(output, [])
-        tmp = guard.create_run_dir(workdir, info)
-        try:
-            publish(fs.join(entry.path, DATASET), output, entry.run_id,
-                    aside=os.path.join(tmp, PREVIOUS))
-        finally:
-            if not os.path.isdir(os.path.join(tmp, PREVIOUS)):
-                guard.remove_run_dir(tmp)
+        held.release(fs.join(entry.path, DATASET))
         _remove(entry)
     return f"released run {entry.run_id}: {output} publishes it now{_moved(entry)}"
 
 
 def _moved(entry: Entry) -> str:
-    if not entry.marker_output or _same_output(entry.marker_output, entry.output):
+    if not entry.marker_output or fs.same_path(entry.marker_output, entry.output):
         return ""
     return f" (it was blocked for {entry.marker_output}: this tree was moved or copied)"
 
@@ -510,7 +466,7 @@ def _consistent(entry: Entry, manifest: dict[str, Any]) -> None:
     moved or copied tree, an edited marker), OUT must publish the same job and span as the
     quarantined dataset (its run was checked to be the one the entry replaces); an OUT that
     publishes nothing proves nothing, and is refused."""
-    if not entry.marker_output or _same_output(entry.marker_output, entry.output):
+    if not entry.marker_output or fs.same_path(entry.marker_output, entry.output):
         return
     now = published_manifest(entry.output)  # None: nothing proves the two are one output
     if now is None or now.get("span") != manifest.get("span") or (

@@ -31,7 +31,6 @@ from etl.base import signals
 from etl.base.errors import ConfigError, StorageError
 from etl.output.layout import PRODUCER, SUCCESS
 from etl.output.lock import DEFAULT_STALE_AFTER, ObjectLock, RunInfo, why_dead
-from etl.output.publish import publish_version
 from etl.storage import fs
 from etl.storage.object_store import (
     Conflict,
@@ -243,11 +242,12 @@ def remove_run(store: Store, output: str, marker: Marker) -> bool:
         for name in marker.objects:
             store.delete(base + name)
         tmp = marker.tmp.rstrip("/") + "/"
-        if fs.is_remote(tmp) and marker.run.run_id in tmp:  # only a prefix named by its run
+        local = fs.local_path(tmp)
+        if local is not None:
+            fs.delete_tree(local)
+        elif marker.run.run_id in tmp:  # only a prefix named by its run
             for obj in store.list(tmp):
                 store.delete(obj.url)
-        elif not fs.is_remote(tmp):
-            fs.delete_tree(tmp)
         store.delete(marker.url, if_generation_match=marker.generation)
     except (StorageError, OSError) as e:
         log.warning("could not remove everything of run %s (the next run tries again): %s",
@@ -331,6 +331,10 @@ class RemoteRun:
         then remove versions older than the previous one. A critical section (etl.base.signals):
         a signal before the pointer is written publishes nothing (this run's copies are
         removed on the way out), one after it lets the publish complete, then raises."""
+        # the manifest and format code (NumPy, pyarrow) load only when a run publishes: a
+        # place is asked where things are by `history`, which must start fast
+        from etl.output.publish import publish_version  # noqa: PLC0415 - start-up time
+
         base = staging.rstrip("/") + "/"
         files = [p[len(base):] for p, _ in fs.list_dir(staging)]
         with signals.critical():

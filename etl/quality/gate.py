@@ -23,6 +23,7 @@ from etl.base.errors import BlockedError
 from etl.base.quiet import native_stderr_quiet
 from etl.job.config import JobConfig
 from etl.output import quarantine
+from etl.output.manifest import published_run
 from etl.quality.evaluate import NO_PREVIOUS, Result, evaluate, fmt
 from etl.quality.stats import baseline, staged_stats
 from etl.stats.drift import compare
@@ -102,7 +103,7 @@ def _shown(value: Any) -> str:
 def block(job: JobConfig, staging: str, gate: Gate, run_id: str, run_key: str,
           job_sha256: str | None = None) -> BlockedError:
     """Quarantine the staged dataset and say so: the error the run raises (exit 6)."""
-    replaces = quarantine.published_run(job.output)
+    replaces = published_run(job.output)
     files = {quarantine.CHECKS: json.dumps(checks_doc(gate, run_id, job.span), indent=1,
                                            default=_json_default).encode(),
              quarantine.PAGE: page(gate).encode()}
@@ -118,7 +119,7 @@ def block(job: JobConfig, staging: str, gate: Gate, run_id: str, run_key: str,
 def blocked_error(job: JobConfig, where: str, checks: list[dict[str, Any]], lines: list[str],
                   again: str = "") -> BlockedError:
     span = f"span {job.span}" if job.span else job.output
-    unchanged = ("the previous output is unchanged" if quarantine.published_run(job.output)
+    unchanged = ("the previous output is unchanged" if published_run(job.output)
                  else "nothing is published there")
     head = (f"{span} blocked by {len(lines)} quality check(s){again}: nothing published "
             f"({unchanged}); the run is quarantined in {where} (checks.json, report.html); "

@@ -435,7 +435,7 @@ def _split_shards(root: str, split: str) -> tuple[list[str], list[int] | None]:
             # local shards only: on an object store one request per shard would delay the
             # first batch (`verify` checks remote shards; TensorFlow fails on a missing one)
             local = [(f, entry) for f, entry in zip(files, shards, strict=True)
-                     if not fs.is_remote(f)]
+                     if fs.local_path(f) is not None]
             missing = [f for f, _ in local if not os.path.exists(f)]
             if missing:
                 raise DatasetError(f"{root}: {len(missing)} shard(s) listed in {MANIFEST} "
@@ -534,7 +534,7 @@ def _join(root: str, name: str) -> str:
 
 
 def _relative(p: str) -> bool:
-    return not fs.is_remote(p) and not os.path.isabs(p)
+    return not fs.is_absolute(p)
 
 
 def _dataset_root(path: str) -> str:

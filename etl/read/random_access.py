@@ -488,7 +488,7 @@ def _why(e: BaseException) -> str:
 
 
 def _local_only(path: str) -> None:
-    if fs.is_remote(path):
+    if fs.local_path(path) is None:
         raise RecordsError(f"{path}: ArrayRecordReader reads local files only; copy the output "
                            "to a local disk first (gsutil -m cp -r)")
 
@@ -534,7 +534,7 @@ def _shards(root: str, manifest: dict[str, Any], split: str, fmt: str) -> list[_
         raise RecordsError(f"{root}: split {split!r} has no shards in {MANIFEST}")
 
     def place(p: str) -> str:
-        return p if fs.is_remote(p) or os.path.isabs(p) else fs.join(root, p)
+        return p if fs.is_absolute(p) else fs.join(root, p)
 
     compression = str(manifest.get("compression") or "none")
     adapter = _adapter(root, fmt)

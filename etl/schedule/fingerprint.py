@@ -59,7 +59,7 @@ def from_gcs_metadata(crc32c_b64: str | None) -> str | None:
 
 def _is_file_path(path: str) -> bool:
     """A path a fingerprint can be taken of (not a python source's pseudo-file)."""
-    return fs.is_remote(path) or os.path.isabs(path)
+    return fs.is_absolute(path)
 
 
 def fingerprints(paths: Iterable[str]) -> dict[str, dict[str, str]]:
@@ -80,7 +80,7 @@ def fingerprints(paths: Iterable[str]) -> dict[str, dict[str, str]]:
     for path in paths:
         if path in found:
             continue
-        if not _is_file_path(path) or (not fs.is_remote(path) and os.path.isdir(path)):
+        if not _is_file_path(path) or (fs.on_disk(path) and os.path.isdir(path)):
             found[path] = {"kind": NONE, "value": ""}
         else:
             found[path] = {"kind": CRC32C, "value": crc32c_of(path)}

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from etl.base.errors import bounded
+from etl.output.place import place_for
 from etl.storage import fs
 from etl.storage.object_store import Conflict, Store
 
@@ -42,10 +43,7 @@ ERROR_LIMIT = 1000  # characters of an entry's error
 
 def history_root(output: str) -> str:
     """The output's parent directory (local: absolute), where its history lives."""
-    if fs.is_remote(output):
-        head, _, _ = output.rstrip("/").rpartition("/")
-        return head if "://" in head else output.rstrip("/")  # gs://bucket/name -> gs://bucket
-    return os.path.dirname(os.path.abspath(output).rstrip(os.sep))
+    return place_for(output).history_root
 
 
 def iso(epoch: float) -> str:
@@ -62,10 +60,13 @@ def entry(**fields: Any) -> dict[str, Any]:
 
 def exists(root: str) -> bool:
     """Whether a history is there already."""
-    if not fs.is_remote(root):
-        return os.path.exists(os.path.join(root, RUNS_FILE))
+    return _log(root).exists()
 
-    return bool(Store().list(_runs_prefix(root)))
+
+def exists_on_disk(root: str) -> bool:
+    """Whether a history on this machine's disk is there already; a store is never asked
+    (False): what a run that knows nothing of its output yet may look at."""
+    return _log(root).exists_on_disk()
 
 
 def append(root: str, item: dict[str, Any]) -> str:
@@ -76,48 +77,86 @@ def append(root: str, item: dict[str, Any]) -> str:
     line = json.dumps(item, sort_keys=False, default=str, separators=(",", ":")) + "\n"
     if "\n" in line[:-1]:
         raise ValueError("a history entry must be one line")
-    if fs.is_remote(root):
-        return _append_object(root, item, line.encode())
-    os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, RUNS_FILE)
-    data = line.encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    return _log(root).append(item, line.encode())
+
+
+class _FileLog:
+    """A local history: one file, appended a whole line at a time under flock."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.where = os.path.join(root, RUNS_FILE)
+
+    def exists(self) -> bool:
+        return os.path.exists(self.where)
+
+    exists_on_disk = exists
+
+    def append(self, item: dict[str, Any], data: bytes) -> str:
+        os.makedirs(self.root, exist_ok=True)
+        path = self.where
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            # a run killed mid-write left a line without its newline: start on a fresh line,
-            # or this entry would be glued onto the torn one and lost with it
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                # a run killed mid-write left a line without its newline: start on a fresh line,
+                # or this entry would be glued onto the torn one and lost with it
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-    return path
+            os.close(fd)
+        return path
+
+    def read_lines(self) -> list[bytes]:
+        return fs.read_bytes(self.where).splitlines() if self.exists() else []
 
 
-def _runs_prefix(root: str) -> str:
-    return root.rstrip("/") + "/" + RUNS_DIR + "/"
+class _ObjectLog:
+    """A history in an object store: one object per entry (objects cannot be appended)."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.where = root.rstrip("/") + "/" + RUNS_DIR + "/"
+
+    def exists(self) -> bool:
+        return bool(Store().list(self.where))
+
+    def exists_on_disk(self) -> bool:
+        return False  # not on this machine's disk: the store is not asked
+
+    def append(self, item: dict[str, Any], data: bytes) -> str:
+        # run ids begin with their UTC start: names list in time order
+        name = str(item.get("run_id") or "") or str(item.get("start") or "unknown").replace(":", "")
+        url = self.where + name.replace("/", "_") + ".json"
+        store = Store()
+        for n in range(5):  # a name taken already (the same run id twice): another name, never over
+            try:
+                store.write(url if n == 0 else url[:-5] + f"-{n}.json", data, if_generation_match=0)
+                return url if n == 0 else url[:-5] + f"-{n}.json"
+            except Conflict:
+                continue
+        raise FileExistsError(url)
+
+    def read_lines(self) -> list[bytes]:
+        store = Store()
+        objects = [o.url for o in store.list(self.where) if o.url.endswith(".json")]
+        if not objects:
+            return []
+        with ThreadPoolExecutor(min(READ_THREADS, len(objects))) as pool:
+            found = list(pool.map(store.read, objects))
+        return [f[0] for f in found if f is not None]
 
 
-def _append_object(root: str, item: dict[str, Any], data: bytes) -> str:
-
-    # run ids begin with their UTC start: names list in time order
-    name = str(item.get("run_id") or "") or str(item.get("start") or "unknown").replace(":", "")
-    url = _runs_prefix(root) + name.replace("/", "_") + ".json"
-    store = Store()
-    for n in range(5):  # a name taken already (the same run id twice): another name, never over
-        try:
-            store.write(url if n == 0 else url[:-5] + f"-{n}.json", data, if_generation_match=0)
-            return url if n == 0 else url[:-5] + f"-{n}.json"
-        except Conflict:
-            continue
-    raise FileExistsError(url)
+def _log(root: str) -> _FileLog | _ObjectLog:
+    """The history at `root`: a file on this machine's disk, or objects in a store."""
+    return _ObjectLog(root) if fs.local_path(root) is None else _FileLog(root)
 
 
 def read(root: str) -> list[dict[str, Any]]:
@@ -132,19 +171,7 @@ def read(root: str) -> list[dict[str, Any]]:
 
 def read_counted(root: str) -> tuple[list[dict[str, Any]], int]:
     """(every entry oldest first, as `read`; how many damaged lines or objects were skipped)."""
-    raw: list[bytes] = []
-    if fs.is_remote(root):
-
-        store = Store()
-        objects = [o.url for o in store.list(_runs_prefix(root)) if o.url.endswith(".json")]
-        if objects:
-            with ThreadPoolExecutor(min(READ_THREADS, len(objects))) as pool:
-                found = list(pool.map(store.read, objects))
-            raw = [f[0] for f in found if f is not None]
-    else:
-        path = os.path.join(root, RUNS_FILE)
-        if os.path.exists(path):
-            raw = fs.read_bytes(path).splitlines()
+    raw = _log(root).read_lines()
     entries = []
     damaged = 0
     for line in raw:
@@ -169,7 +196,7 @@ def damaged_note(count: int) -> str:
 
 
 def _where(root: str) -> str:
-    return _runs_prefix(root) if fs.is_remote(root) else os.path.join(root, RUNS_FILE)
+    return _log(root).where
 
 
 def seconds(item: dict[str, Any]) -> float | None:

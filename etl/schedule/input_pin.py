@@ -45,7 +45,7 @@ def pins(paths: Iterable[str]) -> dict[str, Pin]:
             info = store.stat(path)
             found[path] = ("gone",) if info is None else ("gs", info.generation, info.size)
     for path in paths:
-        if path in found or fs.is_remote(path) or not os.path.isabs(path):
+        if path in found or not fs.on_disk(path):
             continue
         try:
             st = os.stat(path)

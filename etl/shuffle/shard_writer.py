@@ -94,7 +94,7 @@ def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
 def run_dir_of(final: str) -> str | None:
     """The local run directory a shard staged at `final` (RUN_DIR/staging/NAME) belongs to,
     where its scratch goes; None for a remote staging place (scratch: the temp directory)."""
-    if fs.is_remote(final):
+    if fs.local_path(final) is None:
         return None
     return os.path.dirname(os.path.dirname(os.path.abspath(final)))
 
@@ -119,7 +119,7 @@ def attempt_file(final: str) -> Iterator[BinaryIO]:
     named for this attempt, renamed over `final` (atomic; a concurrent duplicate renames the
     same bytes); removed if the attempt fails. Object stores: the object itself, which a
     second upload replaces whole."""
-    if fs.is_remote(final):
+    if not fs.renames(final):
         # an upload a signal stopped still completes on close (Beam's writer); the launcher
         # waits for this writer (etl.base.inflight) before its clean-up removes the object
         with fs.open_write(final, bypass_cache=True) as fh:

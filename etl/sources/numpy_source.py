@@ -151,7 +151,7 @@ class NumpyReader(Source):
         out = {}
         for name, f in self.pairs.partners(path).items():
             fh = stack.enter_context(fs.open_read(f))
-            out[name] = (f, *_npy_rows(fh, f, mmap=not fs.is_remote(f)))
+            out[name] = (f, *_npy_rows(fh, f, mmap=fs.local_path(f) is not None))
         return out
 
     def _open_npz(self, path: str, stack: ExitStack) -> dict[str, _Array]:

@@ -38,6 +38,66 @@ def is_remote(path: str | os.PathLike[str]) -> bool:
     return bool(_SCHEME.match(os.fspath(path)))
 
 
+# ---- what a caller asks of a path's storage (instead of testing for a scheme itself) --------
+# Where an *output* lives (a local directory or a gs:// prefix) is asked once, where its path
+# becomes an etl.output.place.OutputPlace; these answer the questions about any other path.
+def local_path(path: str) -> str | None:
+    """`path` when it names this machine's disk (the OS can open, stat, mmap or lock it), None
+    for an object in a store."""
+    return None if is_remote(path) else path
+
+
+def on_disk(path: str) -> bool:
+    """An absolute path on this machine's disk: what os.stat/os.listdir may be asked about. A
+    store's object is not, nor a relative pseudo-path (a python source's `python:...`)."""
+    return not is_remote(path) and os.path.isabs(path)
+
+
+def is_absolute(path: str) -> bool:
+    """A store's URL or an absolute local path: what resolving against a folder leaves alone."""
+    return is_remote(path) or os.path.isabs(path)
+
+
+def renames(path: str) -> bool:
+    """Files at `path` can be renamed atomically (a local file system): written under another
+    name and renamed into place. Object stores have no rename: an object appears whole when
+    its upload completes, and a whole dataset by writing one pointer."""
+    return not is_remote(path)
+
+
+def reachable_elsewhere(path: str) -> bool:
+    """Other machines (a remote runner's workers) can open `path`: an object store's URL, not a
+    file on this machine's disk."""
+    return is_remote(path)
+
+
+def same_storage(a: str, b: str) -> bool:
+    """`a` and `b` are both on this machine's disk or both in an object store."""
+    return is_remote(a) == is_remote(b)
+
+
+def same_path(a: str, b: str) -> bool:
+    """`a` and `b` name one place: local paths after resolving links, URLs by their names."""
+    if is_remote(a) or is_remote(b):
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def not_found(path: str, error: OSError) -> bool:
+    """`error`, raised reading `path`, means it does not exist (an object store says so its own
+    way: asked again)."""
+    return isinstance(error, FileNotFoundError) or (is_remote(path) and not exists(path))
+
+
+def put_new(store: object_store.Store, src: str, dst: str) -> None:
+    """Create the object `dst` from `src`, a local file (uploaded) or another object (copied
+    in the store); Conflict when `dst` exists with other bytes."""
+    if is_remote(src):
+        store.copy_new(src, dst)
+    else:
+        store.upload_new(src, dst)
+
+
 def _split_remote(path: str) -> tuple[str, str]:
     """"gs://bucket/a/b" -> ("gs://", "bucket/a/b")."""
     m = _SCHEME.match(path)

@@ -386,7 +386,7 @@ def _claim(folder: str) -> dict[str, str]:
     """DIR's files we may overwrite (name -> sha256), after refusing a DIR that holds
     anything else: a file, a folder with files no earlier `inspect --images` wrote, or a file
     of ours changed since (someone edited it)."""
-    if not fs.is_remote(folder) and os.path.lexists(folder) and not os.path.isdir(folder):
+    if fs.local_path(folder) is not None and os.path.lexists(folder) and not os.path.isdir(folder):
         raise ImagesDirError(f"refusing --images {folder}: it is a file, not a folder")
     try:
         present = fs.list_dir(folder) if fs.isdir(folder) else []
@@ -433,7 +433,7 @@ def _write_marker(folder: str, known: dict[str, str]) -> None:
 
 
 def _relative_to(folder: str, path: str) -> str:
-    base = folder.rstrip("/") + "/" if fs.is_remote(folder) else os.path.join(folder, "")
+    base = fs.join(folder, "")
     return path[len(base):] if path.startswith(base) else path
 
 

@@ -161,14 +161,14 @@ def output_name(name: str, fmt: str, source: dict[str, Any], job_dir: str) -> st
     out = f"out/{name}_{fmt}_{digest}"
     inputs = flat(source["paths"])
     holding = [p for p in inputs if _overlaps(fs.join(job_dir, out), p)]
-    if holding and not fs.is_remote(job_dir):  # the job lies in an input folder: beside it
+    if holding and fs.local_path(job_dir) is not None:  # the job lies in an input folder: beside it
         top = min(holding, key=len).rstrip("/")
         out = os.path.relpath(fs.join(fs.dirname(top), f"out/{name}_{fmt}_{digest}"), job_dir)
     return out
 
 
 def _overlaps(output: str, path: str) -> bool:
-    if fs.is_remote(output) != fs.is_remote(path):
+    if not fs.same_storage(output, path):
         return False
     a, b = output.rstrip("/") + "/", path.rstrip("/") + "/"
     return a.startswith(b) or b.startswith(a)
@@ -198,7 +198,7 @@ def plan(sources: list[str], fmt: str | None) -> tuple[str, dict[str, Any]]:
     plain = [s for s in sources if "=" not in s or fs.exists(s)]
     found: list[tuple[str | None, str]] = []
     for column, pattern in [(c, p) for c, p in named] + [(None, p) for p in plain]:
-        full = fs.abspath(pattern) if not fs.is_remote(pattern) else pattern
+        full = fs.abspath(pattern)
         if fs.isdir(full):
             found.append((column, full.rstrip("/")))
             continue
@@ -632,7 +632,7 @@ def _not_read(folders: list[str], read: list[str]) -> list[str]:
 def _relative(path: str, base: str) -> str:
     """`path` relative to `base` when it lies below it (a job moved with its data keeps
     working); otherwise absolute."""
-    if fs.is_remote(path) or fs.is_remote(base):
+    if fs.local_path(path) is None or fs.local_path(base) is None:
         return path
     rel = os.path.relpath(path, base)
     return path if rel.startswith("..") else rel

@@ -163,9 +163,9 @@ def write(report: dict[str, Any], samples: dict[tuple[str, str], list[np.ndarray
         if fs.exists(path) and not report_is_ours(path):
             raise ConfigError(f"refusing to overwrite {path}: it is not a report written by "
                               f"{PRODUCER}; move it away or pass --out DIR")
-        if not fs.is_remote(path) and fs.isdir(path):
+        if fs.local_path(path) is not None and fs.isdir(path):
             raise ConfigError(f"refusing to write {path}: it is a directory")
-    if beside_data and fs.is_remote(target):
+    if beside_data and fs.local_path(target) is None:  # a store: its run marker lists them
         _claim(output, target)
     body = json.dumps(report, indent=1, default=_json_default, allow_nan=False).encode()
     page = render(report, samples).encode()
