@@ -31,7 +31,7 @@ from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
 from etl.job.read_plan import WHOLE_FILE, ReadTask
 from etl.shuffle import engine
-from etl.shuffle.planning import ShuffleStats, make_plan
+from etl.shuffle.planning import ShuffleKeys, make_plan
 from etl.sources import make_reader
 from transforms.coders import ChunkCoder, SortedRunCoder
 from transforms.convert import encode_block, flat_settings
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     csv = ensure_csv(args.workdir, args.rows)
     runs = runs_of(csv, args.seed)
-    stats = ShuffleStats(True)
+    stats = ShuffleKeys(True)
     for run in runs:
         stats.add(run.stats(True))
     plan = make_plan(stats.compact(), ("train",), args.shards, None, 1 << 40)

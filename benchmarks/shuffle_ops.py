@@ -11,7 +11,7 @@ off (`spill_in_memory: 0`): on any runner but the local one every spill is a fil
 `delete_tree` counts one listing plus one delete per file below the path, as an object store
 needs. The run's own files (lock, markers, log) are counted too: they are the same in both.
 
-Planning memory: the planning CombineFn (transforms.convert.MergeStatsFn) is called directly
+Planning memory: the planning CombineFn (transforms.convert.MergeKeysFn) is called directly
 for N simulated blocks (create_accumulator / add_input / merge_accumulators / extract_output,
 1,000 blocks per bundle as a runner would lift it), with tracemalloc's peak.
 """
@@ -161,13 +161,13 @@ def count_ops(workdir: str, blocks: int, rows_per_block: int, via: str) -> dict[
 
 def planning_memory(num_blocks: int, per_bundle: int = 1000) -> list[dict[str, Any]]:
     """Peak traced memory of merging `num_blocks` simulated block statistics."""
-    from etl.shuffle.planning import BlockStats, make_plan  # noqa: PLC0415
-    from transforms.convert import MergeStatsFn  # noqa: PLC0415
+    from etl.shuffle.planning import RunKeys, make_plan  # noqa: PLC0415
+    from transforms.convert import MergeKeysFn  # noqa: PLC0415
 
     rng = np.random.default_rng(0)
     out = []
     for shuffled in (True, False):
-        fn = MergeStatsFn(shuffled)
+        fn = MergeKeysFn(shuffled)
         # shuffled: 1,000 distinct blocks of 64k records, cycled (the histogram's size does
         # not depend on the content); input order: every block its own interval
         pool = []
@@ -175,7 +175,7 @@ def planning_memory(num_blocks: int, per_bundle: int = 1000) -> list[dict[str, A
             keys = np.sort(rng.integers(0, 2**63, 65_536, dtype=np.uint64) * np.uint64(2))
             top = (keys >> np.uint64(48)).astype(np.uint16)
             buckets, counts = np.unique(top, return_counts=True)
-            pool.append(BlockStats("train", 65_536, 65_536 * 200, int(keys[0]),
+            pool.append(RunKeys("train", 65_536, 65_536 * 200, int(keys[0]),
                                    int(keys[-1]) + 1, buckets, counts.astype(np.int64)))
         tracemalloc.start()
         started = time.time()
@@ -184,7 +184,7 @@ def planning_memory(num_blocks: int, per_bundle: int = 1000) -> list[dict[str, A
             acc = fn.create_accumulator()
             for b in range(bundle, min(num_blocks, bundle + per_bundle)):
                 stats = (pool[b % len(pool)] if shuffled else
-                         BlockStats("train", 65_536, 65_536 * 200, b << 16, (b + 1) << 16))
+                         RunKeys("train", 65_536, 65_536 * 200, b << 16, (b + 1) << 16))
                 acc = fn.add_input(acc, stats)
             merged = fn.merge_accumulators([merged, fn.compact(acc)])
         final = fn.extract_output(merged)

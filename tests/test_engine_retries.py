@@ -15,7 +15,7 @@ from etl.base.errors import EtlError
 from etl.formats.shards import ShardFormat
 from etl.output.finalize import unique_results
 from etl.shuffle import engine, shard_writer
-from etl.shuffle.planning import ShuffleStats, make_plan
+from etl.shuffle.planning import ShuffleKeys, make_plan
 from etl.shuffle.runs import sorted_run
 from tests.test_pipeline import convert, manifest, shard_hashes, write_csv
 
@@ -29,7 +29,7 @@ def _grouped(n_blocks: int = 6, per_block: int = 3000, shards: int = 3, pad: int
         ids = pos.astype(np.uint64)
         keys = np.random.default_rng(b).integers(0, 1 << 63, per_block, dtype=np.uint64)
         runs.append(sorted_run("train", keys, ids, [b"%08d" % p + b"x" * pad for p in pos]))
-    stats = ShuffleStats(True)
+    stats = ShuffleKeys(True)
     for run in runs:
         stats.add(run.stats(True))
     plans = make_plan(stats, ("train",), shards, None, 1 << 40).shards["train"]

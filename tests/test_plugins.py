@@ -170,7 +170,7 @@ def test_a_toy_format_and_a_toy_strategy_convert_a_job(tmp_path, toy_format,
         def emit(self, run, spill_dir, shuffled, held, writers):  # noqa: ANN001, ANN201
             return pickle.dumps((run.stats(shuffled), run))
 
-        def block_stats(self, item, shuffled):  # noqa: ANN001, ANN201
+        def run_keys(self, item, shuffled):  # noqa: ANN001, ANN201
             return pickle.loads(item)[0]
 
         def shard_results(self, runs, plan, write):  # noqa: ANN001, ANN201

@@ -14,7 +14,7 @@ from etl.shuffle.files import HELD_PREFIX, HeldSpills, read_index, spills_for, w
 from etl.shuffle.planning import (
     MAX_INTERVALS,
     ShardPlan,
-    ShuffleStats,
+    ShuffleKeys,
     make_plan,
     num_shards_for,
 )
@@ -80,7 +80,7 @@ def _spills(tmp_path, n_blocks=5, per_block=1000, shuffled=True, held=None):
 
 
 def _plan(refs_or_runs, num_shards, shuffled):
-    stats = ShuffleStats(shuffled)
+    stats = ShuffleKeys(shuffled)
     for r in refs_or_runs:
         stats.add(r.stats if isinstance(r, files.SpillRef) else r.stats(shuffled))
     return make_plan(stats, ("train",), num_shards, None, 1 << 40).shards["train"]
@@ -197,7 +197,7 @@ def test_shard_count_from_size_and_budget() -> None:
     assert num_shards_for(1000, None, 300, 10_000) == (4, "")
     n, note = num_shards_for(10_000, 2, None, 1_000)
     assert n == 10 and "max_shard_bytes" in note
-    stats = ShuffleStats(True)
+    stats = ShuffleKeys(True)
     for run in _runs()[0]:
         stats.add(run.stats(True))
     plan = make_plan(stats, ("train", "test"), 2, None, 10_000)
@@ -211,11 +211,11 @@ def test_shard_count_from_size_and_budget() -> None:
 def test_input_order_intervals_are_capped_and_plans_stay_exact(tmp_path) -> None:
     """Over the cap, adjacent intervals are coalesced: memory stays bounded, shards exact."""
     refs, expected = _spills(tmp_path, n_blocks=40, per_block=50, shuffled=False)
-    capped = ShuffleStats(False, max_intervals=8)
+    capped = ShuffleKeys(False, max_intervals=8)
     for i, ref in enumerate(refs[::-1]):  # any arrival order
         capped.add(ref.stats)
         if i % 7 == 0:  # and merged in any grouping
-            other = ShuffleStats(False, max_intervals=8)
+            other = ShuffleKeys(False, max_intervals=8)
             capped = other.merge(capped)
     capped.compact()
     split = capped.splits["train"]
@@ -228,7 +228,7 @@ def test_input_order_intervals_are_capped_and_plans_stay_exact(tmp_path) -> None
 
 
 def test_shuffled_histogram_is_fixed_size_whatever_the_number_of_blocks() -> None:
-    stats = ShuffleStats(True)
+    stats = ShuffleKeys(True)
     runs, _ = _runs(n_blocks=20, per_block=100)
     for run in runs:
         stats.add(run.stats(True))

@@ -47,7 +47,7 @@ from etl.output.finalize import finalize_run
 from etl.read.decode import RecordDecoder, check_decodable
 from etl.run.progress import Tally, TaskBytes
 from etl.shuffle import LOCAL_DEFAULT, files, keys
-from etl.shuffle.planning import BlockStats, Plan, ShuffleStats, make_plan
+from etl.shuffle.planning import RunKeys, ShardingPlan, ShuffleKeys, make_plan
 from etl.shuffle.runs import SortedRun, sorted_run
 from etl.shuffle.shard_writer import ShardResult
 from etl.sources import make_reader
@@ -359,38 +359,38 @@ class MergeSplitStatsFn(beam.CombineFn):
         return acc
 
 
-class MergeStatsFn(beam.CombineFn):
-    """Block statistics -> ShuffleStats, merged as they arrive (bounded memory: a fixed
+class MergeKeysFn(beam.CombineFn):
+    """Block statistics -> ShuffleKeys, merged as they arrive (bounded memory: a fixed
     histogram per split, or at most MAX_INTERVALS intervals per split in input order)."""
 
     def __init__(self, shuffled: bool, max_intervals: int | None = None):
         self.shuffled = shuffled
         self.max_intervals = max_intervals
 
-    def create_accumulator(self) -> ShuffleStats:
+    def create_accumulator(self) -> ShuffleKeys:
         if self.max_intervals is None:
-            return ShuffleStats(self.shuffled)
-        return ShuffleStats(self.shuffled, self.max_intervals)
+            return ShuffleKeys(self.shuffled)
+        return ShuffleKeys(self.shuffled, self.max_intervals)
 
-    def add_input(self, acc: ShuffleStats, stats: BlockStats) -> ShuffleStats:  # type: ignore[override]
+    def add_input(self, acc: ShuffleKeys, stats: RunKeys) -> ShuffleKeys:  # type: ignore[override]
         return acc.add(stats)
 
-    def merge_accumulators(self, accs: Any) -> ShuffleStats:  # type: ignore[override]
+    def merge_accumulators(self, accs: Any) -> ShuffleKeys:  # type: ignore[override]
         accs = iter(accs)
         first = next(accs)
         for other in accs:
             first.merge(other)
         return first
 
-    def compact(self, acc: ShuffleStats) -> ShuffleStats:  # type: ignore[override]
+    def compact(self, acc: ShuffleKeys) -> ShuffleKeys:  # type: ignore[override]
         return acc.compact()
 
-    def extract_output(self, acc: ShuffleStats) -> ShuffleStats:  # type: ignore[override]
+    def extract_output(self, acc: ShuffleKeys) -> ShuffleKeys:  # type: ignore[override]
         return acc.compact()
 
 
 @wire_errors
-def plan_shards(stats: ShuffleStats, settings: ConvertSettings, tally: Shared | None = None) -> Plan:
+def plan_shards(stats: ShuffleKeys, settings: ConvertSettings, tally: Shared | None = None) -> ShardingPlan:
     """Every split's shard count and every shard's key and rank range (with notes, such as a
     raised shard count, that the finalize step puts in the manifest)."""
     live = _tally(tally)
@@ -422,7 +422,7 @@ class _WriteShardFn(beam.DoFn):
         self.steps = self.spec.steps
 
     @wire_errors
-    def process(self, element: Any, plan: Plan | None = None):  # type: ignore[override]
+    def process(self, element: Any, plan: ShardingPlan | None = None):  # type: ignore[override]
         settings = self.spec
         if self.tally is not None:
             self.tally.stage("writing shards")
@@ -439,7 +439,7 @@ class _WriteShardFn(beam.DoFn):
 
 
 @wire_errors
-def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
+def _finalize(plan: ShardingPlan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
               stats: dict[str, SplitStats | None], settings: ConvertSettings,
               tally: Shared | None = None, writers: Shared | None = None) -> dict[str, Any]:
     """Every shard result, read report and the plan's notes -> the manifest (etl.output.finalize)."""
@@ -447,7 +447,7 @@ def _finalize(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str
         return _finalize_run(plan, shards, reports, stats, settings, tally)
 
 
-def _finalize_run(plan: Plan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
+def _finalize_run(plan: ShardingPlan, shards: list[ShardResult], reports: list[list[dict[str, Any]]],
                   stats: dict[str, SplitStats | None], settings: ConvertSettings,
                   tally: Shared | None) -> dict[str, Any]:
     import yaml  # noqa: PLC0415
@@ -515,9 +515,9 @@ class ConvertToShards(beam.PTransform):
         # a single-key CombinePerKey: fewer pipeline nodes than CombineGlobally (whose
         # default-value branch is not needed, see the empty run per input file)
         plan = (blocks
-                | "BlockStats" >> beam.Map(lambda b, shuffled, steps: (None, steps.block_stats(
+                | "BlockStats" >> beam.Map(lambda b, shuffled, steps: (None, steps.run_keys(
                     b, shuffled)), settings.shuffled, steps)
-                | "MergeStats" >> beam.CombinePerKey(MergeStatsFn(settings.shuffled))
+                | "MergeStats" >> beam.CombinePerKey(MergeKeysFn(settings.shuffled))
                 | "PlanShards" >> beam.MapTuple(lambda _, stats: plan_shards(stats, settings, tally)))
         # the strategy's steps bring every shard its runs and write it (top-level labels)
         results = steps.shard_results(blocks, plan, _WriteShardFn(settings, self.held, self.tally,
@@ -529,4 +529,4 @@ class ConvertToShards(beam.PTransform):
                                              self.writers)
 
 
-__all__ = ["ConvertSettings", "ConvertToShards", "flat_settings", "MergeStatsFn", "ReadTask", "ShardResult"]
+__all__ = ["ConvertSettings", "ConvertToShards", "flat_settings", "MergeKeysFn", "ReadTask", "ShardResult"]

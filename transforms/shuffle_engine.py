@@ -15,7 +15,7 @@ from etl.base.worker_errors import wire_errors
 from etl.formats.shards import ShardFormat
 from etl.shuffle import engine
 from etl.shuffle.files import HeldSpills
-from etl.shuffle.planning import Plan
+from etl.shuffle.planning import ShardingPlan
 from etl.shuffle.runs import SortedRun
 from etl.shuffle.shard_writer import ShardResult
 from transforms.shuffle_steps import ShuffleSteps, all_shards
@@ -38,7 +38,7 @@ class EngineSteps(ShuffleSteps):
                   | "GroupByShard" >> beam.GroupByKey())
         return shards | "WriteShards" >> beam.ParDo(write, beam.pvalue.AsSingleton(plan))
 
-    def write_shard(self, element: Any, plan: Plan | None, staging_dir: str, fmt: ShardFormat,
+    def write_shard(self, element: Any, plan: ShardingPlan | None, staging_dir: str, fmt: ShardFormat,
                     held: HeldSpills | None) -> ShardResult:
         """The group's chunks, read once as they stream out of the group."""
         assert plan is not None
@@ -53,7 +53,7 @@ class _PartitionFn(beam.DoFn):
         self.chunks = Metrics.counter("etl", "shuffle_chunks")
 
     @wire_errors
-    def process(self, run: SortedRun, plan: Plan):  # type: ignore[override]
+    def process(self, run: SortedRun, plan: ShardingPlan):  # type: ignore[override]
         out = engine.partition(run, plan.shards.get(run.split, []))
         self.chunks.inc(len(out))
         yield from out

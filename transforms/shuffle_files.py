@@ -15,7 +15,7 @@ import apache_beam as beam
 from etl.base.inflight import InFlight
 from etl.formats.shards import ShardFormat
 from etl.shuffle import files
-from etl.shuffle.planning import BlockStats, Plan, ShardPlan
+from etl.shuffle.planning import RunKeys, ShardingPlan, ShardPlan
 from etl.shuffle.runs import SortedRun
 from etl.shuffle.shard_writer import ShardResult
 from etl.storage import fs
@@ -35,7 +35,7 @@ class FilesSteps(ShuffleSteps):
             return files.write_spill(fs.join(spill_dir, run.split, f"{uuid.uuid4().hex}.spill"),
                                      run, shuffled, held)
 
-    def block_stats(self, item: files.SpillRef, shuffled: bool) -> BlockStats:
+    def run_keys(self, item: files.SpillRef, shuffled: bool) -> RunKeys:
         return item.stats
 
     def shard_results(self, runs: beam.PCollection, plan: beam.PCollection,
@@ -47,13 +47,13 @@ class FilesSteps(ShuffleSteps):
                   | "DistributeShards" >> beam.Reshuffle())
         return shards | "WriteShards" >> beam.ParDo(write)
 
-    def write_shard(self, element: Any, plan: Plan | None, staging_dir: str, fmt: ShardFormat,
+    def write_shard(self, element: Any, plan: ShardingPlan | None, staging_dir: str, fmt: ShardFormat,
                     held: files.HeldSpills | None) -> ShardResult:
         shard, spills = element
         return files.write_files_shard(shard, spills, staging_dir, fmt, held)
 
 
-def _files_tasks(plan: Plan, refs: list[files.SpillRef]) -> list[tuple[ShardPlan, tuple[str, ...]]]:
+def _files_tasks(plan: ShardingPlan, refs: list[files.SpillRef]) -> list[tuple[ShardPlan, tuple[str, ...]]]:
     """(shard plan, the spills it reads) for every shard, from the plan and every SpillRef."""
     return [(p, files.spills_for(p, refs)) for p in all_shards(plan)]
 

@@ -19,7 +19,7 @@ import apache_beam as beam
 from etl.base.inflight import InFlight
 from etl.formats.shards import ShardFormat
 from etl.shuffle.files import HeldSpills
-from etl.shuffle.planning import BlockStats, Plan, ShardPlan
+from etl.shuffle.planning import RunKeys, ShardingPlan, ShardPlan
 from etl.shuffle.runs import SortedRun
 from etl.shuffle.shard_writer import ShardResult
 
@@ -35,7 +35,7 @@ class ShuffleSteps:
         """Stage 1's output for one sorted run."""
         return run
 
-    def block_stats(self, item: Any, shuffled: bool) -> BlockStats:
+    def run_keys(self, item: Any, shuffled: bool) -> RunKeys:
         """The planner's statistics of one item stage 1 emitted."""
         return item.stats(shuffled)
 
@@ -45,12 +45,12 @@ class ShuffleSteps:
         plan as an optional side input) from stage 1's `runs` and the `plan` singleton."""
         raise NotImplementedError
 
-    def write_shard(self, element: Any, plan: Plan | None, staging_dir: str, fmt: ShardFormat,
+    def write_shard(self, element: Any, plan: ShardingPlan | None, staging_dir: str, fmt: ShardFormat,
                     held: HeldSpills | None) -> ShardResult:
         """One shard, from the element `shard_results` hands its writer."""
         raise NotImplementedError
 
 
-def all_shards(plan: Plan) -> list[ShardPlan]:
+def all_shards(plan: ShardingPlan) -> list[ShardPlan]:
     """Every shard plan of every split."""
     return [p for split in plan.shards.values() for p in split]

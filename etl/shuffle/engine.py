@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from etl.formats.shards import ShardFormat
 from etl.shuffle import chunk_codec
-from etl.shuffle.planning import BlockStats, ShardPlan, block_stats
+from etl.shuffle.planning import RunKeys, ShardPlan, run_keys
 from etl.shuffle.runs import FileSlice, RunSlice, SortedRun, key_range, write_section
 from etl.shuffle.shard_writer import ShardResult, run_dir_of, write_shard
 from etl.storage import fs, scratch
@@ -74,8 +74,8 @@ class PackedRun:
     def keys(self) -> np.ndarray:
         return self.packed.keys
 
-    def stats(self, shuffled: bool) -> BlockStats:
-        return block_stats(self.split, self.keys, int(self.packed.offsets[-1]), shuffled)
+    def stats(self, shuffled: bool) -> RunKeys:
+        return run_keys(self.split, self.keys, int(self.packed.offsets[-1]), shuffled)
 
     def key_range(self, key_lo: int, key_hi: int) -> tuple[int, int]:
         return key_range(self.keys, key_lo, key_hi)

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from etl.formats.shards import ShardFormat
-from etl.shuffle.planning import BlockStats, ShardPlan
+from etl.shuffle.planning import RunKeys, ShardPlan
 from etl.shuffle.runs import MemorySlice, RunSlice, SortedRun, read_slice, write_section
 from etl.shuffle.shard_writer import ShardResult, write_shard
 from etl.storage import fs
@@ -40,7 +40,7 @@ class SpillRef:
     """One spill (or held run): where it is and its statistics for the planner."""
 
     path: str
-    stats: BlockStats
+    stats: RunKeys
 
 
 class HeldSpills:

@@ -1,4 +1,5 @@
-"""Shard planning from merged block statistics, in memory independent of the number of blocks.
+"""Shard planning from the merged key counts of every sorted run, in memory independent of the
+number of blocks. (Key counts, not statistics: those are the dataset's, etl.stats.)
 
 Shards are exact rank ranges of the (key, id) order: shard i of a split holding N records gets
 ranks [i*N//n, (i+1)*N//n), so shard sizes differ by at most one record (a fixed key-range cut
@@ -6,7 +7,7 @@ is only balanced to ~sqrt(N/n), about ±3% at 100k records in 16 shards). To loc
 range without holding keys, the planner uses record counts per key interval; a shard takes
 every record of the covering key range and trims to its exact ranks after sorting.
 
-Each sorted run (one block's records of one split) contributes a `BlockStats`; `ShuffleStats`
+Each sorted run (one block's records of one split) contributes a `RunKeys`; `ShuffleKeys`
 merges them as they arrive (the engine's CombineFn calls `add`/`merge`), in bounded memory:
 - shuffled keys: a fixed histogram of 2**16 key ranges per split (uint64 counts, 512 KiB);
 - input order (keys = record ids): disjoint (lo, hi, count) intervals per split, at most
@@ -41,7 +42,7 @@ class ShardPlan:
 
 
 @dataclass(frozen=True)
-class BlockStats:
+class RunKeys:
     """What planning needs to know of one sorted run: a few hundred bytes (input order) or
     one (bucket, count) pair per occupied key range (shuffled)."""
 
@@ -54,10 +55,10 @@ class BlockStats:
     bucket_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def block_stats(split: str, sorted_keys: np.ndarray, num_bytes: int, shuffled: bool) -> BlockStats:
+def run_keys(split: str, sorted_keys: np.ndarray, num_bytes: int, shuffled: bool) -> RunKeys:
     """Statistics of one run whose keys are sorted."""
     if not len(sorted_keys):
-        return BlockStats(split, 0, 0, 0, 0)
+        return RunKeys(split, 0, 0, 0, 0)
     buckets, counts = _NO_BUCKETS, np.zeros(0, np.int64)
     if shuffled:
         top = (sorted_keys >> np.uint64(64 - HIST_BITS)).astype(np.uint16)
@@ -65,12 +66,12 @@ def block_stats(split: str, sorted_keys: np.ndarray, num_bytes: int, shuffled: b
         starts = np.concatenate([[0], cuts])
         buckets = top[starts]
         counts = np.diff(np.concatenate([starts, [len(top)]])).astype(np.int64)
-    return BlockStats(split, len(sorted_keys), num_bytes, int(sorted_keys[0]),
+    return RunKeys(split, len(sorted_keys), num_bytes, int(sorted_keys[0]),
                       int(sorted_keys[-1]) + 1, buckets, counts)
 
 
-class SplitStats:
-    """The merged statistics of one split."""
+class SplitKeys:
+    """The merged key counts of one split."""
 
     def __init__(self, shuffled: bool, max_intervals: int = MAX_INTERVALS):
         self.shuffled = shuffled
@@ -84,7 +85,7 @@ class SplitStats:
         self.cnt = np.zeros(0, np.int64)
         self._pending: list[tuple[int, int, int]] = []
 
-    def add(self, s: BlockStats) -> None:
+    def add(self, s: RunKeys) -> None:
         if not s.count:
             return
         self.count += s.count
@@ -96,7 +97,7 @@ class SplitStats:
             if len(self._pending) >= self.max_intervals:
                 self.compact()
 
-    def merge(self, other: SplitStats) -> None:
+    def merge(self, other: SplitKeys) -> None:
         self.count += other.count
         self.num_bytes += other.num_bytes
         if self.hist is not None and other.hist is not None:
@@ -147,29 +148,29 @@ class SplitStats:
         return own + (self.hist.nbytes if self.hist is not None else 0)
 
 
-class ShuffleStats:
-    """Merged statistics of every split: the accumulator of the planning combiner."""
+class ShuffleKeys:
+    """Merged key counts of every split: the accumulator of the planning combiner."""
 
     def __init__(self, shuffled: bool, max_intervals: int = MAX_INTERVALS):
         self.shuffled = shuffled
         self.max_intervals = max_intervals
-        self.splits: dict[str, SplitStats] = {}
+        self.splits: dict[str, SplitKeys] = {}
 
-    def _split(self, name: str) -> SplitStats:
+    def _split(self, name: str) -> SplitKeys:
         if name not in self.splits:
-            self.splits[name] = SplitStats(self.shuffled, self.max_intervals)
+            self.splits[name] = SplitKeys(self.shuffled, self.max_intervals)
         return self.splits[name]
 
-    def add(self, s: BlockStats) -> ShuffleStats:
+    def add(self, s: RunKeys) -> ShuffleKeys:
         self._split(s.split).add(s)
         return self
 
-    def merge(self, other: ShuffleStats) -> ShuffleStats:
+    def merge(self, other: ShuffleKeys) -> ShuffleKeys:
         for name, theirs in other.splits.items():
             self._split(name).merge(theirs)
         return self
 
-    def compact(self) -> ShuffleStats:
+    def compact(self) -> ShuffleKeys:
         for mine in self.splits.values():
             mine.compact()
         return self
@@ -192,7 +193,7 @@ def num_shards_for(total_bytes: int, shards: int | None, shard_size: int | None,
     return n, note
 
 
-def plan_split(split: str, stats: SplitStats | None, num_shards: int) -> list[ShardPlan]:
+def plan_split(split: str, stats: SplitKeys | None, num_shards: int) -> list[ShardPlan]:
     """Every shard of one split: its covering key range and the ranks to keep of it."""
     if stats is None or not stats.count:
         return [ShardPlan(split, i, num_shards, 0, 0, 0, 0) for i in range(num_shards)]
@@ -214,15 +215,15 @@ def plan_split(split: str, stats: SplitStats | None, num_shards: int) -> list[Sh
 
 
 @dataclass(frozen=True)
-class Plan:
+class ShardingPlan:
     """Every split's shards, and notes for the user (a raised shard count)."""
 
     shards: dict[str, list[ShardPlan]]
     notes: list[str]
 
 
-def make_plan(stats: ShuffleStats, splits: tuple[str, ...], shards: int | None,
-              shard_size: int | None, max_shard_bytes: int) -> Plan:
+def make_plan(stats: ShuffleKeys, splits: tuple[str, ...], shards: int | None,
+              shard_size: int | None, max_shard_bytes: int) -> ShardingPlan:
     out: dict[str, list[ShardPlan]] = {}
     notes: list[str] = []
     for split in splits:
@@ -232,4 +233,4 @@ def make_plan(stats: ShuffleStats, splits: tuple[str, ...], shards: int | None,
         if note:
             notes.append(f"split {split}: {note}")
         out[split] = plan_split(split, mine, n)
-    return Plan(out, notes)
+    return ShardingPlan(out, notes)

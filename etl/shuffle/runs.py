@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from etl.formats.proto_wire import binary_column, data_of, offsets_of
 from etl.formats.tfrecord import frame_records
-from etl.shuffle.planning import BlockStats, block_stats
+from etl.shuffle.planning import RunKeys, run_keys
 from etl.storage import fs
 
 
@@ -46,8 +46,8 @@ class SortedRun:
     def nbytes(self) -> int:
         return self.keys.nbytes + self.ids.nbytes + self.offsets.nbytes + len(self.payload)
 
-    def stats(self, shuffled: bool) -> BlockStats:
-        return block_stats(self.split, self.keys, int(self.offsets[-1]), shuffled)
+    def stats(self, shuffled: bool) -> RunKeys:
+        return run_keys(self.split, self.keys, int(self.offsets[-1]), shuffled)
 
     def key_range(self, key_lo: int, key_hi: int) -> tuple[int, int]:
         return key_range(self.keys, key_lo, key_hi)
