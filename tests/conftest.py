@@ -23,11 +23,14 @@ _SERVER_FIXTURES = frozenset({"gcs_emulator", "gcs_bucket", "postgres"})
 
 # `make test` runs pytest-xdist workers with `--dist loadgroup`: a test without an xdist_group
 # goes to whichever worker is free. These tests time themselves (a wall-clock bound, a CPU-time
-# ratio, a signal sent after a measured delay): one group, so they run one after another, never
-# two at once. The other worker still runs beside them, as other programs do on a shared machine.
+# ratio, a signal sent after a measured delay, a run that must end before its first progress
+# line): one group, so they run one after another, never two at once. The other worker still
+# runs beside them, as other programs do on a shared machine.
 TIMED_GROUP = "timed"
 TIMED = (
     "tests/test_growth.py::",
+    "tests/test_backfill.py::test_three_day_backfill_oldest_first_then_skipped_then_reverse",
+    "tests/test_cli_errors.py::test_error_inside_a_worker_is_one_line_with_its_exit_code",
     "tests/test_signals.py::test_ctrl_c_timed_anywhere_near_the_end_leaves_the_old_or_the_new_output",
     "tests/test_signals.py::test_a_thread_that_never_ends_does_not_hold_the_process_at_exit",
     "tests/test_idempotence.py::test_rerun_skipped_fast_force_rebuilds_same_shards",
