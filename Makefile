@@ -42,8 +42,13 @@ $(TORCH_STAMP): $(STAMP)
 run: $(STAMP)
 	$(PY) run_pipeline.py $(ARGS)
 
+# The suite runs in TEST_WORKERS pytest-xdist processes (2 on the 2-core CI machine): a test goes
+# to whichever is free, except the groups tests/conftest.py forms (a file whose tests share a
+# module-scoped fixture; the tests that time themselves, one at a time); larger groups start first.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(AIRFLOW_STAMP) $(TORCH_STAMP)
-	ETL_AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV))/bin/python $(PY) -m pytest -q $(ARGS)
+	ETL_AIRFLOW_PYTHON=$(abspath $(AIRFLOW_VENV))/bin/python $(PY) -m pytest -q -n $(TEST_WORKERS) \
+	  --dist loadgroup $(ARGS)
 	$(if $(ARGS),,$(TORCH_VENV)/bin/python -m pytest -q $(TORCH_TESTS))
 
 # The quick tier: no test marked `slow` (those start our CLI, a server or another venv, or run a

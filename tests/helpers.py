@@ -1,7 +1,9 @@
-"""Helpers shared by several test modules: the CLI as users run it, and block columns."""
+"""Helpers shared by several test modules: the CLI as users run it, block columns, and what a
+run left behind (digests and listings of an output, a flipped byte, leftovers, error lines)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -121,3 +123,54 @@ def records_by_id(out: Any, splits: tuple[str, ...] = ("train", "test")) -> dict
             r = {k: as_python(v) for k, v in records[i].items()}
             found[r["id"]] = r
     return found
+
+
+# ---- what a run left: digests and listings of an output, damage, leftovers, error lines
+def digest(folder: str) -> dict[str, str]:
+    """sha256 of every file below a local output."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for n in names:
+            p = os.path.join(root, n)
+            out[os.path.relpath(p, folder)] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+    return out
+
+
+def shas(out: Path) -> dict[str, str]:
+    """sha256 of each TFRecord shard directly in `out`, by file name."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.tfrecord")}
+
+
+def listing(root: str) -> dict[str, str]:
+    """Every entry below `root` (hidden ones too): file -> sha256, directory -> 'dir'."""
+    out = {}
+    for base, dirs, files in os.walk(root):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(base, d), root) + "/"] = "dir"
+        for f in files:
+            path = os.path.join(base, f)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def flip_byte(path: Path, offset: int = 40, keep_mtime: bool = False) -> None:
+    """Flip one bit in place (same inode); `keep_mtime`: then put the modification time back,
+    as `touch -d` or a tool that preserves times would (only a full read sees that)."""
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def leftovers(out: str) -> list[str]:
+    """What the local work dir holds besides logs (a lock, run directories)."""
+    work = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".etl")
+    return sorted(n for n in os.listdir(work) if n != "logs") if os.path.isdir(work) else []
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The non-blank lines of a run's stderr."""
+    return [line for line in stderr.splitlines() if line.strip()]

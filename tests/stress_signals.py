@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from etl.output.manifest import verify
-from tests.helpers import ROOT, RUN
-from tests.test_signals import NEW, OLD, leftovers, write_job, write_rows
+from tests.helpers import ROOT, RUN, leftovers
+from tests.jobs import NEW, OLD, write_job, write_rows
 
 HANG_SECONDS = 120
 

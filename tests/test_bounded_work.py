@@ -17,7 +17,7 @@ from etl.contract.schema import load_schema
 from etl.job.config import load_job
 from etl.job.estimate import estimate, object_operations
 from etl.job.read_plan import plan_units
-from tests.test_pipeline import write_yaml
+from tests.pipelines import write_yaml
 
 ID_SCHEMA = "name: t\nkind: example\nfeatures:\n  id: {dtype: int64, shape: []}\n"
 

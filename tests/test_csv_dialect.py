@@ -19,6 +19,7 @@ from etl.sources import make_reader
 from etl.sources.base import Block
 from etl.sources.csv_source import CsvReader
 from tests.helpers import column
+from tests.splits import check_splits
 
 WHERE = "jobs/t.yaml: sources.train"
 
@@ -350,8 +351,6 @@ def test_cp1252_header_false_null_markers_split_like_the_whole_file(
         tmp_path: Path, fast: bool, request: Any) -> None:
     """The careful path with bad rows among the good; the fast path (never handing over) on
     the same file without them."""
-    from tests.test_split_reads import check_splits  # noqa: PLC0415 - its 1-vs-N comparison
-
     if fast:
         request.getfixturevalue("careful_only")
     rows = []

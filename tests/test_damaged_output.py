@@ -31,8 +31,8 @@ from etl.output.manifest import NOT_SEALED, dataset_dir, verify
 from etl.schedule import history
 from etl.stats.dataset import STATS_MAX_BYTES, load_stats
 from tests.gcs_emulator import GcsEmulator
-from tests.helpers import ROOT, RUN, cli
-from tests.test_heal import SHARD, flip_byte, job_file, shas
+from tests.helpers import ROOT, RUN, cli, flip_byte, shas
+from tests.jobs import SHARD, ids_job
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
@@ -54,7 +54,7 @@ def test_a_changed_byte_is_noticed_by_the_next_run(tmp_path: Path) -> None:
     manifest: each is seen by `verify --quick` and by the next unforced run, which rebuilds
     the same data and says which file; then the run is a skip again."""
     out = tmp_path / "out"
-    job = job_file(tmp_path / "job", str(out))
+    job = ids_job(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
     good = shas(out)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -102,7 +102,7 @@ def test_an_output_published_without_the_record_is_checked_by_sizes(tmp_path: Pa
     """A manifest of an older version (no `sealed`): the skip rule compares sizes as before
     and says so; a shard of another size is still rebuilt."""
     out = tmp_path / "out"
-    job = job_file(tmp_path / "job", str(out))
+    job = ids_job(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
     doc = json.loads((out / "manifest.json").read_text())
     del doc["sealed"]
@@ -126,7 +126,7 @@ def test_a_changed_object_is_noticed_on_gcs(tmp_path: Path, gcs_emulator: GcsEmu
     rewritten with other bytes of the same size is seen from one listing and rebuilt."""
     out = f"{gcs_bucket}/data/out"
     env = gcs_emulator.env()
-    job = job_file(tmp_path / "job", out)
+    job = ids_job(tmp_path / "job", out)
     run = [sys.executable, RUN, "run", job, "--progress", "none"]
     assert subprocess.run(run, cwd=ROOT, env=env, capture_output=True,
                           timeout=120).returncode == 0
@@ -174,7 +174,7 @@ MANIFEST_DAMAGE = [
 def test_a_damaged_or_missing_manifest_is_one_line_exit_3(
         tmp_path: Path, case: str, content: str | None, line: str) -> None:
     out = tmp_path / "out"
-    job = job_file(tmp_path / "job", str(out))
+    job = ids_job(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
     path = out / "manifest.json"
     if content is None:
@@ -196,7 +196,7 @@ def test_damaged_index_files_are_refused_by_verify_and_rebuilt(tmp_path: Path) -
     """An index file with a changed line (its time put back: only the full check reads it)
     fails `verify` naming the file and line; cut short, the quick check and the run see it."""
     out = tmp_path / "out"
-    job = job_file(tmp_path / "job", str(out))
+    job = ids_job(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
     index = out / INDEX
     st = index.stat()
@@ -325,7 +325,7 @@ def test_a_damaged_manifest_on_gcs_is_one_line(tmp_path: Path, gcs_emulator: Gcs
     next run neither trusts nor crashes on it."""
     out = f"{gcs_bucket}/data/out"
     env = gcs_emulator.env()
-    job = job_file(tmp_path / "job", out)
+    job = ids_job(tmp_path / "job", out)
     run = [sys.executable, RUN, "run", job, "--progress", "none"]
     assert subprocess.run(run, cwd=ROOT, env=env, capture_output=True,
                           timeout=120).returncode == 0
@@ -350,7 +350,7 @@ def test_an_old_gcs_pointer_without_the_record_is_checked_by_sizes(
     compared as before and the skip says so."""
     out = f"{gcs_bucket}/data/out"
     env = gcs_emulator.env()
-    job = job_file(tmp_path / "job", out)
+    job = ids_job(tmp_path / "job", out)
     run = [sys.executable, RUN, "run", job, "--progress", "none"]
     assert subprocess.run(run, cwd=ROOT, env=env, capture_output=True,
                           timeout=120).returncode == 0

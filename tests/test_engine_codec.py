@@ -15,8 +15,7 @@ from etl.formats.shards import ShardFormat
 from etl.shuffle import chunk_codec, engine
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import SortedRun, sorted_run
-from tests.test_engine_retries import _grouped
-from tests.test_pipeline import convert, shard_hashes, write_csv
+from tests.pipelines import convert, grouped_chunks, shard_hashes, write_csv
 from transforms.coders import ChunkCoder, SortedRunCoder
 
 
@@ -60,7 +59,7 @@ def test_the_empty_chunk_round_trips() -> None:
 
 
 def test_a_chunk_cut_from_a_run_holds_that_slice_and_travels_compressed() -> None:
-    plans, grouped = _grouped(n_blocks=2, per_block=3000, shards=3, pad=200)
+    plans, grouped = grouped_chunks(n_blocks=2, per_block=3000, shards=3, pad=200)
     coder = ChunkCoder()
     for chunks in grouped.values():
         for chunk in chunks[1:]:  # after the EMPTY one
@@ -108,7 +107,7 @@ def test_a_packed_run_cuts_into_chunks_that_hold_exactly_its_records(cuts) -> No
 
 
 def test_partition_of_a_packed_run_equals_partition_of_the_run() -> None:
-    plans, grouped = _grouped(n_blocks=1, per_block=5000, shards=4, pad=30)
+    plans, grouped = grouped_chunks(n_blocks=1, per_block=5000, shards=4, pad=30)
     run = sorted_run("train", np.random.default_rng(9).integers(0, 1 << 63, 5000, np.uint64),
                      np.arange(5000, dtype=np.uint64), [b"r%06d" % i for i in range(5000)])
     coder = SortedRunCoder()
@@ -122,7 +121,7 @@ def test_partition_of_a_packed_run_equals_partition_of_the_run() -> None:
 def test_a_damaged_segment_of_a_run_is_an_error_naming_the_shard_it_reaches(tmp_path) -> None:
     """A segment passed through from the run to a chunk is checked where it is unpacked: by
     the writer of its shard."""
-    plans, _ = _grouped(n_blocks=1, per_block=60, shards=3)
+    plans, _ = grouped_chunks(n_blocks=1, per_block=60, shards=3)
     n = 4000
     run = sorted_run("train", np.sort(np.random.default_rng(1).integers(0, 1 << 63, n,
                                                                         np.uint64)),
@@ -141,7 +140,7 @@ def test_a_damaged_segment_of_a_run_is_an_error_naming_the_shard_it_reaches(tmp_
 def _shard_one(tmp_path):
     """Shard 1's plan and chunks (one block of 60 records, 3 shards), and a writer of that
     shard with its one non-empty chunk replaced by `data`."""
-    plans, grouped = _grouped(n_blocks=1, per_block=60, shards=3, pad=4)
+    plans, grouped = grouped_chunks(n_blocks=1, per_block=60, shards=3, pad=4)
     chunks = grouped[1]
     assert len(chunks) == 2 and len(chunks[1]) == plans[1].take  # EMPTY, then the records
 

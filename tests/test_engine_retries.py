@@ -8,36 +8,13 @@ import hashlib
 import os
 
 import apache_beam as beam
-import numpy as np
 import pytest
 
 from etl.base.errors import EtlError
 from etl.formats.shards import ShardFormat
 from etl.output.finalize import unique_results
 from etl.shuffle import engine, shard_writer
-from etl.shuffle.planning import ShuffleKeys, make_plan
-from etl.shuffle.runs import sorted_run
-from tests.test_pipeline import convert, manifest, shard_hashes, write_csv
-
-
-def _grouped(n_blocks: int = 6, per_block: int = 3000, shards: int = 3, pad: int = 100):
-    """Sorted runs of `n_blocks` blocks cut into per-shard chunks, as the GroupByKey hands
-    them to the shard writer; records of 8 + `pad` bytes."""
-    runs = []
-    for b in range(n_blocks):
-        pos = np.arange(per_block, dtype=np.int64) + b * per_block
-        ids = pos.astype(np.uint64)
-        keys = np.random.default_rng(b).integers(0, 1 << 63, per_block, dtype=np.uint64)
-        runs.append(sorted_run("train", keys, ids, [b"%08d" % p + b"x" * pad for p in pos]))
-    stats = ShuffleKeys(True)
-    for run in runs:
-        stats.add(run.stats(True))
-    plans = make_plan(stats, ("train",), shards, None, 1 << 40).shards["train"]
-    grouped: dict[int, list[engine.Chunk]] = {p.index: [engine.EMPTY] for p in plans}
-    for run in runs:
-        for (_, index), chunk in engine.partition(run, plans):
-            grouped[index].append(chunk)
-    return plans, grouped
+from tests.pipelines import convert, grouped_chunks, manifest, shard_hashes, write_csv
 
 
 def _files(folder) -> dict[str, str]:
@@ -46,7 +23,7 @@ def _files(folder) -> dict[str, str]:
 
 
 def test_a_shard_written_twice_is_one_identical_file_counted_once(tmp_path) -> None:
-    plans, grouped = _grouped()
+    plans, grouped = grouped_chunks()
     fmt = ShardFormat.of()  # with index files: one per shard too
     once = [engine.write_engine_shard(p, iter(grouped[p.index]), str(tmp_path / "once"), fmt)
             for p in plans]
@@ -62,7 +39,7 @@ def test_a_shard_written_twice_is_one_identical_file_counted_once(tmp_path) -> N
 
 def test_a_failed_half_written_attempt_leaves_nothing_and_the_retry_matches(tmp_path,
                                                                              monkeypatch) -> None:
-    plans, grouped = _grouped(pad=1000)  # 6 MB shards: past the writer's 4 MB buffer
+    plans, grouped = grouped_chunks(pad=1000)  # 6 MB shards: past the writer's 4 MB buffer
     reference = engine.write_engine_shard(plans[1], iter(grouped[1]), str(tmp_path / "ref"),
                                           ShardFormat.of())
     monkeypatch.setattr(shard_writer, "CHUNK_BYTES", 64 << 10)  # ~95 pieces per shard
@@ -130,7 +107,7 @@ def test_a_killed_attempts_leftover_is_removed_by_finalize_and_counts_stay_exact
 
 
 def test_two_different_results_for_one_shard_are_refused() -> None:
-    plans, grouped = _grouped(n_blocks=2, per_block=50, shards=1)
+    plans, grouped = grouped_chunks(n_blocks=2, per_block=50, shards=1)
     a = shard_writer.ShardResult("train", 0, 1, "train-00000-of-00001.tfrecord", 100, 5, "aa")
     b = shard_writer.ShardResult("train", 0, 1, "train-00000-of-00001.tfrecord", 99, 5, "bb")
     with pytest.raises(EtlError, match="written twice with different results"):

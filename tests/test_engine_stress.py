@@ -29,7 +29,7 @@ import pytest
 from apache_beam.runners.worker import data_plane
 
 from benchmarks.data import write_quoted_csv
-from tests.test_pipeline import write_yaml
+from tests.pipelines import RUNNER, convert, write_csv, write_yaml
 from transforms import beam_fixes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,8 +98,6 @@ def test_two_engine_runs_at_once_write_exactly_the_files_shards(stress_dir, refe
 def test_the_local_runner_runs_without_the_periodic_flusher(tmp_path, monkeypatch) -> None:
     """Every data-plane stream of a run with our transforms is size-based: no timer thread
     flushes a buffer that a bundle is writing."""
-    from tests.test_pipeline import RUNNER, convert, write_csv
-
     limits: list[int] = []
     create = data_plane.ClosableOutputStream.create
 

@@ -19,7 +19,7 @@ from etl.job.config import load_job
 from etl.job.estimate import estimate
 from etl.job.read_plan import plan_units
 from etl.shuffle import engine
-from tests.test_pipeline import write_yaml
+from tests.pipelines import write_yaml
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 

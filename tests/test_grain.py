@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow  # a Beam run for its fixture, then Grain's worker
 def sentences(tmp_path_factory: pytest.TempPathFactory) -> str:
     # Grain's workers are spawned and import this module to unpickle `Pick`: the heavy test
     # helpers (Beam, the CLI) stay out of its top level
-    from tests.test_random_access import run  # noqa: PLC0415
+    from tests.pipelines import run_example as run  # noqa: PLC0415
 
     return run("sentences", tmp_path_factory.mktemp("grain") / "out")
 

@@ -6,7 +6,6 @@ rebuilt and the history says why. And an empty input is refused unless the job a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -19,43 +18,14 @@ from etl.output.layout import SUCCESS
 from etl.output.manifest import dataset_dir, verify
 from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
-from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
+from tests.helpers import ROOT, RUN, cli, flip_byte, shas
+from tests.jobs import SHARD, ids_job
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
-SHARD = "train-00001-of-00002.tfrecord"
-
-
-def job_file(folder: Path, output: str, rows: int = 300, **extra: object) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "schema.yaml").write_text(IDS_SCHEMA)
-    (folder / "ids.csv").write_text("id,a,b\n" + "".join(f"{i},{i * 0.5},{-i}\n"
-                                                         for i in range(rows)))
-    job = folder / "job.yaml"
-    job.write_text(json.dumps({"schema": "schema.yaml", "output": output, "shards": 2,
-                               **extra, "sources": {"train": {"format": "csv",
-                                                              "paths": ["ids.csv"]}}}))
-    return str(job)
-
-
-def shas(out: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.tfrecord")}
-
-
-def flip_byte(path: Path, offset: int = 40, keep_mtime: bool = False) -> None:
-    """Flip one bit in place (same inode); `keep_mtime`: then put the modification time back,
-    as `touch -d` or a tool that preserves times would (only a full read sees that)."""
-    before = path.stat()
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0x01
-    path.write_bytes(bytes(data))
-    if keep_mtime:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-
-
 def test_a_lost_shard_is_rebuilt_by_the_next_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    job = job_file(tmp_path / "job", str(out))
+    job = ids_job(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
     good = shas(out)
     (out / SHARD).unlink()
@@ -89,7 +59,7 @@ def test_a_truncated_shard_is_damage_a_users_file_is_not(tmp_path: Path) -> None
     output is not only ours), but the data is whole, so the rerun still skips it, warns, and
     touches nothing (a rebuild would refuse to replace it: test_output_safety)."""
     out = tmp_path / "out"
-    job = job_file(tmp_path / "job", str(out))
+    job = ids_job(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
     good = shas(out)
     size = (out / SHARD).stat().st_size
@@ -119,7 +89,7 @@ def test_a_flipped_byte_needs_the_full_check(tmp_path: Path) -> None:
     key `verify: full` do, and the run rebuilds it. (A flip that leaves its modification time
     is seen by the quick check: tests/test_damaged_output.py.)"""
     out = tmp_path / "out"
-    job = job_file(tmp_path / "job", str(out))
+    job = ids_job(tmp_path / "job", str(out))
     assert cli("run", job).returncode == 0
     good = shas(out)
     flip_byte(out / SHARD, keep_mtime=True)
@@ -137,7 +107,7 @@ def test_a_flipped_byte_needs_the_full_check(tmp_path: Path) -> None:
     assert shas(out) == good
 
     # the same from the job file, which does not change the run's identity
-    job_full = job_file(tmp_path / "job", str(out), verify="full")
+    job_full = ids_job(tmp_path / "job", str(out), verify="full")
     skip = cli("run", job_full)
     assert skip.returncode == 0 and skip.stdout.startswith(f"Skipped {out}: "), skip.stdout
     flip_byte(out / SHARD, 60, keep_mtime=True)
@@ -148,7 +118,7 @@ def test_a_flipped_byte_needs_the_full_check(tmp_path: Path) -> None:
 
 
 def test_verify_key_is_checked(tmp_path: Path) -> None:
-    job = job_file(tmp_path / "job", str(tmp_path / "out"), verify="always")
+    job = ids_job(tmp_path / "job", str(tmp_path / "out"), verify="always")
     bad = cli("run", job)
     assert (bad.returncode, bad.stderr) == (2, (
         f"error: {job}: verify must be 'quick' (sizes) or 'full' (every byte) before a span "
@@ -159,7 +129,7 @@ def test_a_lost_shard_on_gcs_is_rebuilt(tmp_path: Path, gcs_emulator: GcsEmulato
                                         gcs_bucket: str) -> None:
     out = f"{gcs_bucket}/data/out"
     env = gcs_emulator.env()
-    job = job_file(tmp_path / "job", out)
+    job = ids_job(tmp_path / "job", out)
     run = [sys.executable, RUN, "run", job, "--progress", "none"]
     assert subprocess.run(run, cwd=ROOT, env=env, capture_output=True,
                           timeout=120).returncode == 0
@@ -179,7 +149,7 @@ def test_a_lost_shard_on_gcs_is_rebuilt(tmp_path: Path, gcs_emulator: GcsEmulato
 
 def test_an_empty_input_is_refused_unless_the_job_allows_it(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    job = job_file(tmp_path / "job", str(out))
+    job = ids_job(tmp_path / "job", str(out))
     src = tmp_path / "job" / "ids.csv"
     for content in ("", "id,a,b\n"):  # a 0-byte file, a header alone
         src.write_text(content)
@@ -190,7 +160,7 @@ def test_an_empty_input_is_refused_unless_the_job_allows_it(tmp_path: Path) -> N
                         "If an empty span is expected, set allow_empty: true in the job file")
         assert os.path.isfile(log[:-1]) and len(bad.stderr.splitlines()) == 1
         assert not (out / SUCCESS).exists()
-    job = job_file(tmp_path / "job", str(out), allow_empty=True)
+    job = ids_job(tmp_path / "job", str(out), allow_empty=True)
     src.write_text("")
     ok = cli("run", job, "--progress", "none")
     assert ok.returncode == 0, ok.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_pipeline import write_yaml
+from tests.pipelines import write_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 ID_SCHEMA = "name: t\nkind: example\nfeatures:\n  id: {dtype: int64, shape: []}\n"

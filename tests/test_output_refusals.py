@@ -21,8 +21,7 @@ import pytest
 
 from etl.output.manifest import SUCCESS
 from tests.gcs_emulator import GcsEmulator, split_url
-from tests.helpers import IDS_SCHEMA, cli
-from tests.test_output_safety import error_lines, listing
+from tests.helpers import IDS_SCHEMA, cli, error_lines, listing
 
 PRODUCER = "tfrecord-etl"
 MISSING = "no-such-bucket"  # never created by any test

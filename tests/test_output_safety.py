@@ -4,7 +4,6 @@ what is replaced, one run per output (lock), recovery after `kill -9`, and a ful
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,25 +21,12 @@ from etl.output import guard, layout
 from etl.output.lock import RunInfo, RunLock
 from etl.output.manifest import verify
 from tests.helpers import IDS_SCHEMA as SCHEMA
-from tests.helpers import ROOT, RUN, cli
+from tests.helpers import ROOT, RUN, cli, error_lines, listing
 
 
 def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, RUN, *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def listing(root: str) -> dict[str, str]:
-    """Every entry below `root` (hidden ones too): file -> sha256, directory -> 'dir'."""
-    out = {}
-    for base, dirs, files in os.walk(root):
-        for d in dirs:
-            out[os.path.relpath(os.path.join(base, d), root) + "/"] = "dir"
-        for f in files:
-            path = os.path.join(base, f)
-            with open(path, "rb") as fh:
-                out[os.path.relpath(path, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def write_csv(path: str, n: int, row: str = "{i},{half},{neg}") -> str:
@@ -72,10 +58,6 @@ def shard_hashes(out: str) -> dict[str, str]:
         manifest = json.load(fh)
     return {s["path"]: s["sha256"] for split in manifest["splits"].values()
             for s in split["shards"]}
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.strip()]
 
 
 # ------------------------------------------------------------------ refused, nothing touched

@@ -8,72 +8,23 @@ import json
 import os
 import re
 import shutil
-from typing import Any
 
 import numpy as np
 import pytest
 
 import etl
-from cli.run import run_job
 from etl.base.errors import EtlError, VerifyError
-from etl.job.config import job_from_dict
 from etl.output.manifest import verify
 from etl.shuffle.files import HeldSpills
+from tests.pipelines import RUNNER, convert, manifest, shard_hashes, write_csv
 
-IDS_SCHEMA = {"name": "ids", "kind": "example",
-              "features": {"id": {"dtype": "int64", "shape": []},
-                           "x": {"dtype": "float32", "shape": [2], "source": ["a", "b"]}}}
-RUNNER = ["--runner=FnApiRunner"]
 VIAS = ["files", "engine"]  # both shuffle strategies pass the same end-to-end tests
-
-
-def write_yaml(path: str, doc: dict[str, Any]) -> str:
-    import yaml
-
-    with open(path, "w") as fh:
-        yaml.safe_dump(doc, fh)
-    return path
-
-
-def convert(tmp_path, sources, schema=IDS_SCHEMA, beam_args=None, via=None, **job) -> str:
-    """Run a job; `via` picks the shuffle strategy (None: the runner's default)."""
-    os.makedirs(tmp_path, exist_ok=True)
-    schema_path = write_yaml(str(tmp_path / "schema.yaml"), schema)
-    doc = {"schema": schema_path, "output": str(tmp_path / "out"), "shards": 4,
-           "shuffle": {"seed": 42}}
-    doc.update(sources if "source" in sources else {"sources": sources})
-    doc.update(job)
-    if via is not None:
-        shuffle = doc["shuffle"]
-        shuffle = ({"seed": None} if shuffle is False else {"seed": 0} if shuffle is True
-                   else dict(shuffle))
-        doc["shuffle"] = {**shuffle, "via": via}
-    result = run_job(job_from_dict(doc, path="job.yaml", base_dir=str(tmp_path)),
-                     beam_args or RUNNER)
-    return result.output
 
 
 def read_all(out: str, split: str = "train", ordered: bool = False) -> dict[str, np.ndarray]:
     batches = list(etl.make_dataset(out, split=split, batch_size=1024,
                                     shuffle_buffer=0 if ordered else 1000))
     return {k: np.concatenate([b[k].numpy() for b in batches]) for k in batches[0]}
-
-
-def manifest(out: str) -> dict[str, Any]:
-    with open(os.path.join(out, "manifest.json")) as fh:
-        return json.load(fh)
-
-
-def shard_hashes(out: str) -> dict[str, str]:
-    return {s["path"]: s["sha256"] for split in manifest(out)["splits"].values()
-            for s in split["shards"]}
-
-
-def write_csv(path, n: int, start: int = 0) -> None:
-    with open(path, "w") as fh:
-        fh.write("id,a,b\n")
-        for i in range(start, start + n):
-            fh.write(f"{i},{i * 0.5},{-i}\n")
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ import pytest
 from benchmarks.worker_pool import portable_flags
 from benchmarks.worker_pool import worker_pool as start_pool
 from tests.helpers import cli
-from tests.test_pipeline import write_yaml
+from tests.pipelines import write_yaml
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 

@@ -12,7 +12,6 @@ same on gs:// against the emulator behind the precondition proxy.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -29,41 +28,9 @@ from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import ROOT, cli
+from tests.jobs import iris_job, write_iris
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
-
-IRIS = Path(ROOT, "examples", "data", "daily", "2026-11-19", "iris.csv")
-CHECKS_YAML = """\
-checks:
-  block:
-    records: {min: 5}
-    features:
-      label: {drift: 0.1, distinct: {min: 2}}
-  warn:
-    features:
-      features: {drift: 0.9}
-"""
-
-
-def write_input(path: Path, collapse: bool = False) -> None:
-    """The bundled iris day; `collapse`: every label Iris-setosa (one class)."""
-    with open(IRIS, newline="") as fh:
-        data = list(csv.reader(fh))
-    if collapse:
-        data = [data[0]] + [r[:-1] + ["Iris-setosa"] for r in data[1:]]
-    with open(path, "w", newline="") as fh:
-        csv.writer(fh).writerows(data)
-
-
-def make_job(folder: Path, output: str) -> Path:
-    write_input(folder / "iris.csv")
-    job = folder / "job.yaml"
-    job.write_text(f"schema: {ROOT}/schemas/iris.yaml\n"
-                   "source: {format: csv, paths: [iris.csv]}\n"
-                   "split: {train: 0.8, test: 0.2}\n"
-                   f"output: {output}\nshuffle: {{seed: 7}}\nshards: 2\n" + CHECKS_YAML)
-    return job
-
 
 def digests(folder: str) -> dict[str, str]:
     out = {}
@@ -93,7 +60,7 @@ def expected_blocks(out: str) -> list[str]:
 
 def test_blocked_span_is_quarantined_released_and_dropped(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
-    job = make_job(tmp_path, out)
+    job = iris_job(tmp_path, out)
     first = cli("run", str(job))
     assert first.returncode == 0, first.stderr
     assert "drift and records.max_change checks passed: no previous span to compare with" \
@@ -102,7 +69,7 @@ def test_blocked_span_is_quarantined_released_and_dropped(tmp_path: Path) -> Non
     run_n = load_manifest(out)["run_id"]
     expected = expected_blocks(out)
 
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     blocked = cli("run", str(job))
     assert blocked.returncode == 6, blocked.stderr
     assert blocked_lines(blocked.stderr) == expected
@@ -158,10 +125,10 @@ def test_blocked_span_is_quarantined_released_and_dropped(tmp_path: Path) -> Non
 
 def test_drop_removes_only_what_the_marker_lists(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
-    job = make_job(tmp_path, out)
+    job = iris_job(tmp_path, out)
     assert cli("run", str(job)).returncode == 0
     before = digests(out)
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     assert cli("run", str(job)).returncode == 6
     [entry] = entries(out)
     Path(entry.path, "notes.txt").write_text("mine")  # a user's file: never ours to remove
@@ -178,14 +145,14 @@ def test_drop_removes_only_what_the_marker_lists(tmp_path: Path) -> None:
 
 def test_release_refuses_an_output_that_moved_on(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
-    job = make_job(tmp_path, out)
+    job = iris_job(tmp_path, out)
     assert cli("run", str(job)).returncode == 0
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     assert cli("run", str(job)).returncode == 6
     [entry] = entries(out)
     # another good day is published meanwhile: the blocked run would replace newer data
     data = (tmp_path / "iris.csv")
-    write_input(data)
+    write_iris(data)
     data.write_text(data.read_text() + "5.0,3.0,1.5,0.2,Iris-setosa\n")
     assert cli("run", str(job)).returncode == 0
     now = load_manifest(out)["run_id"]
@@ -199,10 +166,10 @@ def test_release_refuses_an_output_that_moved_on(tmp_path: Path) -> None:
 
 def test_accept_publishes_a_blocked_span_and_the_history_says_so(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
-    job = make_job(tmp_path, out)
+    job = iris_job(tmp_path, out)
     assert cli("run", str(job)).returncode == 0
     expected = expected_blocks(out)
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     assert cli("run", str(job)).returncode == 6
     [entry] = entries(out)
     accepted = cli("run", str(job), "--accept")
@@ -234,11 +201,11 @@ def test_gcs_blocked_span_is_quarantined_then_released_and_dropped(
         tmp_path: Path, gcs_emulator: GcsEmulator, gcs_bucket: str, proxy: GcsProxy) -> None:
     out = f"{gcs_bucket}/data/out"
     env = gcs_emulator.env(endpoint=proxy.url)
-    job = make_job(tmp_path, out)
+    job = iris_job(tmp_path, out)
     assert cli("run", str(job), env=env).returncode == 0
     version_n = json.loads(gcs_emulator.download(f"{out}/_SUCCESS"))["version"]
     expected = expected_blocks(out)
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     blocked = cli("run", str(job), env=env)
     assert blocked.returncode == 6, blocked.stderr
     assert blocked_lines(blocked.stderr) == expected
@@ -254,7 +221,7 @@ def test_gcs_blocked_span_is_quarantined_then_released_and_dropped(
     assert dataset_dir(out).endswith(entry.run_id) and verify(out)["records"] == 50
     assert entries(out) == []
     # block again (other inputs), then drop: the output stays what release published
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     (tmp_path / "iris.csv").write_text((tmp_path / "iris.csv").read_text()
                                        + "5.0,3.0,1.5,0.2,Iris-setosa\n")
     assert cli("run", str(job), env=env).returncode == 6
@@ -274,7 +241,7 @@ def test_drift_compares_with_the_previous_day_under_the_output_given_on_the_comm
     unrelated dataset for that day here, and nothing for the others)."""
     for day in ("2026-11-20", "2026-11-21"):
         (tmp_path / day).mkdir()
-        write_input(tmp_path / day / "iris.csv", collapse=day == "2026-11-21")
+        write_iris(tmp_path / day / "iris.csv", collapse=day == "2026-11-21")
     job = tmp_path / "job.yaml"
     job.write_text(f"schema: {ROOT}/schemas/iris.yaml\n"
                    "source: {format: csv, paths: ['{date}/iris.csv']}\n"
@@ -287,7 +254,7 @@ def test_drift_compares_with_the_previous_day_under_the_output_given_on_the_comm
     shutil.rmtree(tmp_path / "file-out" / "2026-11-20")
     (tmp_path / "2026-11-20" / "iris.csv").write_bytes((tmp_path / "2026-11-21" / "iris.csv").read_bytes())
     assert cli("run", str(job), "--date", "2026-11-20").returncode == 0
-    write_input(tmp_path / "2026-11-20" / "iris.csv")
+    write_iris(tmp_path / "2026-11-20" / "iris.csv")
     template = str(tmp_path / "cli-out" / "{date}")
     ok = cli("run", str(job), "--date", "2026-11-20", "--output", template)
     assert ok.returncode == 0, ok.stderr
@@ -304,10 +271,10 @@ def test_accept_refuses_a_damaged_entry(tmp_path: Path) -> None:
     quarantined run deleted while it waited is refused in one line (exit 3), the published
     span untouched and the entry kept."""
     out = str(tmp_path / "out")
-    job = make_job(tmp_path, out)
+    job = iris_job(tmp_path, out)
     assert cli("run", str(job)).returncode == 0
     before = digests(out)
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     assert cli("run", str(job)).returncode == 6
     [entry] = entries(out)
     shard = load_manifest(os.path.join(entry.path, DATASET))["splits"]["test"]["shards"][0]

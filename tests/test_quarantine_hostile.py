@@ -32,7 +32,7 @@ from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
 from tests.helpers import ROOT, RUN, cli
-from tests.test_quarantine import CHECKS_YAML, make_job, write_input
+from tests.jobs import CHECKS_YAML, iris_job, write_iris
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
@@ -43,7 +43,7 @@ DOCUMENTED = {0, 2, 3, 4, 5, 6, 130, 143}
 def dated_job(folder: Path, output: str) -> Path:
     for day in (DAY1, DAY2):
         (folder / day).mkdir(exist_ok=True)
-        write_input(folder / day / "iris.csv")
+        write_iris(folder / day / "iris.csv")
     job = folder / "job.yaml"
     job.write_text(f"schema: {ROOT}/schemas/iris.yaml\n"
                    "source: {format: csv, paths: ['{date}/iris.csv']}\n"
@@ -57,7 +57,7 @@ def block_day2(folder: Path, job: Path, env: dict[str, str] | None = None) -> No
     for day in (DAY1, DAY2):
         done = cli("run", str(job), "--date", day, env=env)
         assert done.returncode == 0, done.stderr
-    write_input(folder / DAY2 / "iris.csv", collapse=True)
+    write_iris(folder / DAY2 / "iris.csv", collapse=True)
     blocked = cli("run", str(job), "--date", DAY2, env=env)
     assert blocked.returncode == 6, blocked.stderr
 
@@ -372,10 +372,10 @@ def proxy(gcs_emulator: GcsEmulator) -> Any:
 
 def gcs_published(tmp_path: Path, out: str, env: dict[str, str]) -> Path:
     """Span N published into `out`; the input collapsed for N+1 (not run yet)."""
-    job = make_job(tmp_path, out)
+    job = iris_job(tmp_path, out)
     done = cli("run", str(job), env=env)
     assert done.returncode == 0, done.stderr
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     return job
 
 
@@ -422,7 +422,7 @@ def test_gcs_quarantine_derives_never_trusts(tmp_path: Path, gcs_emulator: GcsEm
 
     # blocked again, the entry copied beside an output that publishes nothing (its marker
     # edited to fit): nothing proves it belongs there, refused; nothing published there
-    write_input(tmp_path / "iris.csv", collapse=True)
+    write_iris(tmp_path / "iris.csv", collapse=True)
     (tmp_path / "iris.csv").write_text((tmp_path / "iris.csv").read_text()
                                        + "5.0,3.0,1.5,0.2,Iris-setosa\n")
     assert cli("run", str(job), env=env).returncode == 6

@@ -5,9 +5,7 @@ gs:// through the emulator; and the bad outputs it refuses, one line naming the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import pickle
 import subprocess
 import sys
@@ -18,54 +16,25 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cli.run import run_job
 from etl.contract.codec import Encoder
 from etl.contract.schema import Schema, schema_from_dict
-from etl.formats.record_index import IndexFileError, index_lines
-from etl.formats.shards import ShardFormat
-from etl.formats.tfrecord import read_file
-from etl.job.config import load_job
+from etl.formats.record_index import IndexFileError
 from etl.read.random_access import Records, RecordsError, open_records
 from tests.gcs_proxy import GcsProxy
+from tests.handmade import make_output_dir, with_indexes
 from tests.helpers import IDS_SCHEMA, ROOT, as_python, cli
+from tests.pipelines import run_example
 
 
 # ---- outputs -----------------------------------------------------------------------------------
-def with_indexes(root: str) -> str:
-    """Index files for an output written before the writer made them (hand-made outputs
-    below; real runs write their own)."""
-    manifest_path = os.path.join(root, "manifest.json")
-    manifest = json.loads(Path(manifest_path).read_text())
-    if manifest.get("format") == "array_record":
-        return root
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            if "index" in shard:
-                continue
-            path = os.path.join(root, shard["path"])
-            lines, _ = index_lines(np.array([len(r) for _, r in read_file(path)]))
-            Path(path + ".index").write_bytes(lines)
-            shard["index"] = {"path": shard["path"] + ".index", "num_bytes": len(lines)}
-    Path(manifest_path).write_text(json.dumps(manifest, indent=1))
-    return root
-
-
-def run(job_name: str, out: Path, **overrides: Any) -> str:
-    """A bundled example job, run for real into `out` (uncompressed: random access needs it)."""
-    doc = load_job(os.path.join(ROOT, "examples", f"{job_name}.yaml"), output=str(out))
-    job = dataclasses.replace(doc, shard_format=ShardFormat.of(
-        overrides.get("format", doc.format), "none", overrides.get("index", doc.index)))
-    return with_indexes(run_job(job, ["--runner=FnApiRunner"]).output)
-
-
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return run("demo", tmp_path_factory.mktemp("digits") / "out")
+    return run_example("demo", tmp_path_factory.mktemp("digits") / "out")
 
 
 @pytest.fixture(scope="module")
 def sentences(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return run("sentences", tmp_path_factory.mktemp("sentences") / "out")
+    return run_example("sentences", tmp_path_factory.mktemp("sentences") / "out")
 
 
 RICH = schema_from_dict({"name": "rich", "kind": "example", "features": {
@@ -132,8 +101,6 @@ def seq_columns(n: int = N) -> dict[str, Any]:
 
 def hand_made(root: Path, schema: Schema, cols: dict[str, Any], shards: int = 3) -> str:
     """What the pipeline publishes, written with our Encoder and framing."""
-    from tests.test_reader import make_output_dir  # noqa: PLC0415 - it imports TensorFlow
-
     out = make_output_dir(root, schema, cols, num_shards=shards)
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["compression"] = "none"
@@ -304,8 +271,6 @@ def test_output_without_index_files(digits, tmp_path):
 
 def test_compressed_output(tmp_path):
     root = tmp_path / "gz"
-    from tests.test_reader import make_output_dir  # noqa: PLC0415
-
     make_output_dir(root, ext=".gz")
     manifest = json.loads((root / "manifest.json").read_text())
     manifest["compression"] = "gzip"
@@ -401,8 +366,8 @@ def test_array_record_output(tmp_path):
     pytest.importorskip("etl.formats.array_record", reason="the ArrayRecord writer (issue 22, "
                         "writer side) is not in this checkout yet")
     gp = pytest.importorskip("grain.python")
-    ar = run("demo", tmp_path / "ar", format="array_record", index=False)
-    tfr = run("demo", tmp_path / "tfr")
+    ar = run_example("demo", tmp_path / "ar", format="array_record", index=False)
+    tfr = run_example("demo", tmp_path / "tfr")
     records = open_records(ar, "train")
     assert records.format == "array_record" and len(records) == 1500
     got, want = records[np.arange(1500)], open_records(tfr, "train")[np.arange(1500)]

@@ -15,59 +15,12 @@ import tensorflow as tf
 
 from etl.base.errors import EtlError
 from etl.contract.codec import Encoder
-from etl.contract.schema import Schema, load_schema, schema_from_dict
-from etl.formats.tfrecord import Compressor, frame_all
+from etl.contract.schema import load_schema, schema_from_dict
 from etl.read.dataset import DatasetError, load_records, make_dataset
 from etl.tools.inspect_output import inspect, spec_text
+from tests.handmade import SCHEMA, N, columns, make_output_dir, write_shard
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = schema_from_dict({"name": "toy", "kind": "example", "features": {
-    "label": {"dtype": "int64", "shape": []},
-    "x": {"dtype": "float32", "shape": [3]},
-    "name": {"dtype": "bytes", "shape": []},
-    "r": {"dtype": "int32", "shape": [-1], "required": False},
-    "img": {"dtype": "uint8", "shape": [2, 2, 1], "encoding": "png"},
-}})
-N = 60
-
-
-def columns(n: int = N, start: int = 0) -> dict[str, Any]:
-    ids = np.arange(start, start + n)
-    return {
-        "label": ids,
-        "x": np.stack([ids, ids * 0.5, -ids], axis=1).astype(np.float32),
-        "name": [f"rec-{i}" for i in ids],
-        "r": [list(range(i % 5)) for i in ids],
-        "img": (ids[:, None, None, None] + np.arange(4).reshape(1, 2, 2, 1)).astype(np.uint8),
-    }
-
-
-def write_shard(path: Path, records: list[bytes]) -> dict[str, Any]:
-    comp = Compressor("gzip" if path.name.endswith(".gz") else "none")
-    data = comp.compress(frame_all(records)) + comp.flush()
-    path.write_bytes(data)
-    return {"path": path.name, "num_records": len(records), "num_bytes": len(data)}
-
-
-def make_output_dir(root: Path, schema: Schema = SCHEMA, cols: dict[str, Any] | None = None,
-                    splits: tuple[str, ...] = ("train",), ext: str = "", manifest: bool = True,
-                    num_shards: int = 2) -> Path:
-    """What the pipeline publishes: schema.yaml, {split}-i-of-n shards, manifest.json."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "schema.yaml").write_text(schema.to_yaml())
-    records = Encoder(schema).encode(cols if cols is not None else columns()).records
-    out_splits = {}
-    for split in splits:
-        cut = np.array_split(np.arange(len(records)), num_shards)
-        shards = [write_shard(root / f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord{ext}",
-                              [records[j] for j in idx]) for i, idx in enumerate(cut)]
-        out_splits[split] = {"num_records": len(records), "shards": shards}
-    if manifest:
-        (root / "manifest.json").write_text(json.dumps({"format_version": 1,
-                                                        "splits": out_splits}))
-    return root
-
-
 def collect(ds: tf.data.Dataset) -> dict[str, Any]:
     """All batches -> per-feature lists of per-record values (python / numpy)."""
     out: dict[str, list[Any]] = {}

@@ -43,7 +43,7 @@ def blocks() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.test_random_access import run  # noqa: PLC0415
+    from tests.pipelines import run_example as run  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("elsewhere")
     run("demo", root / "out" / "demo")

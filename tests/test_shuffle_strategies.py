@@ -16,7 +16,7 @@ import etl
 from cli.run import plan_reads
 from etl.formats.idx import write_idx
 from etl.job.config import job_from_dict
-from tests.test_pipeline import RUNNER, convert, manifest, shard_hashes, write_csv, write_yaml
+from tests.pipelines import RUNNER, convert, manifest, shard_hashes, write_csv, write_yaml
 from transforms.convert import ConvertToShards
 from transforms.convert import flat_settings as ConvertSpec
 

@@ -29,7 +29,8 @@ from etl.output.manifest import dataset_dir, verify
 from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
-from tests.helpers import IDS_SCHEMA, ROOT, RUN
+from tests.helpers import IDS_SCHEMA, ROOT, RUN, digest, leftovers
+from tests.jobs import NEW, OLD, write_job, write_rows
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
 
@@ -38,29 +39,6 @@ STACKS = Path(__file__).parent / "stacks"
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
 PIPELINE = ["read", "shuffle", "write", "finalize"]
 LOCAL_PUBLISH = ["publish:start", "publish:aside", "publish:renamed"]  # before _SUCCESS
-OLD = "before publishing: nothing was published, the previous output is unchanged"
-NEW = "after publishing (the new output is in place)"
-
-
-def write_job(folder: Path, output: str, rows: int, dated: bool = False) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "schema.yaml").write_text(IDS_SCHEMA)
-    if dated:
-        for day in range(1, 5):
-            write_rows(folder / f"2026-11-0{day}.csv", rows + day)
-        paths, output = ["{date}.csv"], output + "/{date}"
-    else:
-        write_rows(folder / "ids.csv", rows)
-        paths = ["ids.csv"]
-    job = folder / "job.yaml"
-    job.write_text(json.dumps({"schema": "schema.yaml", "output": output, "shards": 2,
-                               "shuffle": {"seed": 5},
-                               "sources": {"train": {"format": "csv", "paths": paths}}}))
-    return str(job)
-
-
-def write_rows(path: Path, rows: int) -> None:
-    path.write_text("id,a,b\n" + "".join(f"{i},{i * 0.5},{-i}\n" for i in range(rows)))
 
 
 def start(args: list[str], phase: str, pause_dir: Path, env: dict[str, str] | None = None,
@@ -129,16 +107,6 @@ def paused_second_run(tmp_path: Path, rows: int, more: int, phase: str,
     return out, before, proc, pause
 
 
-def digest(folder: str) -> dict[str, str]:
-    """sha256 of every file below a local output."""
-    out = {}
-    for root, _, names in os.walk(folder):
-        for n in names:
-            p = os.path.join(root, n)
-            out[os.path.relpath(p, folder)] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
-    return out
-
-
 def last_entry(root: str) -> dict[str, Any]:
     return history.read(root)[-1]
 
@@ -147,12 +115,6 @@ def assert_interrupted(proc: subprocess.Popen[str], err: str, signum: int, when:
     assert proc.returncode == 128 + signum, err
     name = signal.Signals(signum).name
     assert err.splitlines() == [f"error: interrupted by {name} {when}"], err
-
-
-def leftovers(out: str) -> list[str]:
-    """What the local work dir holds besides logs (a lock, run directories)."""
-    work = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".etl")
-    return sorted(n for n in os.listdir(work) if n != "logs") if os.path.isdir(work) else []
 
 
 # --------------------------------------------------------------------------- local, one run

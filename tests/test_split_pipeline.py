@@ -20,7 +20,7 @@ from cli.run import plan_reads, read_split_bytes
 from etl.formats.idx import write_idx
 from etl.job.config import DEFAULT_SPLIT_BYTES, job_from_dict
 from etl.job.read_plan import all_tasks, needs_scan
-from tests.test_pipeline import RUNNER, convert, manifest, shard_hashes
+from tests.pipelines import RUNNER, convert, manifest, shard_hashes
 
 IDS = {"name": "ids", "kind": "example",
        "features": {"id": {"dtype": "int64", "shape": []},

@@ -14,32 +14,9 @@ from tfx_bsl.tfxio import tensor_representation_util as tru
 from etl.contract.codec import Encoder
 from etl.contract.schema import load_schema, schema_from_dict
 from etl.contract.tfmd import SEQUENCE_STRUCT, schema_to_tfmd, to_pbtxt
+from tests.handmade import EVERY_KIND
 
 SCHEMAS = os.path.join(os.path.dirname(__file__), os.pardir, "schemas")
-
-EVERY_KIND = schema_from_dict({"name": "kinds", "kind": "example", "features": {
-    "i64": {"dtype": "int64", "shape": []},
-    "u8": {"dtype": "uint8", "shape": []},
-    "flag": {"dtype": "bool", "shape": []},
-    "f16": {"dtype": "float16", "shape": [2]},
-    "matrix": {"dtype": "float32", "shape": [2, 3]},
-    "text": {"dtype": "bytes", "shape": []},
-    "count": {"dtype": "int64", "shape": [], "default": -1},
-    "weights": {"dtype": "float32", "shape": [3], "default": 0.5},
-    "code": {"dtype": "bytes", "shape": [2], "default": "none"},
-    "label": {"dtype": "int64", "shape": [], "vocabulary": ["a", "b", "c"]},
-    "kind": {"dtype": "int32", "shape": [], "vocabulary": ["x", "y"], "default": "y"},
-    "ragged": {"dtype": "int64", "shape": [-1], "required": False},
-    "boxes": {"dtype": "float32", "shape": [-1, 4]},
-    "words": {"dtype": "bytes", "shape": [-1], "required": False},
-    "sparse_ids": {"dtype": "int64", "shape": [-1], "representation": "sparse",
-                   "required": False},
-    "sparse_text": {"dtype": "bytes", "shape": [-1], "representation": "sparse"},
-    "raw": {"dtype": "float64", "shape": [2, 2], "encoding": "raw"},
-    "png": {"dtype": "uint16", "shape": [8, 8, 1], "encoding": "png"},
-    "jpeg": {"dtype": "uint8", "shape": [8, 8, 3], "encoding": "jpeg"},
-}})
-
 
 def feature_types(tfmd: schema_pb2.Schema) -> dict[str, int]:
     return {f.name: f.type for f in tfmd.feature}

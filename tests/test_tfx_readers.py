@@ -31,7 +31,7 @@ from etl.contract.schema import Feature, Schema, load_schema, schema_from_dict
 from etl.contract.tfmd import to_pbtxt
 from etl.formats.tfrecord import Compressor, frame_all
 from etl.read.dataset import load_records, make_dataset
-from tests.test_tfmd import EVERY_KIND
+from tests.handmade import EVERY_KIND
 
 SCHEMAS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), os.pardir, "schemas", "*.yaml")))
 N = 7

@@ -17,7 +17,7 @@ from etl.read.random_access import open_records  # noqa: E402
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from tests.test_random_access import run  # noqa: PLC0415 - Beam and the CLI: not for workers
+    from tests.pipelines import run_example as run  # noqa: PLC0415 - Beam and the CLI: not for workers
 
     root = tmp_path_factory.mktemp("torch")
     return {"digits": run("demo", root / "digits"), "sentences": run("sentences", root / "s")}

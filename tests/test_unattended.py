@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import google_crc32c
@@ -22,42 +19,10 @@ import pytest
 from etl.output.manifest import verify
 from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
-from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
-from tests.test_signals import digest, leftovers, write_rows
+from tests.helpers import cli, digest, leftovers
+from tests.jobs import csv_job, paused_run, resume, write_rows
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
-
-
-def job_file(folder: Path, output: str, source: str, **extra: object) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "schema.yaml").write_text(IDS_SCHEMA)
-    job = folder / "job.yaml"
-    job.write_text(json.dumps({"schema": "schema.yaml", "output": output, "shards": 2,
-                               "shuffle": {"seed": 5}, **extra,
-                               "sources": {"train": {"format": "csv", "paths": [source]}}}))
-    return str(job)
-
-
-def paused_run(args: list[str], phase: str, pause: Path,
-               env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """A run stopped at `phase` (returns once it waits there)."""
-    pause.mkdir(exist_ok=True)
-    e = dict(env or os.environ)
-    e.update(ETL_PAUSE_AT=phase, ETL_PAUSE_DIR=str(pause))
-    proc = subprocess.Popen([sys.executable, RUN, *args], cwd=ROOT, env=e, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    reached = pause / (phase.replace(":", "-") + ".reached")
-    deadline = time.monotonic() + 120
-    while not reached.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"never paused at {phase}: {proc.communicate(timeout=30)}")
-        time.sleep(0.02)
-    return proc
-
-
-def resume(proc: subprocess.Popen[str], phase: str, pause: Path) -> str:
-    (pause / (phase.replace(":", "-") + ".go")).write_text("")
-    return proc.communicate(timeout=120)[1]
 
 
 def _truncate(p: Path) -> None:
@@ -84,7 +49,7 @@ def test_an_input_changed_while_read_fails_and_the_next_run_reads_it_again(
         tmp_path: Path, change) -> None:
     out = str(tmp_path / "out")
     src = tmp_path / "job" / "ids.csv"
-    job = job_file(tmp_path / "job", out, "ids.csv")
+    job = csv_job(tmp_path / "job", out, "ids.csv")
     write_rows(src, 300)
     assert cli("run", job).returncode == 0
     before = digest(out)
@@ -114,7 +79,7 @@ def test_a_gcs_input_overwritten_while_read_fails(tmp_path: Path, gcs_emulator: 
     gcs_emulator.upload_bytes(b"id,a,b\n" + b"".join(b"%d,%d,%d\n" % (i, i, i)
                                                      for i in range(500)), src)
     out = str(tmp_path / "out")
-    job = job_file(tmp_path / "job", out, src)
+    job = csv_job(tmp_path / "job", out, src)
     proc = paused_run(["run", job], "read", tmp_path / "pause", dict(os.environ))
     gcs_emulator.upload_bytes(b"id,a,b\n" + b"".join(b"%d,%d,%d\n" % (i, i, i)
                                                      for i in range(400)), src)

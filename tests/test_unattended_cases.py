@@ -32,9 +32,8 @@ from etl.base.errors import EXIT_LOCKED, EXIT_STORAGE, StorageError
 from etl.base.worker_errors import fds_ran_out, original_error
 from etl.output.manifest import verify
 from etl.schedule import history
-from tests.helpers import ROOT, RUN, cli
-from tests.test_signals import digest, leftovers, write_rows
-from tests.test_unattended import job_file, paused_run, resume
+from tests.helpers import ROOT, RUN, cli, digest, leftovers
+from tests.jobs import csv_job, paused_run, resume, write_rows
 
 
 def work(out: str) -> Path:
@@ -49,7 +48,7 @@ def lock_holder(out: str) -> dict[str, object]:
 def published(tmp_path: Path, rows: int = 300) -> tuple[str, str]:
     """A job whose output holds `rows` records, published: (job file, output)."""
     out = str(tmp_path / "out")
-    job = job_file(tmp_path / "job", out, "ids.csv")
+    job = csv_job(tmp_path / "job", out, "ids.csv")
     write_rows(tmp_path / "job" / "ids.csv", rows)
     first = cli("run", job)
     assert first.returncode == 0, first.stderr
@@ -235,7 +234,7 @@ def gzip_job(folder: Path) -> str:
                                                 for i in range(20000)))
     folder.mkdir(parents=True)
     (folder / "ids.csv.gz").write_bytes(data[: len(data) // 2])
-    return job_file(folder, "../out", "ids.csv.gz")
+    return csv_job(folder, "../out", "ids.csv.gz")
 
 
 @pytest.mark.slow
@@ -289,7 +288,7 @@ def test_ulimit_20_is_one_line_and_exit_5_before_any_work(tmp_path: Path) -> Non
     assert (demo.returncode, demo.stderr.splitlines(), demo.stdout) == (EXIT_STORAGE,
                                                                         [REFUSED], "")
     out = str(tmp_path / "csv" / "out")
-    job = job_file(tmp_path / "csv", out, "ids.csv")
+    job = csv_job(tmp_path / "csv", out, "ids.csv")
     write_rows(tmp_path / "csv" / "ids.csv", 200)
     run = limited(20, "run", job)
     assert (run.returncode, run.stderr.splitlines(), run.stdout) == (EXIT_STORAGE, [REFUSED], "")
@@ -308,7 +307,7 @@ def test_running_out_of_descriptors_mid_run_names_the_limit(tmp_path: Path) -> N
         (folder / f"p{f:03d}.csv").write_text(
             "id,a,b\n" + "".join(f"{f * 100 + i},{i},{i}\n" for i in range(20)))
     out = str(tmp_path / "out")
-    job = job_file(folder, out, "p*.csv", spill_in_memory=0)
+    job = csv_job(folder, out, "p*.csv", spill_in_memory=0)
     done = limited(64, "run", job, "--direct_num_workers=1")
     assert done.returncode == EXIT_STORAGE, done.stderr
     [line] = done.stderr.splitlines()
