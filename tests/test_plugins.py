@@ -46,12 +46,6 @@ class LengthPrefixed(ShardAdapter):
     def suffix(self, compression: str) -> str:
         return SUFFIX
 
-    def is_shard(self, path: str) -> bool:
-        return path.endswith(SUFFIX)
-
-    def stem(self, name: str) -> str | None:
-        return name.removesuffix(SUFFIX) if self.is_shard(name) else None
-
     def open_sink(self, final: str, compression: str, index: bool, attempt: OpenAttempt,
                   run_dir: str | None) -> AbstractContextManager[ShardSink]:
         return _sink(final, attempt)

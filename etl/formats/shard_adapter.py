@@ -63,12 +63,13 @@ class ShardAdapter:
         raise NotImplementedError
 
     def is_shard(self, path: str) -> bool:
-        """Whether a file of this name is one of its shards."""
-        raise NotImplementedError
+        """Whether a file of this name is one of its shards (here: a format of one suffix,
+        whatever the compression; a format with several overrides it)."""
+        return path.endswith(self.suffix("none"))
 
     def stem(self, name: str) -> str | None:
         """A shard's file name without the format's suffix; None: not one of its names."""
-        raise NotImplementedError
+        return name.removesuffix(self.suffix("none")) if self.is_shard(name) else None
 
     def indexable(self, compression: str) -> bool:
         """Whether index files give random access to its shards (so also their default)."""
