@@ -13,7 +13,10 @@ since the heap never grows beyond the largest working set anyway. (Huge pages th
 allocator touches first are still zeroed: that part is not glibc's.)
 
 Set with `mallopt` at run time (what GLIBC_TUNABLES would set before the process starts, which
-a worker cannot do for itself). Elsewhere (musl, macOS, Windows) this does nothing.
+a worker cannot do for itself). Elsewhere (musl, macOS, Windows) this does nothing. The setting
+is the process's: a run on the local runner in the caller's own process (a notebook) leaves it
+set, so freed memory up to TRIM_THRESHOLD stays with that process for its next allocations
+(counted in its RSS) instead of going back to the system.
 """
 
 from __future__ import annotations
