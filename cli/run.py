@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, NoReturn
 
 import apache_beam as beam
@@ -360,7 +361,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
         released = _quarantined(job, plan, attempt, lock_stale_after, break_lock)
         if released is not None:
             return released
-    via = strategy_for(job.shuffle.via, runner).NAME
+    strategy = strategy_for(job.shuffle.via, runner)  # chosen once: asked below, not re-looked up
     info = RunInfo.current(plan.run_id)
     with ExitStack() as stack:
         # from the lock to its release a signal is only recorded, except while the pipeline
@@ -374,10 +375,10 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
         else:
             run_log = stack.enter_context(RunLog(place.log_file))
             run_log.note(f"run {plan.run_id} pid {info.pid}: job {job.path} -> {job.output}; "
-                         f"beam args {args}; shuffle via {via}; {len(plan.inputs)} input "
+                         f"beam args {args}; shuffle via {strategy.NAME}; {len(plan.inputs)} input "
                          f"file(s), {sum(i['num_bytes'] for i in plan.inputs)} bytes")
-            result = _convert(job, plan, options, via, place, run_log, attempt, capture_stderr,
-                              progress)
+            result = _convert(job, plan, options, strategy, place, run_log, attempt,
+                              capture_stderr, progress)
     # a signal that came while the run cleaned up, after it succeeded
     signals.raise_pending(signals.PUBLISHED if attempt.published else signals.UNCHANGED)
     return result
@@ -459,17 +460,16 @@ class _SharedStores:
             self.spills.release()
 
 
-def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, via: str,
+def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, strategy: ModuleType,
              place: HeldPlace, run_log: RunLog, attempt: Attempt, capture_stderr: bool,
              progress: ProgressConfig | None) -> JobResult:
     """Run the pipeline into the run's directory, check what was read against the pins,
     publish; whatever happens, stop the progress display and remove the run's directory,
     then report a failure in one line (its traceback goes to the run's log)."""
     started, run_id, tmp, log_file = attempt.started, plan.run_id, place.tmp, place.log_file
-    held = (shares_process(options) and strategy_for(via, None).HOLDS_SPILLS
-            and job.shuffle.spill_in_memory > 0)
-    settings = convert_settings(job, plan.schema, plan.read_plan, options, via, tmp, held,
-                                plan.sources)
+    held = shares_process(options) and strategy.HOLDS_SPILLS and job.shuffle.spill_in_memory > 0
+    settings = convert_settings(job, plan.schema, plan.read_plan, options, strategy.NAME, tmp,
+                                held, plan.sources)
     plan.read_plan.save(settings.read_plan)
     stores = _SharedStores(settings, held, progress, options)
     bytes_total = sum(u.num_bytes for u in plan.read_plan.units)
