@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from etl.base.errors import StorageError
 from etl.storage import fs
-from etl.storage.fs import _DirectFile
+from etl.storage.direct_file import DirectFile
 from tests.helpers import ROOT
 
 
@@ -26,13 +27,16 @@ def _takes_direct_io(folder: str) -> bool:
 
 
 @pytest.mark.parametrize("sizes", [[], [1], [4095], [4096], [4097], [3, 5000, 0, 70_000],
-                                   [_DirectFile.BUFFER - 1, 2], [2 * _DirectFile.BUFFER + 123]])
+                                   [DirectFile.BUFFER - 1, 2], [2 * DirectFile.BUFFER + 123],
+                                   # more full buffers than the writer thread has in flight
+                                   [3 * DirectFile.BUFFER + 1, DirectFile.BUFFER, 5, 4096],
+                                   [(DirectFile.DEPTH + 4) * DirectFile.BUFFER]])
 def test_direct_writes_hold_exactly_the_bytes(tmp_path, sizes) -> None:
     parts = [os.urandom(n) for n in sizes]
     path = str(tmp_path / "sub" / "shard.tfrecord")
     with fs.open_write(path, bypass_cache=True) as fh:
         # direct where the file system takes O_DIRECT (ext4, xfs), a synced file otherwise
-        assert isinstance(fh, _DirectFile) == _takes_direct_io(str(tmp_path))
+        assert isinstance(fh, DirectFile) == _takes_direct_io(str(tmp_path))
         for part in parts:
             assert fh.write(memoryview(part)) == len(part)
     with open(path, "rb") as got:
@@ -50,7 +54,7 @@ def test_refused_direct_io_falls_back_to_a_synced_file(tmp_path, monkeypatch) ->
     monkeypatch.setattr(os, "open", no_direct)
     path = str(tmp_path / "shard.tfrecord")
     with fs.open_write(path, bypass_cache=True) as fh:
-        assert not isinstance(fh, _DirectFile)
+        assert not isinstance(fh, DirectFile)
         fh.write(b"abc" * 5000)
     with open(path, "rb") as got:
         assert got.read() == b"abc" * 5000
@@ -73,12 +77,40 @@ def test_direct_writes_refused_after_open_continue_without_o_direct(tmp_path,
 
     monkeypatch.setattr(os, "write", refuse_direct)
     path = str(tmp_path / "shard.tfrecord")
-    data = os.urandom(_DirectFile.BUFFER + 10)
+    data = os.urandom(DirectFile.BUFFER + 10)
     with fs.open_write(path, bypass_cache=True) as fh:
         fh.write(data)
     assert len(refused) == 1
     with open(path, "rb") as got:
         assert got.read() == data
+
+
+@pytest.mark.parametrize("fail_at", [1, 3])
+def test_a_failed_write_in_the_writer_thread_reaches_the_caller_naming_the_file(
+        tmp_path, monkeypatch, fail_at) -> None:
+    """The disk filling up under the writer thread (the 1st or 3rd 4 MiB write): the caller's
+    next write or its close raises StorageError naming the shard, and the file is closed."""
+    if not _takes_direct_io(str(tmp_path)):
+        pytest.skip("this file system refuses O_DIRECT")
+    real_write, calls, closed = os.write, [], []
+    real_close = os.close
+
+    def disk_full(fd, data):
+        calls.append(len(data))
+        if len(calls) == fail_at:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", disk_full)
+    monkeypatch.setattr(os, "close", lambda fd: (closed.append(fd), real_close(fd))[1])
+    path = str(tmp_path / "shard.tfrecord")
+    with pytest.raises(StorageError, match=r"shard\.tfrecord: writing failed: .*ENOSPC"):
+        with fs.open_write(path, bypass_cache=True) as fh:
+            assert isinstance(fh, DirectFile)
+            for _ in range(8):
+                fh.write(b"x" * DirectFile.BUFFER)
+    assert len(closed) == 1
+    assert len(calls) == fail_at  # nothing written after the failure
 
 
 # ---- paths: local and remote alike, no store needed ---------------------------------------------

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import io
-import mmap
 import os
 import posixpath
 import re
@@ -29,6 +28,7 @@ from typing import Any, BinaryIO, TextIO
 
 from etl.base.worker_errors import storage_error
 from etl.storage import object_store
+from etl.storage.direct_file import DirectFile
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -282,14 +282,14 @@ def open_local_log(path: str) -> TextIO:
 def open_write(path: str, durable: bool = True, bypass_cache: bool = False) -> BinaryIO:
     """Write handle; `durable` local files are fsynced on close (temp spills skip it).
     `bypass_cache`: a large durable file written once (a shard) goes straight to the disk
-    with O_DIRECT where the file system allows it (see _DirectFile)."""
+    with O_DIRECT where the file system allows it (see etl.storage.direct_file)."""
     if is_remote(path):
         return _fs().create(path, mime_type="application/octet-stream",
                             compression_type="uncompressed")
     with guarded(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     if bypass_cache and durable:
-        direct = _DirectFile.open(path)
+        direct = DirectFile.open(path, guarded)
         if direct is not None:
             return direct  # type: ignore[return-value]
     return _SyncedFile(path, durable)  # type: ignore[return-value]
@@ -324,104 +324,6 @@ class _SyncedFile:
                 pass  # the flush above already failed and said why
 
     def __enter__(self) -> _SyncedFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _DirectFile:
-    """A durable local file written with O_DIRECT from an aligned buffer, then fsynced.
-
-    A file that is fsynced anyway gains nothing from the page cache, and on this VM filling
-    fresh page-cache pages is the slow part of writing: 480 MB in 16 MB files took 0.8-1.5 s
-    (and as much system CPU) written normally plus fsync, 0.27 s with O_DIRECT plus fsync.
-    Data is copied into a page-aligned buffer and written in whole blocks; the last, partial
-    block is written padded and the file truncated to its true size before the fsync.
-    """
-
-    BLOCK = 4096
-    BUFFER = 4 << 20
-
-    def __init__(self, fd: int, path: str = ""):
-        self.path = path
-        self._fd = fd
-        self._buf = mmap.mmap(-1, self.BUFFER)  # page-aligned, as O_DIRECT needs
-        self._view = memoryview(self._buf)
-        self._filled = 0
-        self._size = 0
-        self._closed = False
-        self._direct = True
-
-    @classmethod
-    def open(cls, path: str) -> _DirectFile | None:
-        """None where O_DIRECT is unknown or refused (tmpfs, some network file systems)."""
-        flag = getattr(os, "O_DIRECT", 0)
-        if not flag:
-            return None
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
-        except OSError:
-            return None
-        return cls(fd, path)
-
-    def write(self, data: bytes | memoryview) -> int:
-        with guarded(self.path):
-            return self._write(data)
-
-    def _write(self, data: bytes | memoryview) -> int:
-        src = memoryview(data).cast("B")
-        done = 0
-        while done < len(src):
-            n = min(len(src) - done, self.BUFFER - self._filled)
-            self._view[self._filled : self._filled + n] = src[done : done + n]
-            self._filled += n
-            done += n
-            if self._filled == self.BUFFER:
-                self._flush(self.BUFFER)
-        self._size += len(src)
-        return len(src)
-
-    def _flush(self, length: int) -> None:
-        written = 0
-        while written < length:  # O_DIRECT writes of whole blocks; short writes continue
-            try:
-                written += os.write(self._fd, self._view[written:length])
-            except OSError as e:
-                if e.errno != errno.EINVAL or not self._direct:
-                    raise
-                import fcntl  # noqa: PLC0415 - POSIX only, like O_DIRECT itself
-                # the file system took the flag but refuses direct writes: write normally
-                fcntl.fcntl(self._fd, fcntl.F_SETFL,
-                            fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
-                self._direct = False
-        self._filled = 0
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with guarded(self.path):
-            self._finish()
-
-    def _finish(self) -> None:
-        try:
-            if self._filled:
-                tail = self._filled
-                padded = -(-tail // self.BLOCK) * self.BLOCK
-                self._view[tail:padded] = bytes(padded - tail)
-                self._flush(padded)
-                os.ftruncate(self._fd, self._size)
-            os.fsync(self._fd)
-        finally:
-            os.close(self._fd)
-            try:
-                self._view.release()
-                self._buf.close()
-            except BufferError:
-                pass  # a slice still referenced by a failed write's traceback: freed with it
-
-    def __enter__(self) -> _DirectFile:
         return self
 
     def __exit__(self, *exc: object) -> None:

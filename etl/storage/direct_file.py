@@ -1,0 +1,170 @@
+"""A durable local file written with O_DIRECT from page-aligned buffers, by a writer thread.
+
+A file that is fsynced anyway gains nothing from the page cache, and on this VM filling fresh
+page-cache pages is the slow part of writing: 480 MB in 16 MB files took 0.8-1.5 s (and as
+much system CPU) written normally plus fsync, 0.27 s with O_DIRECT plus fsync.
+
+O_DIRECT writes block until the disk has the data. Written from the thread that fills the
+buffers, each 4 MiB write left that thread (a shard's gather, sort and sha256) idle for its
+duration: the shard-writing stage kept 1.2 of 2 cores busy. So full buffers go to a writer
+thread of the file's own, while the caller fills the next; at most `DEPTH` buffers are in
+flight (bounded memory: DEPTH + 1 buffers a file). A file smaller than one buffer never starts
+the thread. Data is copied into a buffer and written in whole blocks; the last, partial block
+is written padded and the file truncated to its true size before the fsync. Write errors
+raised in the writer thread reach the caller at its next write or at close, naming the path.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import queue
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+
+class DirectFile:
+    """Write handle of one durable local file (see the module's docstring)."""
+
+    BLOCK = 4096
+    BUFFER = 4 << 20
+    DEPTH = 2  # full buffers queued or being written while the caller fills the next
+
+    def __init__(self, fd: int, path: str,
+                 guarded: Callable[[str], AbstractContextManager[None]]) -> None:
+        self.path = path
+        self._fd = fd
+        self._guarded = guarded
+        self._buffers = [mmap.mmap(-1, self.BUFFER)]  # page-aligned, as O_DIRECT needs
+        self._view = memoryview(self._buffers[0])
+        self._filled = 0
+        self._size = 0
+        self._closed = False
+        self._direct = True
+        self._free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
+        self._full: queue.SimpleQueue[tuple[memoryview, int] | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @classmethod
+    def open(cls, path: str,
+             guarded: Callable[[str], AbstractContextManager[None]]) -> DirectFile | None:
+        """None where O_DIRECT is unknown or refused (tmpfs, some network file systems)."""
+        flag = getattr(os, "O_DIRECT", 0)
+        if not flag:
+            return None
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
+        except OSError:
+            return None
+        return cls(fd, path, guarded)
+
+    def write(self, data: bytes | memoryview) -> int:
+        with self._guarded(self.path):
+            return self._write(data)
+
+    def _write(self, data: bytes | memoryview) -> int:
+        src = memoryview(data).cast("B")
+        done = 0
+        while done < len(src):
+            n = min(len(src) - done, self.BUFFER - self._filled)
+            self._view[self._filled : self._filled + n] = src[done : done + n]
+            self._filled += n
+            done += n
+            if self._filled == self.BUFFER:
+                self._hand_off()
+        self._size += len(src)
+        return len(src)
+
+    def _hand_off(self) -> None:
+        """The full buffer to the writer thread; the next buffer to fill (a new one while
+        fewer than DEPTH + 1 exist, else the first the writer gives back)."""
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._drain, name="etl-direct-write",
+                                            daemon=True)
+            self._writer.start()
+        self._full.put((self._view, self.BUFFER))
+        if len(self._buffers) <= self.DEPTH:
+            self._buffers.append(mmap.mmap(-1, self.BUFFER))
+            self._view = memoryview(self._buffers[-1])
+        else:
+            self._view = self._free.get()
+        self._filled = 0
+        self._raise_written_error()
+
+    def _drain(self) -> None:
+        """The writer thread: full buffers to the disk in order, each given back; after an
+        error the rest are given back unwritten (the caller raises it)."""
+        while (item := self._full.get()) is not None:
+            view, length = item
+            if self._error is None:
+                try:
+                    self._flush(view, length)
+                except BaseException as e:  # noqa: BLE001 - raised again in the caller
+                    self._error = e
+            self._free.put(view)
+
+    def _raise_written_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _flush(self, view: memoryview, length: int) -> None:
+        written = 0
+        while written < length:  # O_DIRECT writes of whole blocks; short writes continue
+            try:
+                written += os.write(self._fd, view[written:length])
+            except OSError as e:
+                if e.errno != errno.EINVAL or not self._direct:
+                    raise
+                import fcntl  # noqa: PLC0415 - POSIX only, like O_DIRECT itself
+                # the file system took the flag but refuses direct writes: write normally
+                fcntl.fcntl(self._fd, fcntl.F_SETFL,
+                            fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                self._direct = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._guarded(self.path):
+            self._finish()
+
+    def _finish(self) -> None:
+        try:
+            self._stop_writer()
+            self._raise_written_error()
+            if self._filled:
+                tail = self._filled
+                padded = -(-tail // self.BLOCK) * self.BLOCK
+                self._view[tail:padded] = bytes(padded - tail)
+                self._flush(self._view, padded)
+                os.ftruncate(self._fd, self._size)
+            os.fsync(self._fd)
+        finally:
+            self._stop_writer()
+            os.close(self._fd)
+            self._release()
+
+    def _stop_writer(self) -> None:
+        if self._writer is not None:
+            self._full.put(None)
+            self._writer.join()
+            self._writer = None
+
+    def _release(self) -> None:
+        self._view.release()
+        while not self._free.empty():
+            self._free.get().release()
+        for buf in self._buffers:
+            try:
+                buf.close()
+            except BufferError:
+                pass  # a slice still referenced by a failed write's traceback: freed with it
+
+    def __enter__(self) -> DirectFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
