@@ -37,7 +37,7 @@ class DirectFile:
         self.path = path
         self._fd = fd
         self._guarded = guarded
-        self._buffers = [mmap.mmap(-1, self.BUFFER)]  # page-aligned, as O_DIRECT needs
+        self._buffers = [_BUFFERS.take()]
         self._view = memoryview(self._buffers[0])
         self._filled = 0
         self._size = 0
@@ -87,7 +87,7 @@ class DirectFile:
             self._writer.start()
         self._full.put((self._view, self.BUFFER))
         if len(self._buffers) <= self.DEPTH:
-            self._buffers.append(mmap.mmap(-1, self.BUFFER))
+            self._buffers.append(_BUFFERS.take())
             self._view = memoryview(self._buffers[-1])
         else:
             self._view = self._free.get()
@@ -158,13 +158,43 @@ class DirectFile:
         while not self._free.empty():
             self._free.get().release()
         for buf in self._buffers:
-            try:
-                buf.close()
-            except BufferError:
-                pass  # a slice still referenced by a failed write's traceback: freed with it
+            _BUFFERS.give_back(buf)
 
     def __enter__(self) -> DirectFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _BufferPool:
+    """Page-aligned buffers (anonymous mmaps) kept for the next file. A fresh mapping is
+    faulted in page by page, and on this VM a fresh page costs more than the copy into it
+    (52 MB files written through fresh buffers cost 3x the CPU of reused ones: benchmarks/
+    README.md, "Spills written with O_DIRECT"). A cache like malloc's free list: it holds no
+    data between files and changes no result; at most KEEP buffers stay mapped."""
+
+    KEEP = 12
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: list[mmap.mmap] = []
+
+    def take(self) -> mmap.mmap:
+        with self._lock:
+            if self._kept:
+                return self._kept.pop()
+        return mmap.mmap(-1, DirectFile.BUFFER)
+
+    def give_back(self, buf: mmap.mmap) -> None:
+        with self._lock:
+            if len(self._kept) < self.KEEP:
+                self._kept.append(buf)
+                return
+        try:
+            buf.close()
+        except BufferError:
+            pass  # a slice still referenced by a failed write's traceback: freed with it
+
+
+_BUFFERS = _BufferPool()
