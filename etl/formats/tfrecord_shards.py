@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.base.errors import VerifyError
+from etl.base.hash_behind import HashBehind
 from etl.formats.record_index import (
     FRAME_OVERHEAD,
     IndexFileError,
@@ -84,7 +85,7 @@ class _TFRecordSink:
                  index_name: str):
         self._fh, self._index_fh, self._index_name = shard, index, index_name
         self._comp = Compressor(compression)
-        self._sha, self._index_sha = hashlib.sha256(), hashlib.sha256()
+        self._sha, self._index_sha = HashBehind(), hashlib.sha256()  # the shard's: a thread
         self.num_bytes = self._index_bytes = self._frames_end = 0
         self.sha256 = ""
         self.index_file: IndexFile | None = None
@@ -96,7 +97,11 @@ class _TFRecordSink:
         with ExitStack() as stack:
             shard = stack.enter_context(attempt(final))
             fh = stack.enter_context(attempt(index_name(final))) if index else None
-            yield cls(shard, compression, fh, fs.basename(index_name(final)))
+            sink = cls(shard, compression, fh, fs.basename(index_name(final)))
+            try:
+                yield sink
+            finally:
+                sink._sha.close()  # a failed write leaves no hashing thread behind
 
     def write(self, framed: pa.Buffer, frame_sizes: np.ndarray) -> None:
         self._put(self._comp.compress(framed))
