@@ -18,8 +18,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import pyarrow as pa
 
+from etl.base.behind import Behind
 from etl.base.errors import VerifyError
-from etl.base.hash_behind import HashBehind
 from etl.formats.record_index import (
     FRAME_OVERHEAD,
     IndexFileError,
@@ -85,7 +85,10 @@ class _TFRecordSink:
                  index_name: str):
         self._fh, self._index_fh, self._index_name = shard, index, index_name
         self._comp = Compressor(compression)
-        self._sha, self._index_sha = HashBehind(), hashlib.sha256()  # the shard's: a thread
+        self._sha, self._index_sha = hashlib.sha256(), hashlib.sha256()
+        # hashing and index lines run on threads of their own, in order (etl.base.behind)
+        self._hashing = Behind(self._sha.update, "etl-hash")
+        self._indexing = Behind(self._index_piece, "etl-index")
         self.num_bytes = self._index_bytes = self._frames_end = 0
         self.sha256 = ""
         self.index_file: IndexFile | None = None
@@ -100,24 +103,32 @@ class _TFRecordSink:
             sink = cls(shard, compression, fh, fs.basename(index_name(final)))
             try:
                 yield sink
-            finally:
-                sink._sha.close()  # a failed write leaves no hashing thread behind
+            finally:  # a failed write leaves no thread behind
+                sink._hashing.close()
+                sink._indexing.close()
 
     def write(self, framed: pa.Buffer, frame_sizes: np.ndarray) -> None:
         self._put(self._comp.compress(framed))
         if self._index_fh is not None:
-            lines, self._frames_end = index_lines(frame_sizes - FRAME_OVERHEAD, self._frames_end)
-            self._index_sha.update(lines)
-            self._index_bytes += len(lines)
-            self._index_fh.write(lines)
+            self._indexing.put(frame_sizes)
+
+    def _index_piece(self, frame_sizes: np.ndarray) -> None:
+        """The index lines of one piece (on the indexing thread, pieces in order)."""
+        assert self._index_fh is not None
+        lines, self._frames_end = index_lines(frame_sizes - FRAME_OVERHEAD, self._frames_end)
+        self._index_sha.update(lines)
+        self._index_bytes += len(lines)
+        self._index_fh.write(lines)
 
     def _put(self, data: bytes) -> None:
-        self._sha.update(data)
+        self._hashing.put(data)
         self.num_bytes += len(data)
         self._fh.write(data)
 
     def finish(self) -> None:
         self._put(self._comp.flush())
+        self._hashing.wait()
+        self._indexing.wait()
         self.sha256 = self._sha.hexdigest()
         if self._index_fh is not None:
             self.index_file = IndexFile(self._index_name, self._index_bytes,
