@@ -64,7 +64,7 @@ def stage1(workdir: str, rows: int, spill: str) -> str:
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return (f"stage1 ({spill} spills): {n} records {wall:.2f} s wall {cpu:.2f} CPU-s "
+    return (f"stage1 (spills: {spill}): {n} records {wall:.2f} s wall {cpu:.2f} CPU-s "
             f"({cpu / wall:.2f} cores), {n / wall / 1e6:.2f} M records/s")
 
 

@@ -91,7 +91,7 @@ def _data_crcs(records: pa.LargeBinaryArray) -> np.ndarray:
     holds the GIL throughout: one call per 64k-record block held it ~15 ms at a time while
     the other encode thread and the reader's Python waited. Slices let them in between, and
     a slice's bytes objects are freed into memory the next slice reuses while still in the
-    CPU's cache (stage 1 alone: benchmarks/README.md, "The CRC in slices")."""
+    CPU's cache (benchmarks/README.md, "Session of 2026-11-27")."""
     n = len(records)
     crcs = np.empty(n, np.uint32)
     for at in range(0, n, CRC_SLICE):

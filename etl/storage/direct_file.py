@@ -170,8 +170,8 @@ class DirectFile:
 class _BufferPool:
     """Page-aligned buffers (anonymous mmaps) kept for the next file. A fresh mapping is
     faulted in page by page, and on this VM a fresh page costs more than the copy into it
-    (52 MB files written through fresh buffers cost 3x the CPU of reused ones: benchmarks/
-    README.md, "Spills written with O_DIRECT"). A cache like malloc's free list: it holds no
+    (52 MB files written through fresh buffers per file: 214 against 65 ns a record; benchmarks/
+    README.md, "Session of 2026-11-27"). A cache like malloc's free list: it holds no
     data between files and changes no result; at most KEEP buffers stay mapped."""
 
     KEEP = 12
