@@ -4,9 +4,9 @@ and CPU seconds, so a change to one stage is measured without the other's noise.
     python -m benchmarks.stage_bench stage1 [--rows 4000000] [--spill none|disk] [--workdir W]
     python -m benchmarks.stage_bench stage2 [--index] [--workdir W]
 
-stage1: the benchmark CSV (benchmarks.data, `--rows` of it) read, encoded, keyed, sorted and
-framed the way `_ReadEncodeFn` does (the reader's prefetch thread, `ordered_map` over the
-cores), each run spilled to a file under W (`--spill disk`) or dropped (`none`).
+stage1: the benchmark CSV (benchmarks.data, `--rows` of it) read and put through
+`transforms.convert.encode_block` as `_ReadEncodeFn` does (the reader's prefetch thread,
+`ordered_map` over the cores), each run spilled to a file under W (`--spill disk`) or dropped (`none`).
 stage2: the 8 shards of benchmarks.shard_writer_bench's 40 synthetic spills written by two
 threads at once (the local runner's two workers), index files with `--index`; prints the
 first shard's sha256, which no change to the writer may move.
@@ -20,47 +20,52 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-import numpy as np
 import yaml
 
 from benchmarks.data import ensure_csv
-from benchmarks.same_shards import REPO
 from benchmarks.shard_writer_bench import SHARDS, spills
 from etl.base import heap
 from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
 from etl.formats.shards import ShardFormat
-from etl.shuffle import files, keys
+from etl.job.read_plan import WHOLE_FILE, ReadTask
+from etl.shuffle import files
 from etl.shuffle.planning import ShardPlan
-from etl.shuffle.runs import read_slice, sorted_run
+from etl.shuffle.runs import read_slice
 from etl.sources import make_reader
+from transforms.convert import encode_block, flat_settings
 from transforms.prefetch import ordered_map, prefetch
+
+SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "bench_csv.yaml"
 
 
 def stage1(workdir: str, rows: int, spill: str) -> str:
     path = ensure_csv(workdir, rows)
-    with open(os.path.join(REPO, "schemas", "bench_csv.yaml"), encoding="utf-8") as fh:
-        schema = schema_from_dict(yaml.safe_load(fh))
-    encoder = Encoder(schema)
-    reader = make_reader({"format": "csv", "paths": [path]}, ".", "bench")
-    reader.prepare(schema, 1 << 26)
+    schema_doc = SCHEMA.read_text()
+    schema = schema_from_dict(yaml.safe_load(schema_doc))
+    settings = flat_settings(schema_yaml=schema_doc, sources={}, base_dir=".", fractions={},
+                             seed=42, spill_dir="", staging_dir="", compression="none",
+                             splits=("train",), shards=None, shard_size=None, max_shard_bytes=0)
+    encoder = Encoder(schema, max_record_bytes=settings.reading.max_record_bytes)
+    reader = make_reader({"format": "csv", "paths": [path]}, ".", "sources.train")
+    reader.prepare(schema, settings.reading.max_record_bytes)
+    (split,) = reader.splits(path, WHOLE_FILE)
+    task = ReadTask("train", path, "data.csv", 0, split)
     out = os.path.join(workdir, "stage1-spills")
     os.makedirs(out, exist_ok=True)
 
     def work(block) -> int:  # noqa: ANN001 - a reader's Block
-        encoded = encoder.encode(block.columns, source=path, positions=block.positions,
-                                 lines=block.lines, offsets=block.offsets)
-        positions = np.asarray(block.positions)[encoded.rows]
-        run = sorted_run("train", keys.shuffle_keys(42, path, positions),
-                         keys.record_ids(0, positions), encoded.array)
+        done = encode_block(encoder, settings, task, block)  # what _ReadEncodeFn runs
         if spill == "disk":
-            files.write_spill(os.path.join(out, f"{int(positions[0])}.spill"), run, True)
-        return len(positions)
+            for run in done.outputs:
+                files.write_spill(os.path.join(out, f"{int(run.ids[0])}.spill"), run, True)
+        return done.encoded
 
     try:
         wall, cpu = time.perf_counter(), time.process_time()
-        n = sum(ordered_map(work, prefetch(reader.read(path))))
+        n = sum(ordered_map(work, prefetch(reader.read_split(split))))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         shutil.rmtree(out, ignore_errors=True)
