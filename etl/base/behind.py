@@ -1,5 +1,5 @@
 """Work done in order by a thread of its own while the caller goes on: the shard writer's
-sha256 and index lines.
+sha256 and index lines, and a shard file's O_DIRECT writes (etl.storage.direct_file).
 
 Hashing a shard (1.85 GB/s) and formatting its index lines (Arrow kernels, ~60 ns a record)
 took a third of the shard-writing thread's time; both release the GIL, so a second thread

@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from etl.base.behind import Behind
+
 
 class DirectFile:
     """Write handle of one durable local file (see the module's docstring)."""
@@ -44,8 +46,9 @@ class DirectFile:
         self._closed = False
         self._direct = True
         self._free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
-        self._full: queue.SimpleQueue[tuple[memoryview, int] | None] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
+        # the writer thread (started with the first full buffer); it never raises: its write
+        # error is kept in _error, and every buffer comes back, so the caller never waits
+        self._writer = Behind(self._write_back, "etl-direct-write", depth=self.DEPTH + 1)
         self._error: BaseException | None = None
 
     @classmethod
@@ -81,11 +84,7 @@ class DirectFile:
     def _hand_off(self) -> None:
         """The full buffer to the writer thread; the next buffer to fill (a new one while
         fewer than DEPTH + 1 exist, else the first the writer gives back)."""
-        if self._writer is None:
-            self._writer = threading.Thread(target=self._drain, name="etl-direct-write",
-                                            daemon=True)
-            self._writer.start()
-        self._full.put((self._view, self.BUFFER))
+        self._writer.put(self._view)
         if len(self._buffers) <= self.DEPTH:
             self._buffers.append(_BUFFERS.take())
             self._view = memoryview(self._buffers[-1])
@@ -94,17 +93,15 @@ class DirectFile:
         self._filled = 0
         self._raise_written_error()
 
-    def _drain(self) -> None:
-        """The writer thread: full buffers to the disk in order, each given back; after an
-        error the rest are given back unwritten (the caller raises it)."""
-        while (item := self._full.get()) is not None:
-            view, length = item
-            if self._error is None:
-                try:
-                    self._flush(view, length)
-                except BaseException as e:  # noqa: BLE001 - raised again in the caller
-                    self._error = e
-            self._free.put(view)
+    def _write_back(self, view: memoryview) -> None:
+        """On the writer thread: one full buffer to the disk, then back to the caller; after
+        an error the rest come back unwritten (the caller raises it)."""
+        if self._error is None:
+            try:
+                self._flush(view, self.BUFFER)
+            except BaseException as e:  # noqa: BLE001 - raised again in the caller
+                self._error = e
+        self._free.put(view)
 
     def _raise_written_error(self) -> None:
         if self._error is not None:
@@ -133,7 +130,7 @@ class DirectFile:
 
     def _finish(self) -> None:
         try:
-            self._stop_writer()
+            self._writer.close()
             self._raise_written_error()
             if self._filled:
                 tail = self._filled
@@ -143,15 +140,9 @@ class DirectFile:
                 os.ftruncate(self._fd, self._size)
             os.fsync(self._fd)
         finally:
-            self._stop_writer()
+            self._writer.close()
             os.close(self._fd)
             self._release()
-
-    def _stop_writer(self) -> None:
-        if self._writer is not None:
-            self._full.put(None)
-            self._writer.join()
-            self._writer = None
 
     def _release(self) -> None:
         self._view.release()
