@@ -64,7 +64,8 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checko
 DEMO_JOB = os.path.join(HERE, "examples", "demo.yaml")
 
 
-from etl.base import signals  # noqa: E402 - after gc.disable(): see above
+from cli.gc_imports import imports_done  # noqa: E402 - after gc.disable(): see above
+from etl.base import signals  # noqa: E402
 from etl.base.errors import ConfigError, EtlError  # noqa: E402
 from etl.base.pause import pause  # noqa: E402
 from etl.base.quiet import native_stderr_quiet  # noqa: E402
@@ -427,8 +428,7 @@ def _report(line: str, exc: BaseException, debug: bool, stream: object = None) -
 
 def _imports_done() -> None:
     """Everything imported so far lives to the end: keep it out of the GC's scans."""
-    gc.freeze()
-    gc.enable()
+    imports_done()
 
 
 def _main_handling_signals() -> int:

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from cli.gc_imports import importing
 from cli.ranges import (
     Request,
     check_inputs,
@@ -54,7 +55,8 @@ def run_and_report(request: Request, display: Display, only: str = "all") -> int
         if ran is not None:
             return ran
         pause("imports")  # tests: a signal while Beam is imported (about 1.5 s)
-        from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
+        with importing():  # cli.main turned the GC on after the job's imports
+            from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
     except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published
         stopped = signals.as_interrupted(e, signals.UNCHANGED)
         record_interrupted(job, started, stopped)

@@ -95,3 +95,30 @@ def test_import_etl_loads_a_public_name_only_when_it_is_used() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[]", "True etl.contract.schema True",
                                         "module 'etl' has no attribute 'nothing'"]
+
+
+# run_pipeline.py as __main__, with gc.isenabled() written when `apache_beam` is first looked up
+_GC_AT_BEAM = ("import gc, importlib.abc, runpy, sys\n"
+               "out = sys.argv[1]\n"
+               "sys.argv = sys.argv[2:]\n"
+               "class Seen(importlib.abc.MetaPathFinder):\n"
+               "    def find_spec(self, name, path, target=None):\n"
+               "        if name == 'apache_beam':\n"
+               "            open(out, 'w').write(str(gc.isenabled()))\n"
+               "            sys.meta_path.remove(self)\n"
+               "        return None\n"
+               "sys.meta_path.insert(0, Seen())\n"
+               "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def test_beam_is_imported_with_the_gc_off(tmp_path: Path) -> None:
+    """The GC rescans Beam's objects while it imports (0.1-0.2 s of a run: benchmarks/README.md,
+    "Fixed cost of a run"); one span's run imports Beam only once it knows it converts."""
+    job = write_job(tmp_path / "job")
+    out = tmp_path / "gc.txt"
+    proc = subprocess.run([sys.executable, "-c", _GC_AT_BEAM, str(out), RUN, "run", str(job),
+                           "--progress", "none", "--runner=FnApiRunner"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "20 records" in proc.stdout
+    assert out.read_text() == "False"
