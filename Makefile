@@ -43,7 +43,10 @@ $(TORCH_STAMP): $(STAMP)
 	  > "$$($(TORCH_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/_etl_venv.pth"
 	touch $(TORCH_STAMP)
 
+# compileall: what pip does when it installs a package; a machine with PYTHONDONTWRITEBYTECODE
+# set would compile our modules on every run (benchmarks/bytecode.py). Up to date: ~0.04 s.
 run: $(STAMP)
+	$(PY) -m compileall -q cli etl transforms >/dev/null
 	$(PY) run_pipeline.py $(ARGS)
 
 # The suite runs in TEST_WORKERS pytest-xdist processes (2 on the 2-core CI machine): a test goes

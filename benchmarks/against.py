@@ -7,7 +7,8 @@ the .npy arrays) converted by both, alternating, wall and CPU seconds and peak R
 DIR is a checkout of the other commit (`git worktree add /tmp/old COMMIT`; one from before
 index files gets the job without the `index` key); both run with this venv's Python, in fresh
 processes, with the job of benchmarks.same_shards (8 shards, seed 42, `--force` so each run
-converts). Prints one line per job: both medians and the ratio.
+converts), both trees compiled to bytecode first (benchmarks/bytecode.py). Prints one line per
+job: both medians and the ratio.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import subprocess
 import sys
 
+from benchmarks.bytecode import compile_tree
 from benchmarks.same_shards import REPO, jobs
 from benchmarks.tools_bench import pair
 
@@ -52,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default="bench_out")
     args = p.parse_args(argv)
     other = os.path.abspath(args.checkout)
+    for tree in (REPO, other):
+        compile_tree(tree)
     os.makedirs(args.workdir, exist_ok=True)
     counts = {"csv": args.rows, "images": args.images, "arrays": args.arrays}
     for name, job in jobs(args.workdir, args.rows, args.images, args.arrays).items():

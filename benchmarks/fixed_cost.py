@@ -12,7 +12,8 @@ read (the first block out of the reader's prefetch), pipeline done (Pipeline.run
 published (etl.output.publish.publish returned), main returned, process ended. The hooks wrap
 functions by name once their module has loaded (a meta path hook), so the checkout's own code
 and import order run unchanged; a phase a checkout does not have is left out. The checkouts
-run `--repeat` times each, alternating; medians per phase.
+run `--repeat` times each, alternating, compiled to bytecode first (benchmarks/bytecode.py);
+medians per phase.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 
+from benchmarks.bytecode import compile_tree
 from benchmarks.data import ensure_csv
 from benchmarks.same_shards import REPO
 
@@ -224,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     trees = [REPO, *(os.path.abspath(c) for c in args.checkout), *(REPO for _ in args.variant)]
     extras = [[] for _ in range(1 + len(args.checkout))] + [v.split() for v in args.variant]
+    for tree in set(trees):
+        compile_tree(tree)
     if args.beam_floor:
         trees.append("")
         extras.append([])
