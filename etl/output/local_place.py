@@ -105,14 +105,15 @@ class LocalHeld:
 
     def publish(self, staging: str) -> None:
         """Renames: the old output goes aside inside this run's directory (its marker covers
-        it), the new one into place."""
+        it), the new one into place. The aside goes with the run directory (remove_run_dir,
+        after keep_run_dir found the new output whole)."""
         # the manifest and format code (NumPy, pyarrow) load only when a place publishes:
         # `history` and `--help` ask a place where things are and must start fast
         # (tests/test_fixed_cost.py)
         from etl.output.publish import publish  # noqa: PLC0415 - start-up time
 
         publish(staging, self.output, self.info.run_id,
-                aside=os.path.join(os.path.dirname(staging), layout.PREVIOUS))
+                aside=os.path.join(os.path.dirname(staging), layout.PREVIOUS), delete_aside=False)
 
     def release(self, staging: str) -> None:
         """Checked again, then published through a run directory of its own, removed after

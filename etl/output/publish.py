@@ -26,7 +26,8 @@ from etl.storage import fs
 from etl.storage.object_store import Conflict
 
 
-def publish(staging: str, output: str, run_id: str, aside: str | None = None) -> None:
+def publish(staging: str, output: str, run_id: str, aside: str | None = None,
+            delete_aside: bool = True) -> None:
     """Local: the old output is renamed to `aside` (inside the run's work dir, where the run's
     marker covers it), the staging directory renamed into place, `_SUCCESS` written, then the
     aside deleted. Both renames are atomic, so a reader sees the old version or the new one;
@@ -36,6 +37,9 @@ def publish(staging: str, output: str, run_id: str, aside: str | None = None) ->
     The whole publish is a critical section (etl.base.signals): a SIGINT/SIGTERM that arrives
     before `_SUCCESS` is written rolls the output back and raises Interrupted; one that
     arrives after it lets the publish complete, then raises.
+
+    `delete_aside=False`: the aside is left for the caller, whose run directory holds it and
+    is removed next (the old output's unlinks then overlap the spills': etl.storage.tree_removal).
 
     Object-store outputs are published by `publish_version` (etl.output.remote.RemoteRun).
     """
@@ -72,7 +76,7 @@ def publish(staging: str, output: str, run_id: str, aside: str | None = None) ->
             _roll_back(staging, output, aside, moved, placed)
             signals.raise_pending(signals.UNCHANGED)
         pause("publish:success")
-        if moved:
+        if moved and delete_aside:
             fs.delete_tree(aside)
 
 
