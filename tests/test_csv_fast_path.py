@@ -109,3 +109,24 @@ def test_fast_path_columns_are_arrow_numbers(tmp_path: Path) -> None:
     (block,) = list(reader.read(str(path)))
     assert block.columns["x"].type == pa.float64() and block.columns["n"].type == pa.int64()
     assert block.columns["s"].to_pylist() == ["a"]
+
+
+def test_any_newline_looks_only_at_the_batchs_own_text_values() -> None:
+    """The fast path's check for a quoted newline (etl.sources.csv_source._any_newline): one
+    scan of each text column's value bytes, of the batch's own slice only."""
+    from etl.sources.csv_source import _any_newline  # noqa: PLC0415 - one private helper
+
+    def batch(*cols: pa.Array) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(list(cols), names=[f"c{i}" for i in range(len(cols))])
+
+    nums = pa.array([1.5, 2.5, 3.5])
+    plain = pa.array([b"a", b"b", b"c"])
+    assert not _any_newline(batch(nums, plain))
+    assert _any_newline(batch(nums, pa.array([b"a", b"x\ny", b"c"])))
+    for kind in (pa.string(), pa.large_string(), pa.large_binary()):
+        assert _any_newline(batch(pa.array(["a", "b", "c\n"], kind)))
+        assert not _any_newline(batch(pa.array(["a", None, ""], kind)))
+    both = pa.array([b"x\ny", b"ok", b"fine", b"z\n"])
+    assert not _any_newline(batch(both.slice(1, 2)))  # the newlines are outside the slice
+    assert _any_newline(batch(both.slice(1, 3)))
+    assert not _any_newline(batch(pa.array([None, None], pa.binary())))

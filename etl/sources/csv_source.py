@@ -245,7 +245,6 @@ class CsvReader(FileSource):
         read_options, convert = self._fast_options(names, first)
         buffer = _Rows(names, self.null_values)
         cursor = 0  # record index of the next row
-        newlines = 0  # quoted newlines in the rows before `cursor`
         first_line = (self._header_lines if first else split.first_line) + 1
         sentinel = self._sentinel(len(names))
         with fs.open_read(path) as fh:
@@ -257,14 +256,11 @@ class CsvReader(FileSource):
             for batch in reader:
                 parsed += read_options.block_size
                 m = batch.num_rows
-                extra = _newlines(batch)
-                lines = first_line + np.arange(cursor, cursor + m, dtype=np.int64) + newlines \
-                    + np.cumsum(extra) - extra
+                if _any_newline(batch):  # quoted: only the careful path can check their quotes
+                    raise _RunsOff("a quoted value runs over several lines")
+                lines = first_line + np.arange(cursor, cursor + m, dtype=np.int64)
                 positions = lines - self._header_lines - 1
                 cursor += m
-                newlines += int(extra.sum())
-                if newlines:  # quoted newlines: only the careful path can check their quotes
-                    raise _RunsOff("a quoted value runs over several lines")
                 if self.max_record_bytes < read_options.block_size and _longest(batch) * 2 > \
                         self.max_record_bytes:  # maybe over the limit: the careful path decides
                     raise _RunsOff("a row near max_record_bytes")
@@ -477,6 +473,27 @@ def _longest(batch: pa.RecordBatch) -> int:
         if pa.types.is_binary(col.type):
             size += np.asarray(pc.binary_length(col).fill_null(0), np.int64)
     return int(size.max()) if batch.num_rows else 0
+
+
+def _any_newline(batch: pa.RecordBatch) -> bool:
+    """Whether a text value of the batch holds a newline (a quoted one: the row runs over
+    several lines). One memchr over each text column's value bytes: ~0.4 ns a row, where
+    counting them per row (_newlines) took ~9 and a fresh array per column."""
+    for col in batch.columns:
+        if pa.types.is_binary(col.type) or pa.types.is_string(col.type):
+            wide = False
+        elif pa.types.is_large_binary(col.type) or pa.types.is_large_string(col.type):
+            wide = True
+        else:
+            continue
+        _, offsets, data = col.buffers()
+        if data is None or not len(col):
+            continue
+        ends = np.frombuffer(offsets, np.int64 if wide else np.int32, len(col) + 1,
+                             col.offset * (8 if wide else 4))
+        if memoryview(data)[int(ends[0]):int(ends[-1])].tobytes().find(b"\n") >= 0:
+            return True
+    return False
 
 
 def _newlines(batch: pa.RecordBatch) -> np.ndarray:
