@@ -29,6 +29,15 @@ IDS_SCHEMA = textwrap.dedent("""\
     """)
 
 
+def make_run_recipe() -> list[str]:
+    """The Makefile's `run` target, its recipe lines: `make run ARGS=...` must end in exactly
+    `run_pipeline.py $(ARGS)` (what the README's commands assume), whatever comes before it."""
+    with open(os.path.join(ROOT, "Makefile")) as fh:
+        text = fh.read()
+    recipe = text.split("\nrun: $(STAMP)\n", 1)[1].split("\n\n", 1)[0]
+    return [line.strip() for line in recipe.splitlines()]
+
+
 def cli(*args: str, cwd: str | None = None, env: dict[str, str] | None = None,
         timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """`run_pipeline.py ARGS` in a subprocess, as a user runs it."""

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import make_run_recipe
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "run_pipeline.py")
 DOCS = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
@@ -337,9 +339,7 @@ def test_make_commands_name_real_targets() -> None:
     assert shown
     for s in shown:
         assert shlex.split(s.text)[1] in make_targets(), str(s)
-    with open(os.path.join(ROOT, "Makefile")) as fh:  # what `make run ARGS=...` passes on
-        recipe = fh.read().split("\nrun: $(STAMP)\n", 1)[1].split("\n\n", 1)[0]
-    assert recipe.endswith("\t$(PY) run_pipeline.py $(ARGS)"), recipe
+    assert make_run_recipe()[-1] == "$(PY) run_pipeline.py $(ARGS)"  # what `make run` passes on
 
 
 def test_files_named_in_commands_exist() -> None:
