@@ -353,11 +353,13 @@ def test_ctrl_c_timed_anywhere_near_the_end_leaves_the_old_or_the_new_output(
         rows = 201 + i
         old = verify(out)["records"]
         write_rows(tmp_path / "job" / "ids.csv", rows)
+        (tmp_path / f"try{i}").mkdir()  # a hang shows its threads (finish)
         proc = subprocess.Popen([sys.executable, RUN, "run", job], cwd=ROOT, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **stacks_env(tmp_path / f"try{i}")})
         time.sleep(whole * share)
         proc.send_signal(signal.SIGINT)
-        _, err = finish(proc)
+        _, err = finish(proc, tmp_path / f"try{i}" / "stacks.txt")
         records = verify(out)["records"]  # raises if neither output is whole
         if proc.returncode == 0:
             seen.add("finished")
