@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import apache_beam as beam
 import pytest
@@ -51,6 +52,11 @@ def test_a_failed_half_written_attempt_leaves_nothing_and_the_retry_matches(tmp_
             # most of the shard is in the attempt's file: the worker dies mid-shard
             (partial,) = [n for n in os.listdir(staging) if n.endswith(shard_writer.ATTEMPT_SUFFIX)
                           and ".index." not in n]
+            # the full 4 MiB buffer is written by the file's writer thread (etl.storage.
+            # direct_file): on disk once that thread has run, which a loaded machine delays
+            deadline = time.monotonic() + 60
+            while (staging / partial).stat().st_size < 4 << 20 and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert (staging / partial).stat().st_size >= 4 << 20
             raise OSError("worker lost")
         return real_gather(*args)
