@@ -46,13 +46,24 @@ def _screen(raw: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_bar_under_a_pseudo_terminal(big_job) -> None:
+def test_bar_under_a_pseudo_terminal(big_job, tmp_path) -> None:
+    """The bar under `script`'s pseudo-terminal. The run is held at the `write` pause point
+    for five of the bar's 0.2 s ticks: the shard-writing stage is shown however fast it is
+    (it once ended between two ticks on CI)."""
     job, out = big_job
     cmd = shlex.join([sys.executable, RUN, "run", job, "--force", "--direct_num_workers=1"])
-    proc = subprocess.run(["script", "-qfec", cmd, "/dev/null"], capture_output=True,
-                          text=True, timeout=240, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    lines = _screen(proc.stdout)
+    env = {**os.environ, "ETL_PAUSE_AT": "write", "ETL_PAUSE_DIR": str(tmp_path)}
+    proc = subprocess.Popen(["script", "-qfec", cmd, "/dev/null"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "write.reached").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "never reached write"
+        time.sleep(0.05)
+    time.sleep(1.0)  # held: the bar renders the writing stage on its next ticks
+    (tmp_path / "write.go").touch()
+    stdout, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stdout[-3000:]
+    lines = _screen(stdout)
     bars = [ln for ln in lines if "━" in ln]
     percents = {m.group(1) for ln in bars for m in [re.search(r"(\d+\.\d)%", ln)] if m}
     assert len(percents) >= 3, bars  # the bar moved
