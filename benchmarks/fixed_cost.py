@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from benchmarks.bytecode import compile_tree
-from benchmarks.data import ensure_csv
+from benchmarks.data import ensure_csv, ensure_images
 from benchmarks.same_shards import REPO
 
 # run as `python -c CHILD TREE/run_pipeline.py run ...` in the checkout: installs the hooks,
@@ -57,7 +57,7 @@ def after(module, attr, name, first_only=True):
         finally:
             hit()
     setattr(module, attr, wrapped)
-def on_first_item(module, attr, name):
+def on_first_item(module, attr, name, last=None):
     fn = getattr(module, attr, None)
     if fn is None:
         return
@@ -66,6 +66,8 @@ def on_first_item(module, attr, name):
         for item in fn(*a, **k):
             hit()
             yield item
+            if last:
+                mark(last)
     setattr(module, attr, wrapped)
 def before(module, attr, name):
     fn = getattr(module, attr, None)
@@ -88,9 +90,15 @@ def patch_pipeline(m):
     cls = m.Pipeline
     before(cls, "run", "pipeline built")
     after(cls, "run", "pipeline done")
-def patch_convert(m): on_first_item(m, "prefetch", "first record read")
+def patch_convert(m):
+    on_first_item(m, "prefetch", "first record read", "last block read")
+    before(m, "_finalize_run", "finalize started")
+def patch_shard_writer(m):
+    before(m, "write_shard", "first shard started")
+    after(m, "write_shard", "last shard written", first_only=False)
 HOOKS = {"cli.main": patch_cli_main, "cli.ranges": patch_cli_ranges, "cli.run": patch_cli_run,
-         "apache_beam.pipeline": patch_pipeline, "transforms.convert": patch_convert}
+         "apache_beam.pipeline": patch_pipeline, "transforms.convert": patch_convert,
+         "etl.shuffle.shard_writer": patch_shard_writer}
 class Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name not in HOOKS:
@@ -153,8 +161,9 @@ SPANS = [("imports done", "cli.run imported"), ("pipeline started", "pipeline do
          ("pipeline done", "process ended")]
 FLOOR_PHASES = ["beam imported", "pipeline built", "pipeline done", "process ended"]
 PHASES = ["job loaded", "imports done", "cli.run imported", "inputs planned", "output locked",
-          "pipeline started", "pipeline built", "first record read",
-          "pipeline done", "published", "main returned", "process ended"]
+          "pipeline started", "pipeline built", "first record read", "last block read",
+          "first shard started", "last shard written",
+          "finalize started", "pipeline done", "published", "main returned", "process ended"]
 
 
 def one_run(tree: str, job_path: str, extra: list[str]) -> dict[str, tuple[float, float]]:
@@ -221,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commands", action="store_true",
                    help="instead: the light commands (--help, history, run --dry-run, verify)")
     p.add_argument("--rows", type=int, default=1000)
+    p.add_argument("--images", type=int, default=0,
+                   help="instead of the CSV: benchmarks.run's images job of this many images")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--workdir", default="bench_out")
     args = p.parse_args(argv)
@@ -231,10 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.beam_floor:
         trees.append("")
         extras.append([])
-    csv = ensure_csv(args.workdir, args.rows)
-    job = {"schema": os.path.join(REPO, "schemas", "bench_csv.yaml"),  # same_shards' csv job
-           "sources": {"train": {"format": "csv", "paths": [csv]}},
-           "shards": 8, "shuffle": {"seed": 42}}
+    if args.images:
+        images, labels = ensure_images(args.workdir, args.images)
+        job = {"schema": os.path.join(REPO, "schemas", "bench_images.yaml"),  # benchmarks.run's
+               "sources": {"train": {"format": "idx", "paths": {"image": images,
+                                                                "label": labels}}},
+               "shards": 16, "shuffle": {"seed": 42}}
+    else:
+        csv = ensure_csv(args.workdir, args.rows)
+        job = {"schema": os.path.join(REPO, "schemas", "bench_csv.yaml"),  # same_shards' csv job
+               "sources": {"train": {"format": "csv", "paths": [csv]}},
+               "shards": 8, "shuffle": {"seed": 42}}
     paths = []
     for i in range(len(trees)):
         path = os.path.abspath(os.path.join(args.workdir, f"fixed-{i}.json"))
