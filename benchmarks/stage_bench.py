@@ -3,6 +3,7 @@ and CPU seconds, so a change to one stage is measured without the other's noise.
 
     python -m benchmarks.stage_bench stage1 [--rows 4000000] [--spill none|disk] [--workdir W]
     python -m benchmarks.stage_bench stage2 [--index] [--workdir W]
+    python -m benchmarks.stage_bench read-idx [--images 600000] [--busy] [--workdir W]
 
 stage1: the benchmark CSV (benchmarks.data, `--rows` of it) read and put through
 `transforms.convert.encode_block` as `_ReadEncodeFn` does (the reader's prefetch thread,
@@ -10,6 +11,9 @@ stage1: the benchmark CSV (benchmarks.data, `--rows` of it) read and put through
 stage2: the 8 shards of benchmarks.shard_writer_bench's 40 synthetic spills written by two
 threads at once (the local runner's two workers), index files with `--index`; prints the
 first shard's sha256, which no change to the writer may move.
+read-idx: the benchmark's gzipped IDX images (benchmarks.data) read alone through the IDX
+source's blocks; `--busy` adds a thread that takes the GIL as an encode thread does (a
+Python loop, then NumPy work without it), since reading gzip is where the GIL costs most.
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ import argparse
 import os
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-from benchmarks.data import ensure_csv
+from benchmarks.data import ensure_csv, ensure_images
 from benchmarks.shard_writer_bench import SHARDS, spills
 from etl.base import heap
 from etl.contract.codec import Encoder
@@ -99,18 +105,50 @@ def stage2(workdir: str, index: bool) -> str:
             f"{shas[0][:16]}")
 
 
+def read_idx(workdir: str, images: int, busy: bool) -> str:
+    image_path, label_path = ensure_images(workdir, images)
+    reader = make_reader({"format": "idx", "paths": {"image": image_path, "label": label_path}},
+                         ".", "sources.train")
+    (split,) = reader.splits(image_path, WHOLE_FILE)
+    stop = threading.Event()
+
+    def encode_like() -> None:
+        work = np.ones(1 << 20)
+        while not stop.is_set():
+            for _ in range(300):
+                pass
+            (work * 2.0).sum()
+
+    other = threading.Thread(target=encode_like, daemon=True)
+    if busy:
+        other.start()
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        n = sum(block.num_rows for block in reader.read_split(split))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        stop.set()
+    return (f"read-idx ({'with' if busy else 'without'} a busy thread): {n} images "
+            f"{wall:.2f} s wall, {n / wall / 1e6:.2f} M images/s")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.stage_bench",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("stage", choices=["stage1", "stage2"])
+    p.add_argument("stage", choices=["stage1", "stage2", "read-idx"])
     p.add_argument("--rows", type=int, default=4_000_000)
     p.add_argument("--spill", choices=["none", "disk"], default="disk")
     p.add_argument("--index", action="store_true")
+    p.add_argument("--images", type=int, default=600_000)
+    p.add_argument("--busy", action="store_true")
     p.add_argument("--workdir", default="bench_out")
     args = p.parse_args(argv)
     heap.keep_freed_memory()  # as the pipeline's DoFns do
-    print(stage1(args.workdir, args.rows, args.spill) if args.stage == "stage1"
-          else stage2(args.workdir, args.index))
+    if args.stage == "read-idx":
+        print(read_idx(args.workdir, args.images, args.busy))
+    else:
+        print(stage1(args.workdir, args.rows, args.spill) if args.stage == "stage1"
+              else stage2(args.workdir, args.index))
     return 0
 
 

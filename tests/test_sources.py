@@ -24,7 +24,7 @@ from PIL import Image
 from etl.base.errors import BadInputError, BadRecord, ConfigError, RecordError
 from etl.contract.codec import Encoder
 from etl.contract.schema import load_schema, schema_from_dict
-from etl.formats.idx import read_idx, write_idx
+from etl.formats.idx import GzipStream, read_idx, write_idx
 from etl.formats.tfrecord import frame_all
 from etl.sources import make_reader
 from etl.sources.base import Block, Split
@@ -313,6 +313,28 @@ def test_idx_reader_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     again = list(plain.read(key))
     assert sorted(opened) == ["images.idx", "labels.idx"]
     np.testing.assert_array_equal(np.concatenate([b.columns["image"] for b in again]), images)
+
+
+def test_idx_gzip_larger_than_one_read_and_in_two_members(tmp_path: Path) -> None:
+    """Blocks read straight into their arrays from ISA-L's reader: exact across its 4 MiB
+    reads of the file, for a wider big-endian dtype, and over a second gzip member."""
+    rng = np.random.default_rng(7)
+    images = rng.integers(0, 256, (7000, 28, 28), dtype=np.uint8)  # incompressible: 5.5 MB
+    labels = rng.normal(size=(7000, 3)).astype(">f4")
+    write_idx(str(tmp_path / "images.gz"), images)
+    assert (tmp_path / "images.gz").stat().st_size > GzipStream.READ_SIZE
+    raw = gzip.decompress((tmp_path / "images.gz").read_bytes())
+    cut = 16 + 3333 * 784 + 100  # two members, split inside a record
+    write(tmp_path / "images.gz", gzip.compress(raw[:cut], mtime=0) + gzip.compress(raw[cut:], mtime=0))
+    write_idx(str(tmp_path / "labels.gz"), labels)
+    reader = make_reader({**IDX, "block_rows": 1000}, str(tmp_path), WHERE)
+    blocks = list(reader.read(reader.files()[0]))
+    assert [len(b.columns["image"]) for b in blocks] == [1000] * 7
+    np.testing.assert_array_equal(np.concatenate([b.columns["image"] for b in blocks]), images)
+    got = np.concatenate([b.columns["label"] for b in blocks])
+    assert got.dtype == np.dtype("=f4")
+    np.testing.assert_array_equal(got, labels.astype("=f4"))
+    assert positions(blocks) == list(range(7000))
 
 
 def test_idx_wrong_magic_names_the_file(tmp_path: Path) -> None:

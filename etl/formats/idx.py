@@ -13,6 +13,7 @@ the missing ones (the header says how many there were).
 from __future__ import annotations
 
 import gzip
+import io
 import struct
 import zlib
 from collections.abc import Iterator
@@ -26,9 +27,12 @@ from etl.base.errors import BadInputError
 from etl.storage import fs
 
 try:  # ISA-L's inflate: 470 MB of MNIST-shaped images in 0.7 s vs 2.0 s for gzip.GzipFile
-    from isal.igzip import IGzipFile as _GzipFile
+    from isal.isal_zlib import _GzipReader as _IsalReader  # isal.igzip.IGzipFile's own reader
+    from isal.isal_zlib import error as _IsalError
 except ImportError:  # pragma: no cover - platforms without an isal wheel
-    _GzipFile = gzip.GzipFile
+    _IsalReader = None
+    _IsalError = zlib.error
+_BROKEN = (OSError, EOFError, zlib.error, _IsalError)  # a truncated or corrupt gzip stream
 
 DTYPES: dict[int, np.dtype] = {
     0x08: np.dtype(">u1"),
@@ -95,14 +99,37 @@ def open_idx(path: str) -> Iterator[tuple[IdxHeader, BinaryIO]]:
                 fh.seek(0)
             except (OSError, AttributeError):  # not seekable: open it again
                 fh = stack.enter_context(fs.open_read(path))
-        stream: Any = _GzipFile(fileobj=fh) if gzipped else fh
+        stream: Any = _gunzip(fh) if gzipped else fh
         try:
             header = read_idx_header(stream, path)
-        except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+        except _BROKEN as e:  # gzip.BadGzipFile is an OSError
             raise BadInputError(f"{path}: cannot read the IDX header: {e}") from e
         if not gzipped:
             _check_size(fh, header, path)
         yield header, stream
+
+
+class GzipStream(io.BufferedReader):
+    """A gzip file's data, inflated by ISA-L's reader in C (the one isal's IGzipFile wraps),
+    reading the file READ_SIZE bytes at a time. `readinto` of a block goes straight into the
+    block's array: IGzipFile's `read` made a new bytes object per block, and its 512 KiB reads
+    of the file each took the GIL back from the encode threads (figures: benchmarks/README.md,
+    "The IDX reader and the GIL"). `fileobj`: the compressed file (its position: progress)."""
+
+    READ_SIZE = 4 << 20
+
+    def __init__(self, fileobj: Any) -> None:
+        super().__init__(_IsalReader(fileobj, self.READ_SIZE))
+        self.fileobj = fileobj
+
+
+def _gunzip(fh: Any) -> Any:
+    return GzipStream(fh) if _IsalReader is not None else gzip.GzipFile(fileobj=fh)
+
+
+def is_gzip(stream: Any) -> bool:
+    """Whether `stream` (from open_idx) decompresses its file."""
+    return isinstance(stream, (GzipStream, gzip.GzipFile))
 
 
 def _check_size(fh: Any, header: IdxHeader, path: str) -> None:
@@ -128,13 +155,11 @@ def iter_blocks(
     done = 0
     while done < header.count:
         n = min(rows, header.count - done)
-        data, _ = _read_exactly(stream, n * header.record_bytes)
-        if len(data) < n * header.record_bytes:
-            found = done + len(data) // max(header.record_bytes, 1)
-            raise BadInputError(f"{path}: IDX data ends after record {found}, but its dims "
-                                f"{list(header.shape)} promise {header.count} records")
-        block = np.frombuffer(data, header.dtype).reshape((n, *header.record_shape))
-        yield block if header.dtype.itemsize == 1 else block.astype(header.dtype.newbyteorder("="))
+        block, why = read_block(stream, header, n, path)
+        if len(block) < n:
+            raise BadInputError(f"{path}: IDX data ends after record {done + len(block)}, but "
+                                f"its dims {list(header.shape)} promise {header.count} records")
+        yield block
         done += n
     check_end(stream, header, path)
 
@@ -143,7 +168,7 @@ def check_end(stream: BinaryIO, header: IdxHeader, path: str) -> None:
     """After the last record: more data means the dims are wrong."""
     try:
         extra = stream.read(1)
-    except (OSError, EOFError) as e:
+    except _BROKEN as e:
         raise BadInputError(f"{path}: cannot read IDX data after the last record: {e}") from e
     if extra:
         end = header.header_bytes + header.count * header.record_bytes
@@ -154,28 +179,36 @@ def check_end(stream: BinaryIO, header: IdxHeader, path: str) -> None:
 def read_block(stream: BinaryIO, header: IdxHeader, rows: int, path: str) -> tuple[np.ndarray, str]:
     """Up to `rows` complete records (native byte order), and why fewer came ("" if none
     are missing): the data ends early, or a gzip stream breaks."""
-    data, why = _read_exactly(stream, rows * header.record_bytes)
-    n = len(data) // max(header.record_bytes, 1) if header.record_bytes else rows
+    size = header.record_bytes
+    data = np.empty(rows * size, np.uint8)  # read into: no bytes object per block
+    got, why = _read_into(stream, data)
+    n = got // size if size else rows
     if n < rows and not why:
         why = "the data ends early (truncated file)"
-    block = np.frombuffer(data[: n * header.record_bytes], header.dtype).reshape(
-        (n, *header.record_shape))
+    block = data[: n * size].view(header.dtype).reshape((n, *header.record_shape))
     return (block if header.dtype.itemsize == 1 else block.astype(header.dtype.newbyteorder("="))), why
 
 
-def _read_exactly(stream: BinaryIO, n: int) -> tuple[bytes, str]:
-    parts = []
-    why = ""
+def _read_into(stream: BinaryIO, out: np.ndarray) -> tuple[int, str]:
+    """Fill `out` from `stream` (a file handle without readinto: read, then copy); the bytes
+    read, and why it stopped early ("" at the end of the data)."""
+    view = memoryview(out).cast("B")
+    readinto = getattr(stream, "readinto", None)
+    got = 0
     try:
-        while n > 0:
-            part = stream.read(n)
-            if not part:
+        while got < len(view):
+            if readinto is not None:
+                step = readinto(view[got:]) or 0
+            else:
+                part = stream.read(len(view) - got)
+                step = len(part)
+                view[got : got + step] = part
+            if not step:
                 break
-            parts.append(part)
-            n -= len(part)
-    except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt gzip stream
-        why = f"the gzip stream breaks ({type(e).__name__}: {e})"
-    return b"".join(parts), why
+            got += step
+    except _BROKEN as e:
+        return got, f"the gzip stream breaks ({type(e).__name__}: {e})"
+    return got, ""
 
 
 def read_idx(path: str) -> np.ndarray:

@@ -18,7 +18,6 @@ records there are, the run fails when it does not):
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from etl.base.errors import BadInputError, BadRecord
-from etl.formats.idx import IdxHeader, check_end, open_idx, read_block
+from etl.formats.idx import IdxHeader, check_end, is_gzip, open_idx, read_block
 from etl.sources.base import Block, Source, Split, options, position, record_splits
 from etl.sources.file_source import PairedFiles, block_rows
 from etl.storage import fs
@@ -132,7 +131,7 @@ class IdxReader(Source):
 def _gzipped(stream: Any) -> bool:
     """Whether etl.formats.idx.open_idx decompresses this file (it tells gzip by the name or the magic
     bytes): known from the stream it gave, so no file is opened again to ask."""
-    return isinstance(stream, gzip.GzipFile)  # isal's IGzipFile is one too
+    return is_gzip(stream)
 
 
 class _Place:
