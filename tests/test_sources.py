@@ -337,6 +337,18 @@ def test_idx_gzip_larger_than_one_read_and_in_two_members(tmp_path: Path) -> Non
     assert positions(blocks) == list(range(7000))
 
 
+def test_read_idx_of_a_truncated_gzip_says_where_and_why(tmp_path: Path) -> None:
+    images = np.arange(200 * 28 * 28, dtype=np.uint32).astype(np.uint8).reshape(200, 28, 28)
+    write_idx(str(tmp_path / "images.gz"), images)
+    data = (tmp_path / "images.gz").read_bytes()
+    write(tmp_path / "cut.gz", data[: len(data) // 2])
+    with pytest.raises(BadInputError) as e:
+        read_idx(str(tmp_path / "cut.gz"))
+    assert str(e.value) == (f"{tmp_path / 'cut.gz'}: IDX data ends after record 0, but its dims "
+                            "[200, 28, 28] promise 200 records (the gzip stream breaks (EOFError: "
+                            "Compressed file ended before the end-of-stream marker was reached))")
+
+
 def test_idx_wrong_magic_names_the_file(tmp_path: Path) -> None:
     mnist_like(tmp_path)
     write(tmp_path / "images.gz", gzip.compress(b"\x08\x03\x00\x00" + bytes(20), mtime=0))

@@ -158,7 +158,8 @@ def iter_blocks(
         block, why = read_block(stream, header, n, path)
         if len(block) < n:
             raise BadInputError(f"{path}: IDX data ends after record {done + len(block)}, but "
-                                f"its dims {list(header.shape)} promise {header.count} records")
+                                f"its dims {list(header.shape)} promise {header.count} records "
+                                f"({why})")
         yield block
         done += n
     check_end(stream, header, path)
