@@ -11,11 +11,12 @@ from __future__ import annotations
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, WorkerOptions
 
 from cli.run import default_beam_args, read_split_bytes, workers_on_this_host
+from etl.base.runners import is_local
 from etl.contract.schema import load_schema
 from etl.job.config import JobConfig
 from etl.job.estimate import estimate, lines, sample_verdict
 from etl.job.read_plan import plan_units
-from etl.shuffle import is_local, strategy_for
+from etl.shuffle import strategy_for
 from etl.storage import fs
 
 

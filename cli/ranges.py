@@ -56,13 +56,13 @@ from etl.base.errors import (
 )
 from etl.base.pause import pause
 from etl.base.quiet import native_stderr_quiet
+from etl.base.runners import is_local
 from etl.job.config import JobConfig, input_places, job_from_dict, load_job
 from etl.job.spans import Span, fill, parse_date, placeholders, span_range, strings_in
 from etl.output.layout import SUCCESS
 from etl.output.place import place_for
 from etl.output.remote import check_buckets
 from etl.schedule import history, idempotence
-from etl.shuffle import is_local
 from etl.storage import fs
 
 log = logging.getLogger(__name__)

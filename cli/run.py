@@ -45,6 +45,7 @@ from etl.base import signals
 from etl.base.errors import BadInputError, BlockedError, ConfigError, EtlError, LockedError
 from etl.base.inflight import InFlight
 from etl.base.pause import pause
+from etl.base.runners import is_local
 from etl.base.worker_errors import (
     describe_unexpected,
     fds_ran_out,
@@ -71,7 +72,7 @@ from etl.run.progress import ProgressConfig, Tally
 from etl.schedule import history, idempotence, input_pin
 from etl.schedule.fingerprint import with_fingerprints
 from etl.schedule.run_log import RunLog
-from etl.shuffle import files, is_local, strategy_for
+from etl.shuffle import files, strategy_for
 from etl.sources import sql_source, sql_url
 from etl.storage import fs, scratch
 from transforms import progress_feed as live

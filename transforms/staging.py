@@ -47,15 +47,13 @@ from apache_beam.options.pipeline_options import (
 from packaging.requirements import Requirement
 
 from etl.base.errors import ConfigError
+from etl.base.runners import is_local, runner_class_name
 from etl.storage import fs
 
 log = logging.getLogger(__name__)
 
 DIST_NAME = "tfrecord-etl"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# runners whose workers share this machine's environment: nothing to stage
-LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "BundleBasedDirectRunner",
-                           "SwitchingDirectRunner", "PrismRunner", "InteractiveRunner"})
 # not declared by us, but TensorFlow, tfx-bsl and TFMD are compiled against it: pin it too
 ALSO_PINNED = ("protobuf",)
 # declared for the launcher's own build step only; workers install no build backend
@@ -89,7 +87,7 @@ def pipeline_options(args: list[str]) -> PipelineOptions:
 def worker_staging(options: PipelineOptions, cache_root: str | None = None) -> Staging:
     """What to add to `options` so remote workers can import our code at our versions."""
     runner = runner_name(options)
-    if runner in LOCAL_RUNNERS:
+    if is_local(runner):  # its workers share this machine's environment: nothing to stage
         return Staging((), "")
     chosen = user_staging(options)
     if chosen:
@@ -108,9 +106,7 @@ def worker_staging(options: PipelineOptions, cache_root: str | None = None) -> S
 
 def runner_name(options: PipelineOptions) -> str:
     """The runner's class name (`--runner` may be a dotted path; Beam's default: Direct)."""
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    return name.rsplit(".", 1)[-1]
+    return runner_class_name(options.view_as(StandardOptions).runner)
 
 
 def user_staging(options: PipelineOptions) -> list[str]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from etl.base.errors import ConfigError
+from etl.base.runners import is_local
 from etl.shuffle import engine, files
 
 # the one table of shuffle strategies (each module: NAME, HOLDS_SPILLS, RUNNER_SHUFFLE, and
@@ -33,8 +34,6 @@ from etl.shuffle import engine, files
 STRATEGIES: dict[str, ModuleType] = {files.NAME: files, engine.NAME: engine}
 LOCAL_DEFAULT = files.NAME  # spills on the local disk are cheapest on this machine
 ELSEWHERE_DEFAULT = engine.NAME  # the runner's shuffle moves the data between workers
-LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunner",
-                           "BundleBasedDirectRunner", "PrismRunner"})
 
 
 def strategy_for(via: str | None, runner: str | None) -> ModuleType:
@@ -45,12 +44,3 @@ def strategy_for(via: str | None, runner: str | None) -> ModuleType:
     if via not in STRATEGIES:
         raise ConfigError(f"shuffle.via must be one of {sorted(STRATEGIES)}, got {via!r}")
     return STRATEGIES[via]
-
-
-def is_local(runner: str | None) -> bool:
-    """Whether `runner` (a StandardOptions.runner value; None is Beam's default, the
-    DirectRunner) runs the pipeline on this machine."""
-    if runner is None:
-        return True
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    return name.rsplit(".", 1)[-1] in LOCAL_RUNNERS
