@@ -1,0 +1,32 @@
+"""The small benchmark probes of issue 29 run and report what they measured (the figures
+themselves are in benchmarks/README.md; nothing here is timed)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks import fresh_memory, stage_bench
+
+
+def test_fresh_memory_reports_each_kind_of_page(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert fresh_memory.main(["--mib", "8", "--idle", "0", "--dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "first write of 8 MiB, GB/s (0 s idle before the second column)"
+    assert [line.split("just freed")[0].strip() for line in lines[1:]] == list(
+        fresh_memory.KINDS.values())
+    for line in lines[1:]:
+        warm, cold = map(float, re.findall(r"(\d+\.\d+)", line))
+        assert warm > 0 and cold > 0
+    assert list(tmp_path.iterdir()) == []  # its file is gone
+
+
+def test_stage_bench_reads_every_idx_image(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert stage_bench.main(["read-idx", "--images", "3000", "--busy",
+                             "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^read-idx \(with a busy thread\): 3000 images \d+\.\d\d s wall", out, re.M)
