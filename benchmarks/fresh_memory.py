@@ -21,12 +21,12 @@ import time
 CHILD = r"""
 import mmap, os, sys, time
 kind, size, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-data = bytes(range(256)) * (4 << 10)  # 1 MiB of non-zero bytes
+data = os.urandom(8 << 20)  # written 8 MiB at a time, as the spills' payloads are
 if kind == "file":
     path = os.path.join(folder, "fresh_memory.bin")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     t = time.perf_counter()
-    for _ in range(size >> 20):
+    for _ in range(size >> 23):
         os.write(fd, data)
     took = time.perf_counter() - t
     os.close(fd)
@@ -35,8 +35,8 @@ else:
     m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     m.madvise(mmap.MADV_HUGEPAGE if kind == "huge" else mmap.MADV_NOHUGEPAGE)
     t = time.perf_counter()
-    for at in range(0, size, 1 << 20):
-        m[at : at + (1 << 20)] = data
+    for at in range(0, size, 8 << 20):
+        m[at : at + (8 << 20)] = data
     took = time.perf_counter() - t
 print(took)
 """
