@@ -19,7 +19,6 @@ import io
 import os
 import posixpath
 import re
-import shutil
 import stat
 import threading
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from typing import Any, BinaryIO, TextIO
 from etl.base.worker_errors import storage_error
 from etl.storage import object_store
 from etl.storage.direct_file import DirectFile
+from etl.storage.tree_removal import remove_trees
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -498,10 +498,7 @@ def delete_tree(path: str) -> None:
             _fs().delete(files)
         return
     with guarded(path, "removing"):
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            os.remove(path)
+        remove_trees([path])  # a file, or a folder with everything in it
 
 
 def delete(paths: list[str]) -> None:

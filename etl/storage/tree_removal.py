@@ -5,7 +5,8 @@ replaced. Unlinking a spill file frees its page-cache pages (CPU in the kernel),
 shard written with O_DIRECT waits on the disk (its extents freed and discarded, one file at a
 time), and `shutil.rmtree` did both one after the other after everything else had finished.
 With the trees' files taken in turns by several threads, one thread's wait overlaps another's
-work; benchmarks/README.md has the figure. Symbolic links are removed, never followed.
+work; benchmarks/README.md has the figure. Symbolic links are removed, never followed. Every
+local tree the project removes goes through here (`fs.delete_tree` too).
 """
 
 from __future__ import annotations
