@@ -21,7 +21,7 @@ from etl.job.read_plan import byte_bounds
 from etl.output.manifest import load_manifest
 from etl.run.progress import READ_SHARE, ProgressConfig, Snapshot, Tally, TaskBytes, format_line
 from etl.sources.base import Split
-from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli
+from tests.helpers import IDS_SCHEMA, ROOT, RUN, cli, wait_paused
 
 ROWS = 500_000
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
@@ -55,10 +55,7 @@ def test_bar_under_a_pseudo_terminal(big_job, tmp_path) -> None:
     env = {**os.environ, "ETL_PAUSE_AT": "write", "ETL_PAUSE_DIR": str(tmp_path)}
     proc = subprocess.Popen(["script", "-qfec", cmd, "/dev/null"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-    deadline = time.monotonic() + 240
-    while not (tmp_path / "write.reached").exists():
-        assert time.monotonic() < deadline and proc.poll() is None, "never reached write"
-        time.sleep(0.05)
+    wait_paused(proc, tmp_path, "write")
     time.sleep(1.0)  # held: the bar renders the writing stage on its next ticks
     (tmp_path / "write.go").touch()
     stdout, _ = proc.communicate(timeout=240)

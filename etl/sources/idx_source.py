@@ -78,7 +78,7 @@ class IdxReader(Source):
             opened = self._open(path, stack)
             headers = [header for _, header, _ in opened.values()]
             for f, header, stream in opened.values():
-                if _gzipped(stream) or _size(f) != \
+                if is_gzip(stream) or _size(f) != \
                         header.header_bytes + header.count * header.record_bytes:
                     return [Split(path)]
             own = next((h for f, h, _ in opened.values() if f == path), headers[0])
@@ -128,23 +128,17 @@ class IdxReader(Source):
                     check_end(stream, header, f)
 
 
-def _gzipped(stream: Any) -> bool:
-    """Whether etl.formats.idx.open_idx decompresses this file (it tells gzip by the name or the magic
-    bytes): known from the stream it gave, so no file is opened again to ask."""
-    return is_gzip(stream)
-
-
 class _Place:
     """Where a read of the unit's own file is, in that file's bytes (Block.end_offset, progress
     only). Plain: the end of the last record read. gzip: the compressed position, which is the
-    raw file's tell() (the decompressor reads ahead, ISA-L 512 KiB at a time, so a small file is
+    raw file's tell() (the decompressor reads ahead, GzipStream.READ_SIZE at a time, so a small file is
     read whole with its header) capped by the share of the file's size the records read so far
     are of the uncompressed data (the header says how long that is); without the size (read
     outside a plan) the raw tell() alone."""
 
     def __init__(self, header: IdxHeader, stream: Any, size: int | None):
         self.header, self.size = header, size
-        self.raw = stream.fileobj if _gzipped(stream) else None
+        self.raw = stream.fileobj if is_gzip(stream) else None
 
     def after(self, records: int) -> int | None:
         h = self.header
