@@ -5,12 +5,8 @@ death on SIGTERM (exit -15). Imports nothing of ours until the handler is in pla
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
-import threading
-
-EXIT_GRACE_SECONDS = 10.0
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -31,25 +27,6 @@ def _stopped(e: KeyboardInterrupt) -> int:
     return stopped.exit_code
 
 
-def _bounded_exit(code: int) -> None:
-    """Python's exit joins every non-daemon thread and runs atexit hooks (concurrent.futures
-    joins its pools' workers): a thread left blocked when a signal stopped a pipeline held an
-    interrupted run that had said its line for good (test_signals' Ctrl-C test, about one CI
-    run in ten), and so would a user's generator that starts a thread. The outcome is decided
-    and said by now: past EXIT_GRACE_SECONDS a daemon timer ends the process with its code."""
-    def hard_exit() -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
-
-    timer = threading.Timer(EXIT_GRACE_SECONDS, hard_exit)
-    timer.daemon = True
-    timer.start()
-
-
 def entry() -> int:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _stop)
@@ -61,5 +38,7 @@ def entry() -> int:
     except KeyboardInterrupt as stopped:
         return _stopped(stopped)
     code = run()
-    _bounded_exit(code)
+    from cli.bounded_exit import bounded_exit  # noqa: PLC0415 - ours: after the handler
+
+    bounded_exit(code)
     return code

@@ -33,15 +33,19 @@ import dataclasses
 import datetime as dt
 import logging
 import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.bounded_exit import bounded_exit
 from etl.base import signals
 from etl.base.errors import (
     EXIT_BAD_INPUT,
@@ -471,17 +475,19 @@ def run_range(jobs: list[JobConfig], requests: list[Request], only: str, paralle
         else:
             slots.append(None)
             todo.append(req)
-    results = _run_all(todo, parallel, debug)
     outcomes: list[Outcome] = []
     taken = 0  # outcomes of `todo` printed so far
     try:
-        for slot in slots:
-            outcome = slot
-            if outcome is None:
-                outcome = next(results)
-                taken += 1
-            outcomes.append(outcome)
-            out(outcome.line())
+        # closed here, not when collected: a range's worker pool is shut down before its
+        # summary line, and a signal meanwhile is told as the range's like any other
+        with closing(_run_all(todo, parallel, debug)) as results:
+            for slot in slots:
+                outcome = slot
+                if outcome is None:
+                    outcome = next(results)
+                    taken += 1
+                outcomes.append(outcome)
+                out(outcome.line())
     except signals.Interrupted as e:
         late = getattr(e, "outcomes", [])  # --parallel: every span's, in request order
         for outcome in late[taken:]:
@@ -510,25 +516,37 @@ def _run_all(todo: list[Request], parallel: int, debug: bool) -> Iterator[Outcom
         return
     ctx = worker_context()
     stop = ctx.Event()
-    with ProcessPoolExecutor(max_workers=min(parallel, len(todo)), mp_context=ctx,
-                             initializer=_worker_setup, initargs=(debug, stop)) as pool:
-        futures: list[Future[Outcome]] = [pool.submit(_worker_span, r) for r in todo]
-        try:
-            for f in futures:
-                outcome = f.result()
-                if outcome.status == "interrupted":  # a worker got the signal first
-                    raise signals.Interrupted(outcome.exit_code - 128)
-                yield outcome
-        except BaseException as e:
-            stop.set()  # before the signal goes on: a worker checks it after arming
-            for f in futures:
-                f.cancel()
-            if isinstance(e, KeyboardInterrupt):
-                _forward(pool, getattr(e, "signum", signal.SIGINT))
-            pool.shutdown(wait=True, cancel_futures=True)
-            if isinstance(e, signals.Interrupted):  # what the workers did meanwhile
-                e.outcomes = [_finished(f) for f in futures]  # type: ignore[attr-defined]
-            raise
+    pool = ProcessPoolExecutor(max_workers=min(parallel, len(todo)), mp_context=ctx,
+                               initializer=_worker_setup, initargs=(debug, stop))
+    futures: list[Future[Outcome]] = []
+    try:
+        # the workers start here (the first waits for the fork server to import Beam): a
+        # signal meanwhile is raised once they all are, so none is left half-started, unknown
+        # to the pool, to fail on its own after this process went (its stop event gone)
+        with signals.deferred():
+            futures = [pool.submit(_worker_span, r) for r in todo]
+            pause("range:workers")
+        signals.raise_pending()
+        for f in futures:
+            outcome = f.result()
+            if outcome.status == "interrupted":  # a worker got the signal first
+                raise signals.Interrupted(outcome.exit_code - 128)
+            yield outcome
+    except GeneratorExit:  # the caller has every outcome (run_range closes the generator)
+        with signals.deferred():  # the idle workers end (each within its bounded exit)
+            pool.shutdown(wait=True)
+        signals.raise_pending()  # a signal meanwhile: the range was stopped all the same
+        raise
+    except BaseException as e:  # a signal, or a failure in the pool
+        stop.set()  # before the signal goes on: a worker checks it after arming
+        for f in futures:
+            f.cancel()
+        if isinstance(e, KeyboardInterrupt):
+            _forward(pool, getattr(e, "signum", signal.SIGINT))
+        pool.shutdown(wait=True, cancel_futures=True)
+        if isinstance(e, signals.Interrupted):  # what the workers did meanwhile
+            e.outcomes = [_finished(f) for f in futures]  # type: ignore[attr-defined]
+        raise
 
 
 def _finished(f: Future[Outcome]) -> Outcome | None:
@@ -558,11 +576,17 @@ _stop: Any = None  # in a worker process: the range's stop event (set by _worker
 
 def _worker_setup(debug: bool, stop: Any) -> None:
     """A worker process: logging as the command line's; signals ignored while idle (the
-    parent decides: it sets `stop` and forwards the signal to the spans that run)."""
+    parent decides: it sets `stop` and forwards the signal to the spans that run); and an
+    exit that no thread can hold: a span's pipeline stopped by a signal, or a user's
+    generator, may leave a non-daemon thread blocked, which Python's exit would wait for
+    (and the range's pool with it) for ever."""
     global _stop  # noqa: PLW0603 - per worker process, set once by the pool's initializer
     _stop = stop
     for s in signals.HANDLED:
         signal.signal(s, signal.SIG_IGN)
+    # multiprocessing runs its exit finalizers when the worker leaves its loop, before it
+    # joins the threads: the grace timer starts there
+    multiprocessing.util.Finalize(None, bounded_exit, args=(0,), exitpriority=0)
     _worker_logging(debug)
 
 
@@ -585,12 +609,15 @@ def worker_context() -> Any:
     """Workers forked from a fork server that imported Beam once, before any thread or
     pipeline existed: no import per worker (~2 s each), and no thread state inherited from
     this process. A forked worker also ends without the interpreter's slow teardown of Beam
-    and TensorFlow (pool shutdown: benchmarks/README.md, "Parallel spans").
+    and TensorFlow (pool shutdown: benchmarks/README.md, "Parallel spans"). The fork server
+    and its workers ignore SIGINT and SIGTERM from their first instruction (cli.fork_server).
     Where there is no fork server (Windows), fresh interpreters (spawn)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["cli.run"])
+    ctx.set_forkserver_preload(["cli.fork_server", "cli.run"])
+    with signals.blocked():  # until cli.fork_server, first thing, ignores them
+        multiprocessing.forkserver.ensure_running()
     return ctx
 
 

@@ -121,6 +121,51 @@ def wait_paused(proc: subprocess.Popen[str], pause_dir: Path, phase: str) -> Non
         time.sleep(0.02)
 
 
+def parent_of(pid: int) -> int | None:
+    """`pid`'s parent, or None once it ended (Linux: /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # after "pid (comm) state"
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (children first, then theirs)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (ppid := parent_of(int(entry.name))) is not None:
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = sorted(parents.get(todo.pop(0), []))
+        found += kids
+        todo += kids
+    return found
+
+
+def processes_with(env_value: str) -> list[int]:
+    """The processes whose environment holds `env_value` (a test's own folder, say): what a
+    run left running after it ended, orphans included (Linux)."""
+    found = []
+    needle = env_value.encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # ended meanwhile, or not ours to read
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "(ended)"
+
+
 def records_by_id(out: Any, splits: tuple[str, ...] = ("train", "test")) -> dict[int, dict[str, Any]]:
     """Every record of an output's `splits` as plain Python, by its `id` feature."""
     from etl.read.random_access import open_records  # noqa: PLC0415 - only the readers' tests

@@ -29,7 +29,18 @@ from etl.output.manifest import dataset_dir, verify
 from etl.schedule import history
 from tests.gcs_emulator import GcsEmulator
 from tests.gcs_proxy import GcsProxy
-from tests.helpers import IDS_SCHEMA, ROOT, RUN, digest, leftovers
+from tests.helpers import (
+    IDS_SCHEMA,
+    ROOT,
+    RUN,
+    command_line,
+    descendants,
+    digest,
+    leftovers,
+    parent_of,
+    processes_with,
+    wait_paused,
+)
 from tests.jobs import NEW, OLD, write_job, write_rows
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
@@ -73,17 +84,31 @@ def stacks_env(folder: Path) -> dict[str, str]:
 def finish(proc: subprocess.Popen[str], stacks: Path | None = None, timeout: float = 120,
            ) -> tuple[str, str]:
     """(stdout, stderr) of a run told to stop; one that hangs instead fails the test with
-    every thread's stack, which is what a hang needs to be fixed."""
+    every thread's stack of the run and of every process it started (a range's fork server and
+    workers, which would also hold the output pipes open after the run is killed), which is
+    what a hang needs to be fixed."""
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGUSR1)
-        time.sleep(2)  # faulthandler writes at once; a moment for the file to fill
-        proc.kill()
+        tree = [proc.pid, *descendants(proc.pid)]
+        for pid in tree:
+            if stacks:
+                with stacks.open("a") as fh:
+                    fh.write(f"\n--- pid {pid}: {command_line(pid)}\n")
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                continue
+            time.sleep(0.5)  # faulthandler writes at once; a moment for the file to fill
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         _, err = proc.communicate(timeout=30)
         dump = stacks.read_text() if stacks and stacks.is_file() else "(no stacks)"
         pytest.fail(f"still running {timeout:.0f} s after the signal\n{err[-3000:]}\n"
-                    f"its threads:\n{dump}")
+                    f"its threads:\n{dump[-20000:]}")
 
 
 def paused_second_run(tmp_path: Path, rows: int, more: int, phase: str,
@@ -233,6 +258,87 @@ def test_a_signal_ends_a_range_and_no_span_starts_after_it(tmp_path: Path, where
             assert not os.path.exists(f"{root}/2026-11-0{day}")
 
 
+def ignored_signals(pid: int) -> set[int]:
+    """The signals `pid` ignores (SigIgn in /proc/PID/status)."""
+    mask = next(int(line.split()[1], 16) for line in Path(f"/proc/{pid}/status").read_text()
+                .splitlines() if line.startswith("SigIgn:"))
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+def gone(marker: str, seconds: float = 30) -> list[int]:
+    """The processes still holding `marker` in their environment after up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while (left := processes_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_while_a_range_starts_its_workers(tmp_path: Path, signum: int) -> None:
+    """A signal while a --parallel range starts its fork server and workers. It used to be
+    raised inside the pool's start: a worker half started, unknown to the pool, then failed on
+    its own after the run had gone (a traceback under the error line), and a worker forked with
+    Python's default handlers died of the forwarded signal. Now the signal waits until every
+    worker is started, the fork server ignores SIGINT and SIGTERM from its first instruction
+    (its workers inherit that until a span handles them), the run ends with one error line,
+    and no process of it is left."""
+    root = str(tmp_path / "daily")
+    job = write_job(tmp_path / "job", root, rows=100, dated=True)
+    pause_dir = tmp_path / "pause"
+    proc = start(["run", job, "--from", "2026-11-01", "--to", "2026-11-04", "--parallel", "2"],
+                 "range:workers", pause_dir)
+    wait_paused(proc, pause_dir, "range:workers")
+    servers = [p for p in descendants(proc.pid) if "multiprocessing.forkserver" in command_line(p)
+               and parent_of(p) == proc.pid]  # not its workers
+    assert len(servers) == 1 and {signal.SIGINT, signal.SIGTERM} <= ignored_signals(servers[0])
+    proc.send_signal(signum)
+    out, err = finish(proc, pause_dir / "stacks.txt")
+
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err
+    assert err.splitlines() == [f"error: interrupted by {name} after 0 of 4 span(s); no "
+                                "further span was started"], err
+    entries = history.read(root)
+    started = sorted(e["span"] for e in entries)
+    assert {e["status"] for e in entries} <= {"interrupted"}
+    assert set(started) <= {"2026-11-01", "2026-11-02"}  # the workers' first spans, at most
+    assert out.splitlines() == [
+        f"{day}  interrupted (exit {128 + signum})  interrupted by {name} {OLD}"
+        for day in started]
+    for day in range(1, 5):
+        assert not os.path.exists(f"{root}/2026-11-0{day}")
+    assert gone(str(pause_dir)) == []  # the fork server and the workers ended with the run
+
+
+def test_a_thread_that_never_ends_does_not_hold_a_range_of_workers(tmp_path: Path) -> None:
+    """The same stuck thread in the workers of a --parallel range: a worker's exit waited for
+    it, the pool's shutdown for the worker, and the range for ever after its spans had
+    finished. Each worker now ends within EXIT_GRACE_SECONDS of being told to (cli.bounded_exit)."""
+    from cli.bounded_exit import EXIT_GRACE_SECONDS  # noqa: PLC0415 - the constant under test
+
+    (tmp_path / "schema.yaml").write_text(IDS_SCHEMA)
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps({
+        "schema": "schema.yaml", "output": "out/{date}", "shards": 1,
+        "sources": {"train": {"format": "python",
+                              "function": "tests.generators:ids_and_a_thread_that_never_ends"}}}))
+    env = {**os.environ, "ETL_TEST_MARK": str(tmp_path)}
+    t0 = time.monotonic()
+    got = subprocess.run([sys.executable, RUN, "run", str(job), "--from", "2026-11-01",
+                          "--to", "2026-11-02", "--parallel", "2", "--progress", "none"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    took = time.monotonic() - t0
+    assert (got.returncode, got.stderr) == (0, ""), got.stderr
+    lines = got.stdout.splitlines()
+    assert [ln.split()[:3] for ln in lines[:2]] == [["2026-11-01", "ok", "10"],
+                                                     ["2026-11-02", "ok", "10"]]
+    assert lines[2:] == ["2 span(s): 2 ok, 0 skipped, 0 failed (exit 0)"]
+    for day in ("2026-11-01", "2026-11-02"):
+        assert verify(str(tmp_path / "out" / day))["records"] == 10
+    assert took >= EXIT_GRACE_SECONDS  # held by the threads, then let go
+    assert gone(str(tmp_path)) == []
+
+
 # ------------------------------------------------------------------------------- gs://
 
 
@@ -318,9 +424,9 @@ def test_sigint_while_a_gcs_publish_waits_on_the_store(tmp_path: Path, gcs_emula
 def test_a_thread_that_never_ends_does_not_hold_the_process_at_exit(tmp_path: Path) -> None:
     """A run whose outcome is decided and said, but which a non-daemon thread would keep
     alive for ever (Python's exit joins them): it ends with its own code within
-    EXIT_GRACE_SECONDS (cli.launch). The Ctrl-C test below met such a thread about one CI
+    EXIT_GRACE_SECONDS (cli.bounded_exit). The Ctrl-C test below met such a thread about one CI
     run in ten; a user's generator that starts one is made here on purpose."""
-    from cli.launch import EXIT_GRACE_SECONDS  # noqa: PLC0415 - the constant under test
+    from cli.bounded_exit import EXIT_GRACE_SECONDS  # noqa: PLC0415 - the constant under test
 
     (tmp_path / "schema.yaml").write_text(IDS_SCHEMA)
     job = tmp_path / "job.yaml"

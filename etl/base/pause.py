@@ -18,7 +18,8 @@ shuffle, write, write:shard (a shard's first batch written, its files open), fin
 pipeline); publish:start, publish:aside, publish:renamed, publish:success
 (local publish, etl.output.publish); publish:copied, publish:pointer (gs://); clean-up (the
 run's directory about to be removed, whatever the outcome); between-spans (a range, before
-each span after the first); report:read (`report`, between the manifest and the shards).
+each span after the first); range:workers (a range with --parallel: its workers started, a
+signal there deferred until they all are); report:read (`report`, between the manifest and the shards).
 """
 
 from __future__ import annotations

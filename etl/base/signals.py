@@ -202,6 +202,19 @@ def as_interrupted(e: BaseException, when: str) -> Interrupted:
 
 
 @contextmanager
+def blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in the calling thread for the block: a process it starts
+    meanwhile inherits the mask (through exec too), so it cannot die of one before it has
+    set up its own handling (cli.fork_server). The process itself still gets a signal sent
+    meanwhile: another thread takes it, or this one once the block ends."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextmanager
 def deferred() -> Iterator[None]:
     """Signals inside are recorded, not raised, and stay pending after it: for work that must
     not be cut in the middle (making and removing the run's directory, releasing its lock),
