@@ -41,11 +41,28 @@ Idle time at the end of every bundle, same releases (a cost, not a loss):
   (Beam's msecs counters and its lull log), so a shorter period costs one wake-up of a
   sleeping thread every 10 ms per running bundle. Remove this when `stop()` wakes the
   sampler instead of joining its sleep.
+
+A run that never ends after a signal, same releases (tests/stress_signals.py found it: one
+run in 80, under load, stayed at "starting, 0 read" for good):
+
+- `worker_handlers.ControlConnection.close()` pushes the "done" marker that ends the control
+  stream only if the SDK worker's stream has started. A run that fails (our Interrupted,
+  raised by a signal) while an in-process worker of `multi_threading` mode is still
+  connecting closes the connection in its "unstarted" state, then
+  `EmbeddedGrpcWorkerHandler.stop_worker()` joins the worker's thread without a timeout. The
+  worker connects a moment later, its stream starts and waits for a request that never
+  comes: every thread's stack showed the main thread in `stop_worker`'s join inside
+  `run_stages`' clean-up, the runner's `Control` stream in `get_req`, and the worker in its
+  control read.
+- The fix: closing an unstarted connection queues the same marker, so a worker that connects
+  afterwards gets it first and ends. Remove this when `close()` ends a stream that starts
+  after it (tests/test_beam_fixes.py shows the unfixed behaviour as a failure).
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 _lock = threading.Lock()
 
@@ -54,8 +71,8 @@ SAMPLING_PERIOD_MS = 10  # the state sampler's longest sleep in our process (Bea
 
 
 def apply() -> None:
-    """Turn off the FnApiRunner's periodic data-plane flusher and shorten the state sampler's
-    period (see the module docstring).
+    """Turn off the FnApiRunner's periodic data-plane flusher, shorten the state sampler's
+    period and end control streams closed before they start (see the module docstring).
 
     Beam reads both when a run starts its data service and in-process workers, so this must
     run before `Pipeline.run()`; `ConvertToShards` calls it while the pipeline is built,
@@ -70,6 +87,28 @@ def apply() -> None:
     with _lock:
         if getattr(worker_handlers, "DATA_BUFFER_TIME_LIMIT_MS", 0):
             worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
+        _end_streams_closed_before_they_start(worker_handlers)
+
+
+def _end_streams_closed_before_they_start(worker_handlers: Any) -> None:
+    """ControlConnection.close() queues the done marker when the worker has not connected
+    yet (see the module docstring); Beam's own close() does the rest, as before."""
+    conn = getattr(worker_handlers, "ControlConnection", None)
+    servicer = getattr(worker_handlers, "BeamFnControlServicer", None)
+    if conn is None or servicer is None or getattr(conn.close, "ends_unstarted", False):
+        return
+    unstarted, done = servicer.UNSTARTED_STATE, servicer._DONE_MARKER
+    original = conn.close
+
+    def close(self: Any) -> None:
+        with conn._lock:
+            if self._state == unstarted:
+                self._push_queue.put(done)
+        original(self)
+
+    close.ends_unstarted = True  # type: ignore[attr-defined]
+    close.__wrapped__ = original  # type: ignore[attr-defined]
+    conn.close = close
 
 
 def _shorten_sampling() -> None:
