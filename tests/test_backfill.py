@@ -126,17 +126,14 @@ def test_three_day_backfill_oldest_first_then_skipped_then_reverse(tmp_path: Any
     assert len({json.dumps(shard_sha256(o), sort_keys=True) for o in outs.values()}) == 3
     published = [success_ns(outs[d]) for d in DAYS[:3]]
     assert published == sorted(published)  # oldest first
-    # again: all three current, each skipped quickly
-    started = time.time()
+    # again: all three current, each skipped (how fast is benchmarks', not a test's, to say)
     r = cli("run", job, "--from", DAYS[0], "--to", DAYS[2], "--reverse")
-    took = time.time() - started
     assert r.returncode == 0, r.stderr
     assert [(d, s) for d, s, _ in span_lines(r.stdout)] == \
         [(d, "skipped") for d in reversed(DAYS[:3])]
     assert all(rest.startswith("already published and current")
                for _, _, rest in span_lines(r.stdout))
     assert [success_ns(outs[d]) for d in DAYS[:3]] == published  # untouched
-    assert took < 3 * 1.0 + 2.5, took  # under a second a span, plus the interpreter's start
     # --reverse --force: rebuilt newest first, the same shards
     before = {d: shard_sha256(o) for d, o in outs.items()}
     r = cli("run", job, "--from", DAYS[0], "--to", DAYS[2], "--reverse", "--force")

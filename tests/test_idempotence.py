@@ -73,11 +73,8 @@ def test_rerun_skipped_fast_force_rebuilds_same_shards(tmp_path: Path) -> None:
     out = tmp_path / "out" / "day"
     before = tree(out)
 
-    t0 = time.perf_counter()
-    again = run_job(job, BEAM)
-    took = time.perf_counter() - t0
+    again = run_job(job, BEAM)  # how fast a skip is: benchmarks.fixed_cost, not a timed test
     assert again.skipped == "already published and current (inputs, schema and job unchanged)"
-    assert took < 1.0, took
     assert tree(out) == before  # nothing rewritten
     assert not (tmp_path / "out" / ".day.etl" / LOCK).exists()
     assert again.run_key == first.run_key and again.run_id != first.run_id
