@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 # what an interrupted run's one line says happened to the output
@@ -105,14 +107,33 @@ def handled(then_ignore: bool = False) -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in HANDLED}
+    unraisable = sys.unraisablehook
     for s in HANDLED:
         signal.signal(s, _handler)
+    sys.unraisablehook = _swallowed(unraisable)
     try:
         with _watched():
             yield
     finally:
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if then_ignore else h)
+        sys.unraisablehook = unraisable
+
+
+def _swallowed(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    """An Interrupted raised where Python cannot pass it on (a weakref callback such as
+    importlib's module-lock clean-up, a __del__) is printed as "Exception ignored in ..." with
+    a traceback and lost (tests/stress_signals.py met it once in 120 runs). Not printed, and
+    pending again: the next safe point raises it (raise_pending), as worker threads already
+    see `cancelled()`."""
+    def hook(unraisable: Any) -> object:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            return previous(unraisable)
+        with _lock:
+            _state.raised = False
+        return None
+
+    return hook
 
 
 @contextmanager
