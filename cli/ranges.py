@@ -532,21 +532,29 @@ def _run_all(todo: list[Request], parallel: int, debug: bool) -> Iterator[Outcom
             if outcome.status == "interrupted":  # a worker got the signal first
                 raise signals.Interrupted(outcome.exit_code - 128)
             yield outcome
-    except GeneratorExit:  # the caller has every outcome (run_range closes the generator)
+    except GeneratorExit:  # run_range is done with the outcomes (it closes the generator)
         with signals.deferred():  # the idle workers end (each within its bounded exit)
-            pool.shutdown(wait=True)
+            _stop_pool(pool, stop, futures)
         signals.raise_pending()  # a signal meanwhile: the range was stopped all the same
         raise
     except BaseException as e:  # a signal, or a failure in the pool
-        stop.set()  # before the signal goes on: a worker checks it after arming
-        for f in futures:
-            f.cancel()
-        if isinstance(e, KeyboardInterrupt):
-            _forward(pool, getattr(e, "signum", signal.SIGINT))
-        pool.shutdown(wait=True, cancel_futures=True)
+        _stop_pool(pool, stop, futures, getattr(e, "signum", signal.SIGINT)
+                   if isinstance(e, KeyboardInterrupt) else None)
         if isinstance(e, signals.Interrupted):  # what the workers did meanwhile
             e.outcomes = [_finished(f) for f in futures]  # type: ignore[attr-defined]
         raise
+
+
+def _stop_pool(pool: ProcessPoolExecutor, stop: Any, futures: list[Future[Outcome]],
+               signum: int | None = None) -> None:
+    """No span starts any more; the ones that run get `signum` (if any) and end; then the
+    workers do."""
+    stop.set()  # before the signal goes on: a worker checks it after arming
+    for f in futures:
+        f.cancel()
+    if signum is not None:
+        _forward(pool, signum)
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _finished(f: Future[Outcome]) -> Outcome | None:
