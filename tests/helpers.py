@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -157,6 +158,29 @@ def processes_with(env_value: str) -> list[int]:
             except OSError:
                 continue  # ended meanwhile, or not ours to read
     return found
+
+
+def kill_tree(pid: int, stacks: Path | None) -> str:
+    """Every thread's stack of `pid` and of each process under it, appended to `stacks` (the
+    file tests/stacks/sitecustomize.py makes SIGUSR1 write to) under a header per process, then
+    all of them killed: a hung run's own processes (a range's fork server and workers) would
+    otherwise hold its output pipes open. Returns what the file holds."""
+    tree = [pid, *descendants(pid)]
+    for p in tree:
+        if stacks:
+            with stacks.open("a") as fh:
+                fh.write(f"\n--- pid {p}: {command_line(p)}\n")
+        try:
+            os.kill(p, signal.SIGUSR1)
+        except ProcessLookupError:
+            continue
+        time.sleep(0.5)  # faulthandler writes at once; a moment for the file to fill
+    for p in tree:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return stacks.read_text() if stacks and stacks.is_file() else "(no stacks)"
 
 
 def command_line(pid: int) -> str:

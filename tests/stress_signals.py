@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from etl.output.manifest import verify
-from tests.helpers import ROOT, RUN, command_line, descendants, leftovers
+from tests.helpers import ROOT, RUN, kill_tree, leftovers
 from tests.jobs import NEW, OLD, write_job, write_rows
 
 HANG_SECONDS = 120
@@ -133,26 +133,6 @@ def range_problem(code: int | None, lines: list[str], name: str, signum: int, ou
         if records not in (old[day], rows) or left or (code == 0 and records != rows):
             return f"{day}: records {records} (old {old[day]}, new {rows}), left {left}"
     return None
-
-
-def kill_tree(pid: int, stacks: Path) -> str:
-    """Every thread's stack of `pid` and of each process under it (tests/stacks), then all of
-    them killed: a range's workers would otherwise hold the output pipes open."""
-    tree = [pid, *descendants(pid)]
-    for p in tree:
-        with stacks.open("a") as fh:
-            fh.write(f"\n--- pid {p}: {command_line(p)}\n")
-        try:
-            os.kill(p, signal.SIGUSR1)
-        except ProcessLookupError:
-            continue
-        time.sleep(0.5)
-    for p in tree:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return stacks.read_text() if stacks.is_file() else "(no stacks)"
 
 
 def main() -> int:

@@ -36,6 +36,7 @@ from tests.helpers import (
     command_line,
     descendants,
     digest,
+    kill_tree,
     leftovers,
     parent_of,
     processes_with,
@@ -90,23 +91,8 @@ def finish(proc: subprocess.Popen[str], stacks: Path | None = None, timeout: flo
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        tree = [proc.pid, *descendants(proc.pid)]
-        for pid in tree:
-            if stacks:
-                with stacks.open("a") as fh:
-                    fh.write(f"\n--- pid {pid}: {command_line(pid)}\n")
-            try:
-                os.kill(pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                continue
-            time.sleep(0.5)  # faulthandler writes at once; a moment for the file to fill
-        for pid in tree:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        dump = kill_tree(proc.pid, stacks)
         _, err = proc.communicate(timeout=30)
-        dump = stacks.read_text() if stacks and stacks.is_file() else "(no stacks)"
         pytest.fail(f"still running {timeout:.0f} s after the signal\n{err[-3000:]}\n"
                     f"its threads:\n{dump[-20000:]}")
 
