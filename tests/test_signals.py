@@ -296,18 +296,24 @@ def test_a_signal_while_a_range_starts_its_workers(tmp_path: Path, signum: int) 
     assert gone(str(pause_dir)) == []  # the fork server and the workers ended with the run
 
 
+def stuck_thread_job(folder: Path, output: str) -> Path:
+    """A job whose Python source starts a non-daemon thread that never ends (10 records)."""
+    (folder / "schema.yaml").write_text(IDS_SCHEMA)
+    job = folder / "job.yaml"
+    job.write_text(json.dumps({
+        "schema": "schema.yaml", "output": output, "shards": 1,
+        "sources": {"train": {"format": "python",
+                              "function": "tests.generators:ids_and_a_thread_that_never_ends"}}}))
+    return job
+
+
 def test_a_thread_that_never_ends_does_not_hold_a_range_of_workers(tmp_path: Path) -> None:
     """The same stuck thread in the workers of a --parallel range: a worker's exit waited for
     it, the pool's shutdown for the worker, and the range for ever after its spans had
     finished. Each worker now ends within EXIT_GRACE_SECONDS of being told to (cli.bounded_exit)."""
     from cli.bounded_exit import EXIT_GRACE_SECONDS  # noqa: PLC0415 - the constant under test
 
-    (tmp_path / "schema.yaml").write_text(IDS_SCHEMA)
-    job = tmp_path / "job.yaml"
-    job.write_text(json.dumps({
-        "schema": "schema.yaml", "output": "out/{date}", "shards": 1,
-        "sources": {"train": {"format": "python",
-                              "function": "tests.generators:ids_and_a_thread_that_never_ends"}}}))
+    job = stuck_thread_job(tmp_path, "out/{date}")
     env = {**os.environ, "ETL_TEST_MARK": str(tmp_path)}
     t0 = time.monotonic()
     got = subprocess.run([sys.executable, RUN, "run", str(job), "--from", "2026-11-01",
@@ -414,12 +420,7 @@ def test_a_thread_that_never_ends_does_not_hold_the_process_at_exit(tmp_path: Pa
     run in ten; a user's generator that starts one is made here on purpose."""
     from cli.bounded_exit import EXIT_GRACE_SECONDS  # noqa: PLC0415 - the constant under test
 
-    (tmp_path / "schema.yaml").write_text(IDS_SCHEMA)
-    job = tmp_path / "job.yaml"
-    job.write_text(json.dumps({
-        "schema": "schema.yaml", "output": "out", "shards": 1,
-        "sources": {"train": {"format": "python",
-                              "function": "tests.generators:ids_and_a_thread_that_never_ends"}}}))
+    job = stuck_thread_job(tmp_path, "out")
     t0 = time.monotonic()
     got = subprocess.run([sys.executable, RUN, "run", str(job), "--progress", "none"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
