@@ -274,9 +274,13 @@ def test_a_signal_while_a_range_starts_its_workers(tmp_path: Path, signum: int) 
     proc = start(["run", job, "--from", "2026-11-01", "--to", "2026-11-04", "--parallel", "2"],
                  "range:workers", pause_dir)
     wait_paused(proc, pause_dir, "range:workers")
-    servers = [p for p in descendants(proc.pid) if "multiprocessing.forkserver" in command_line(p)
-               and parent_of(p) == proc.pid]  # not its workers
-    assert len(servers) == 1 and {signal.SIGINT, signal.SIGTERM} <= ignored_signals(servers[0])
+    try:
+        servers = [p for p in descendants(proc.pid) if parent_of(p) == proc.pid  # not workers
+                   and "multiprocessing.forkserver" in command_line(p)]
+        assert len(servers) == 1 and {signal.SIGINT, signal.SIGTERM} <= ignored_signals(servers[0])
+    except BaseException:
+        kill_tree(proc.pid, None)  # a paused run waits for ever
+        raise
     proc.send_signal(signum)
     out, err = finish(proc, pause_dir / "stacks.txt")
 
