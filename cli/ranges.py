@@ -600,7 +600,9 @@ def _worker_setup(debug: bool, stop: Any) -> None:
 
 def _worker_span(req: Request) -> Outcome:
     """run_span in a worker: not started once the range was stopped; a signal while it runs
-    ends it as an "interrupted" outcome (its history entry written by run_job)."""
+    ends it as an "interrupted" outcome (its history entry written by run_job; one stopped
+    while it loaded its job, before its run began, has none, and says what became of its
+    output as a run would: nothing was published)."""
     with signals.handled():
         try:
             if _stop is not None and _stop.is_set():
@@ -608,9 +610,9 @@ def _worker_span(req: Request) -> Outcome:
                                reason=NOT_STARTED)
             return run_span(req)
         except KeyboardInterrupt as e:
-            code = getattr(e, "exit_code", 130)
-            return Outcome(req.span and str(req.span), "interrupted", code, req.output or "",
-                           reason=fs.first_line(e) if str(e) else "interrupted")
+            stopped = signals.as_interrupted(e, signals.UNCHANGED)
+            return Outcome(req.span and str(req.span), "interrupted", stopped.exit_code,
+                           req.output or "", reason=fs.first_line(stopped))
 
 
 def worker_context() -> Any:
