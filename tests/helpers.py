@@ -160,6 +160,14 @@ def processes_with(env_value: str) -> list[int]:
     return found
 
 
+def stacks_env(stacks: Path) -> dict[str, str]:
+    """What makes a run, and every process it forks, dump its threads' stacks to the file
+    `stacks` on SIGUSR1 (tests/stacks/sitecustomize.py; kill_tree sends it)."""
+    folder = str(Path(__file__).parent / "stacks")
+    path = os.pathsep.join(p for p in [folder, os.environ.get("PYTHONPATH", "")] if p)
+    return {"PYTHONPATH": path, "ETL_TEST_STACKS": str(stacks)}
+
+
 def kill_tree(pid: int, stacks: Path | None) -> str:
     """Every thread's stack of `pid` and of each process under it, appended to `stacks` (the
     file tests/stacks/sitecustomize.py makes SIGUSR1 write to) under a header per process, then

@@ -40,13 +40,12 @@ from tests.helpers import (
     leftovers,
     parent_of,
     processes_with,
+    stacks_env,
     wait_paused,
 )
 from tests.jobs import NEW, OLD, write_job, write_rows
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
-
-STACKS = Path(__file__).parent / "stacks"
 
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
 PIPELINE = ["read", "shuffle", "write", "finalize"]
@@ -57,7 +56,7 @@ def start(args: list[str], phase: str, pause_dir: Path, env: dict[str, str] | No
           ) -> subprocess.Popen[str]:
     pause_dir.mkdir(exist_ok=True)
     e = dict(env or os.environ)
-    e.update(ETL_PAUSE_AT=phase, ETL_PAUSE_DIR=str(pause_dir), **stacks_env(pause_dir))
+    e.update(ETL_PAUSE_AT=phase, ETL_PAUSE_DIR=str(pause_dir), **stacks_env(pause_dir / "stacks.txt"))
     return subprocess.Popen([sys.executable, RUN, *args], cwd=ROOT, env=e, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -74,12 +73,6 @@ def signal_at(proc: subprocess.Popen[str], phase: str, pause_dir: Path, signum: 
         time.sleep(0.02)
     proc.send_signal(signum)
     return finish(proc, pause_dir / "stacks.txt")
-
-
-def stacks_env(folder: Path) -> dict[str, str]:
-    """What makes a run dump its threads' stacks on SIGUSR1 (tests/stacks/sitecustomize.py)."""
-    path = os.pathsep.join(p for p in [str(STACKS), os.environ.get("PYTHONPATH", "")] if p)
-    return {"PYTHONPATH": path, "ETL_TEST_STACKS": str(folder / "stacks.txt")}
 
 
 def finish(proc: subprocess.Popen[str], stacks: Path | None = None, timeout: float = 120,
@@ -456,7 +449,7 @@ def test_ctrl_c_timed_anywhere_near_the_end_leaves_the_old_or_the_new_output(
         (tmp_path / f"try{i}").mkdir()  # a hang shows its threads (finish)
         proc = subprocess.Popen([sys.executable, RUN, "run", job], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={**os.environ, **stacks_env(tmp_path / f"try{i}")})
+                                env={**os.environ, **stacks_env(tmp_path / f"try{i}" / "stacks.txt")})
         time.sleep(whole * share)
         proc.send_signal(signal.SIGINT)
         _, err = finish(proc, tmp_path / f"try{i}" / "stacks.txt")
