@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, NoReturn
 
-import apache_beam as beam
+from cli.lean_imports import without_unused_extras
+
+with without_unused_extras():  # Beam's import without what no run uses (cli/lean_imports.py)
+    import apache_beam as beam
 from apache_beam.options.pipeline_options import (
     DirectOptions,
     GoogleCloudOptions,

@@ -5,7 +5,7 @@ from `sys.modules` at exit. The figures (seconds) are in benchmarks/README.md, "
 a run: where it goes"; these tests keep what made them smaller, without timing anything:
 `--help` and `history` load no NumPy, pyarrow, YAML or Beam; `import etl` loads none of its
 public names until one is used; `run --dry-run` loads no Beam and no report code; a run loads
-no TensorFlow."""
+no TensorFlow and no MongoDB client."""
 
 from __future__ import annotations
 
@@ -77,6 +77,8 @@ def test_a_small_run_loads_beam_but_no_tensorflow(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "20 records" in proc.stdout
     assert modules & HEAVY == HEAVY - {"tensorflow", "tfx_bsl", "torch"}
+    assert modules & {"pymongo", "bson"} == set()  # Beam without its MongoDB client (cli.lean_imports)
+    assert proc.stderr == ""
 
 
 def test_import_etl_loads_a_public_name_only_when_it_is_used() -> None:
