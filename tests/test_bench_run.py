@@ -28,3 +28,20 @@ def test_the_benchmark_validates_a_run_with_index_files(tmp_path: Path, variant:
     out = tmp_path / "out" / "csv" / variant
     indexes = [n for _, _, names in os.walk(out) for n in names if n.endswith(".index")]
     assert len(indexes) == (SHARDS if variant == "ours" else 0)
+
+
+@pytest.mark.parametrize("where", ["--memory", "--files"])
+def test_the_placed_shards_experiment_writes_the_pipelines_bytes(tmp_path: Path, where: str) -> None:
+    """benchmarks/placed_shards.py (each image written straight to its place) is only worth its
+    figure if its shards are the pipeline's: it compares every sha256 with our run's manifest."""
+    from benchmarks import placed_shards  # noqa: PLC0415 - imports the encoder
+
+    images, labels = data.ensure_images(str(tmp_path), 3_000, log=lambda *_: None)
+    got = run_once("ours", "images", 3_000, {"images": images, "labels": labels}, str(tmp_path),
+                   ["--progress", "none"], timeout=300, keep=True, attempt=1)
+    assert got["status"] == "ok", got.get("error")
+    manifest = str(tmp_path / "out" / "images" / "ours" / "manifest.json")
+    args = ["--images", "3000", "--workdir", str(tmp_path), "--manifest", manifest]
+    assert placed_shards.main(args + ([where] if where == "--memory" else [])) == 0
+    # a different seed places the records elsewhere: the comparison can fail
+    assert placed_shards.main([*args, "--seed", "7"]) == 1
