@@ -86,7 +86,8 @@ def place(workdir: str, images: int, shards: int, seed: int, out: str,
             count = int(starts[s + 1] - starts[s])
             if memory:  # anonymous pages, written with O_DIRECT at the end
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
-                mm = mmap.mmap(-1, -(-count * size // 4096) * 4096)
+                mm = mmap.mmap(-1, -(-count * size // 4096) * 4096,
+                               flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
             else:  # the shard file's own pages (page cache), synced at the end
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.ftruncate(fd, count * size)

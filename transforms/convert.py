@@ -47,6 +47,7 @@ from etl.output.finalize import finalize_run
 from etl.read.decode import RecordDecoder, check_decodable
 from etl.run.progress import Tally, TaskBytes
 from etl.shuffle import LOCAL_DEFAULT, files, keys
+from etl.shuffle.placement import InputFile, Placement
 from etl.shuffle.planning import RunKeys, ShardingPlan, ShuffleKeys, make_plan
 from etl.shuffle.runs import SortedRun, sorted_run
 from etl.shuffle.shard_writer import ShardResult
@@ -224,8 +225,25 @@ class _ReadEncodeFn(beam.DoFn):
 
     def _emit(self, run: SortedRun) -> Any:
         """What the strategy moves (engine: the run itself; files: its spill's ref)."""
+        if self.held is not None:  # before the first run: where each record goes, if known
+            self.held.plan_placement(self._placement)
         return self.steps.emit(run, self.spec.spill_dir, self.spec.shuffled, self.held,
                                self.writers)
+
+
+    def _placement(self) -> Placement | None:
+        """Every record's place in its split's output (etl.shuffle.placement), when every
+        input file states its record count before it is read; else None."""
+        if not self.spec.read_plan:
+            return None
+        inputs = []
+        for unit in ReadPlan.load(self.spec.read_plan).units:
+            count = self.readers[unit.source].record_count(unit.path)
+            if count is None:
+                return None
+            inputs.append(InputFile(None if self.spec.fractions else unit.source, unit.identity,
+                                    unit.ordinal, count))
+        return Placement.plan(inputs, self.spec.shuffle.seed, self.spec.fractions)
 
 
 _NO_KEYS = np.zeros(0, np.uint64)

@@ -21,12 +21,15 @@ bounded by the budget plus a few blocks and one shard's chunk.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from etl.formats.shards import ShardFormat
+from etl.shuffle import placement
+from etl.shuffle.placement import Placement
 from etl.shuffle.planning import RunKeys, ShardPlan
 from etl.shuffle.runs import MemorySlice, RunSlice, SortedRun, read_slice, write_section
-from etl.shuffle.shard_writer import ShardResult, write_shard
+from etl.shuffle.shard_writer import ShardResult, write_placed, write_shard
 from etl.storage import fs
 
 NAME = "files"
@@ -52,6 +55,17 @@ class HeldSpills:
         self._lock = threading.Lock()
         self._runs: dict[str, SortedRun] = {}
         self._used = 0
+        self._planning = threading.Lock()
+        self._planned = False
+        self.placement: Placement | None = None  # etl.shuffle.placement, when it applies
+
+    def plan_placement(self, plan: Callable[[], Placement | None]) -> None:
+        """This run's placement, planned once, by the first run to be emitted (every input's
+        count must be known: `plan` returns None when one is not)."""
+        with self._planning:
+            if not self._planned:
+                self.placement = plan() if self.limit > 0 else None
+                self._planned = True
 
     def hold(self, path: str, run: SortedRun) -> bool:
         """Keep `run` under `path` if the budget has room; False: write it to disk."""
@@ -82,16 +96,20 @@ class HeldSpills:
             return len(self._runs)
 
     def release(self) -> None:
-        """Drop every held run (the job ended)."""
+        """Drop every held run and placed record (the job ended)."""
         with self._lock:
             self._runs.clear()
             self._used = 0
+        if self.placement is not None:
+            self.placement.release()
 
 
 def write_spill(path: str, run: SortedRun, shuffled: bool,
                 held: HeldSpills | None = None) -> SpillRef:
     """Write one sorted run (or hold it in `held`, within its budget)."""
     stats = run.stats(shuffled)
+    if held is not None and held.placement is not None and held.placement.place(run):
+        return SpillRef(placement.PREFIX + run.split, stats)
     if held is not None and held.limit > 0 and held.hold(HELD_PREFIX + path, run):
         return SpillRef(HELD_PREFIX + path, stats)
     with fs.open_write(path, durable=False) as fh:
@@ -115,12 +133,26 @@ def spills_for(plan: ShardPlan, refs: list[SpillRef]) -> tuple[str, ...]:
     """The spills of the plan's split whose keys overlap its key range, in path order."""
     if not plan.take:
         return ()
-    return tuple(sorted(r.path for r in refs if r.stats.split == plan.split and r.stats.count
-                        and r.stats.key_lo < plan.key_hi and r.stats.key_hi > plan.key_lo))
+    # a split's placed runs share one path (its placement): a set
+    return tuple(sorted({r.path for r in refs if r.stats.split == plan.split and r.stats.count
+                         and r.stats.key_lo < plan.key_hi and r.stats.key_hi > plan.key_lo}))
 
 
 def write_files_shard(plan: ShardPlan, spills: tuple[str, ...], staging_dir: str,
                       fmt: ShardFormat, held: HeldSpills | None = None) -> ShardResult:
-    """One shard from its key range of every overlapping spill."""
-    return write_shard(plan, [read_index(p, plan.key_lo, plan.key_hi, held) for p in spills],
-                       staging_dir, fmt)
+    """One shard from its key range of every overlapping spill. Placed records (all on one
+    path per split): a slice of the placement's buffer, written as it is when every record of
+    the split was placed, else one more run to merge."""
+    slices: list[RunSlice] = []
+    for path in spills:
+        if not path.startswith(placement.PREFIX):
+            slices.append(read_index(path, plan.key_lo, plan.key_hi, held))
+            continue
+        if held is None or held.placement is None:
+            raise OSError(f"{path}: these records were placed in the memory of another process")
+        split = held.placement.split(plan.split)
+        if len(spills) == 1 and split.complete():
+            frames, ids = split.rows(plan.key_lo, plan.skip, plan.take)
+            return write_placed(plan, frames, ids, split.frame, staging_dir, fmt)
+        slices.append(split.slice(plan.key_lo, plan.key_hi))
+    return write_shard(plan, slices, staging_dir, fmt)

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -68,24 +68,60 @@ def write_shard(plan: ShardPlan, slices: list[RunSlice], staging_dir: str,
     removes its file. The index is computed from the record sizes while the shard is
     written: no second pass over the shard."""
     slices = [s for s in slices if len(s)]
-    name = fmt.shard_name(plan.split, plan.index, plan.num_shards)
+    name, opened = _sink(plan, staging_dir, fmt)
     found = 0
     per_input: Counter[int] = Counter()
-    final = fs.join(staging_dir, name)
-    opened = fmt.adapter.open_sink(final, fmt.compression, fmt.index, attempt_file,
-                                   run_dir_of(final))  # the format's writer (etl.formats)
     with shared_handles(slices), opened as sink:
         for src, local, ids, sizes in merged_batches(slices, plan.skip, plan.take):
             signals.check_cancelled(f"writing {name}")
             found += len(src)
-            files, counts = np.unique(ids >> np.uint64(ID_POSITION_BITS), return_counts=True)
-            per_input.update(dict(zip(files.tolist(), counts.tolist(), strict=True)))
+            _count_inputs(per_input, ids)
             for piece in _pieces(sizes):
                 sink.write(_gather(slices, src[piece], local[piece], sizes[piece]), sizes[piece])
             pause("write:shard")  # tests: a shard's attempt (and scratch) file half written
         if found != plan.take:
             raise RuntimeError(f"shard {name}: planned {plan.take} records, found {found}")
         sink.finish()
+    return _result(plan, name, found, sink, per_input)
+
+
+def write_placed(plan: ShardPlan, frames: memoryview, ids: np.ndarray, frame: int,
+                 staging_dir: str, fmt: ShardFormat) -> ShardResult:
+    """A shard whose framed records are already in order and `frame` bytes each (placed as
+    they were read: etl.shuffle.placement), written as they are, in pieces of about
+    CHUNK_BYTES, through the same sink as `write_shard`."""
+    name, opened = _sink(plan, staging_dir, fmt)
+    if len(ids) != plan.take or len(frames) != plan.take * frame:
+        raise RuntimeError(f"shard {name}: planned {plan.take} records, placed {len(ids)}")
+    per_input: Counter[int] = Counter()
+    step = max(1, CHUNK_BYTES // frame)
+    with opened as sink:
+        for a in range(0, plan.take, step):
+            b = min(plan.take, a + step)
+            signals.check_cancelled(f"writing {name}")
+            _count_inputs(per_input, ids[a:b])
+            sink.write(pa.py_buffer(frames[a * frame:b * frame]), np.full(b - a, frame, np.int64))
+            pause("write:shard")
+        sink.finish()
+    return _result(plan, name, plan.take, sink, per_input)
+
+
+def _sink(plan: ShardPlan, staging_dir: str, fmt: ShardFormat) -> tuple[str, Any]:
+    """The shard's name and its format's writer (etl.formats), not yet opened."""
+    name = fmt.shard_name(plan.split, plan.index, plan.num_shards)
+    final = fs.join(staging_dir, name)
+    return name, fmt.adapter.open_sink(final, fmt.compression, fmt.index, attempt_file,
+                                       run_dir_of(final))
+
+
+def _count_inputs(per_input: Counter[int], ids: np.ndarray) -> None:
+    """Records per input file (the high bits of a record id)."""
+    files, counts = np.unique(ids >> np.uint64(ID_POSITION_BITS), return_counts=True)
+    per_input.update(dict(zip(files.tolist(), counts.tolist(), strict=True)))
+
+
+def _result(plan: ShardPlan, name: str, found: int, sink: Any,
+            per_input: Counter[int]) -> ShardResult:
     return ShardResult(plan.split, plan.index, plan.num_shards, name, found, sink.num_bytes,
                        sink.sha256, {str(f): c for f, c in sorted(per_input.items())},
                        sink.index_file)

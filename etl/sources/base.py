@@ -101,6 +101,8 @@ class Source:
       whole split); called once per unit on the launcher.
     - `read_split(split)`: the split's blocks, in file order; `read(path)` reads the unit's
       one whole split. A format that does not split overrides `read(path)` instead.
+    - `record_count(path)`: the unit's record count before reading it, where the format
+      states it (default: None).
     """
 
     def files(self) -> list[str]:
@@ -120,6 +122,12 @@ class Source:
         of a file's bytes (a database query: its rows, etl.sources.sql_source). Default: none,
         every input is a file and etl.schedule.fingerprint reads it."""
         return {}
+
+    def record_count(self, path: str) -> int | None:
+        """How many records the unit `path` holds, when its format says so before it is read
+        (an IDX header): what lets etl.shuffle.placement place each record as it is read.
+        Default: None, not known until read."""
+        return None
 
     # records (lines, frames, image files) above this are rejected as oversized_record
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES

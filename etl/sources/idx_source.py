@@ -57,6 +57,13 @@ class IdxReader(Source):
     def inputs(self) -> list[str]:
         return self.pairs.every_file()
 
+    def record_count(self, path: str) -> int:
+        """The count every header of the pair states (they must agree); a file shorter than
+        that yields fewer records, and the rest is counted as lost when it is read."""
+        with ExitStack() as stack:
+            opened = self._open(path, stack)
+        return next(iter(opened.values()))[1].count
+
     def _open(self, path: str, stack: ExitStack) -> dict[str, tuple[str, IdxHeader, Any]]:
         """column -> (file, header, stream at the first record); headers agree on the count."""
         opened = {}

@@ -1,0 +1,242 @@
+"""etl.shuffle.placement: records written straight to their place must give the bytes the
+merge gives, whether every record was placed (the direct path), some were not (rejected,
+lost, of another size: the placed ones become one more run to merge), or none could be.
+
+The shard writer is called as the `files` strategy calls it, without Beam: runs as stage 1
+makes them (etl.shuffle.runs.sorted_run), planned as the planner plans them, each shard
+written once from spills on disk and once through a placement, then compared byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from etl.formats.shards import ShardFormat
+from etl.shuffle import files, keys, placement
+from etl.shuffle.placement import InputFile, Placement
+from etl.shuffle.planning import ShuffleKeys, make_plan
+from etl.shuffle.runs import SortedRun, sorted_run
+
+SEED = 11
+FILES = [InputFile("train", "a.idx", 0, 2_500), InputFile("train", "b.idx", 1, 1_700)]
+
+
+def records(ordinal: int, positions: np.ndarray, width: int = 40) -> list[bytes]:
+    """One record per position, `width` bytes, naming its file and position."""
+    return [(b"%d:%07d|" % (ordinal, p)).ljust(width, b".") for p in positions.tolist()]
+
+
+def runs(files_: list[InputFile], block: int = 600, drop: frozenset[int] = frozenset(),
+         wide: frozenset[int] = frozenset(), seed: int | None = SEED,
+         fractions: dict[str, float] | None = None) -> list[SortedRun]:
+    """Stage 1's runs of these files, blocks of `block` records: positions in `drop` are left
+    out (rejected), blocks whose first position is in `wide` have longer records."""
+    out = []
+    for f in files_:
+        for start in range(0, f.count, block):
+            pos = np.array([p for p in range(start, min(f.count, start + block))
+                            if p not in drop], np.int64)
+            hashed = keys.shuffle_keys(seed or 0, f.identity, pos)
+            ids = keys.record_ids(f.ordinal, pos)
+            sort_keys = hashed if seed is not None else ids
+            recs = records(f.ordinal, pos, 56 if start in wide else 40)
+            if fractions:
+                which = keys.assign_splits(hashed, list(fractions.values()))
+                for i, name in enumerate(fractions):
+                    mine = np.flatnonzero(which == i)
+                    out.append(sorted_run(name, sort_keys[mine], ids[mine], [recs[k] for k in mine]))
+            else:
+                out.append(sorted_run(f.split, sort_keys, ids, recs))
+    return out
+
+
+def write_all(tmp: Path, runs_: list[SortedRun], held: files.HeldSpills, splits: tuple[str, ...],
+              shuffled: bool = True, fmt: ShardFormat | None = None) -> dict[str, str]:
+    """Every shard of these runs, written as the files strategy writes them: name -> sha256
+    (and "placed runs" -> how many runs went to the placement)."""
+    fmt = fmt or ShardFormat.of("tfrecord", "none", True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    refs = [files.write_spill(str(tmp / f"{i}.spill"), run, shuffled, held)
+            for i, run in enumerate(runs_)]
+    stats = ShuffleKeys(shuffled)
+    for ref in refs:
+        stats.add(ref.stats)
+    plan = make_plan(stats, splits, 3, None, 1 << 40)
+    out = {"placed runs": str(sum(r.path.startswith(placement.PREFIX) for r in refs))}
+    for split in splits:
+        for shard in plan.shards[split]:
+            result = files.write_files_shard(shard, files.spills_for(shard, refs), str(tmp / "out"),
+                                             fmt, held)
+            out[result.name] = result.sha256
+            assert result.num_records == shard.take
+            assert sum(result.per_input.values()) == shard.take
+    return out
+
+
+def placed(tmp: Path, runs_: list[SortedRun], plan: Placement | None, splits=("train",),
+           **kw) -> tuple[dict[str, str], files.HeldSpills]:
+    held = files.HeldSpills(64 << 20)
+    held.plan_placement(lambda: plan)
+    return write_all(tmp, runs_, held, splits, **kw), held
+
+
+def spilled(tmp: Path, runs_: list[SortedRun], splits=("train",), **kw) -> dict[str, str]:
+    """The same shards from spill files only (no placement, nothing held)."""
+    return write_all(tmp, runs_, files.HeldSpills(0), splits, **kw)
+
+
+def shards(got: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in got.items() if k != "placed runs"}
+
+
+def test_every_record_placed_writes_the_merges_bytes_from_one_slice(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    merged = []
+    monkeypatch.setattr(files, "write_shard", lambda *a, **k: merged.append(1))  # never called
+    got, held = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}))
+    monkeypatch.undo()
+    assert held.placement is not None and held.placement.split("train").complete()
+    assert merged == []  # every shard took the direct path
+    want = spilled(tmp_path / "s", runs(FILES))
+    assert shards(got) == shards(want) and len(shards(want)) == 3
+    assert (got["placed runs"], want["placed runs"]) == (str(len(runs(FILES))), "0")
+
+
+def test_shards_are_the_same_with_index_gzip_and_in_input_order(tmp_path: Path) -> None:
+    gz = ShardFormat.of("tfrecord", "gzip", False)
+    got = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}), fmt=gz)[0]
+    assert shards(got) == shards(spilled(tmp_path / "s", runs(FILES), fmt=gz))
+    assert all(name.endswith(".tfrecord.gz") for name in shards(got))
+    ordered = runs(FILES, seed=None)
+    got, held = placed(tmp_path / "po", ordered, Placement.plan(FILES, None, {}), shuffled=False)
+    assert held.placement is not None and held.placement.split("train").complete()
+    assert shards(got) == shards(spilled(tmp_path / "so", runs(FILES, seed=None), shuffled=False))
+
+
+def test_splits_by_fraction_each_get_their_placement(tmp_path: Path) -> None:
+    fractions = {"train": 0.8, "test": 0.2}
+    undivided = [InputFile(None, f.identity, f.ordinal, f.count) for f in FILES]
+    plan = Placement.plan(undivided, SEED, fractions)
+    assert plan is not None and set(plan.splits) == {"train", "test"}
+    assert plan.split("train").count + plan.split("test").count == 4_200
+    splits = ("train", "test")
+    got, held = placed(tmp_path / "p", runs(FILES, fractions=fractions), plan, splits)
+    assert all(held.placement.split(s).complete() for s in splits)  # type: ignore[union-attr]
+    assert shards(got) == shards(spilled(tmp_path / "s", runs(FILES, fractions=fractions), splits))
+    assert len(shards(got)) == 6
+
+
+@pytest.mark.parametrize("case", ["rejected", "wider_block", "lost_block"])
+def test_a_split_not_wholly_placed_merges_its_placed_records_with_the_rest(
+        tmp_path: Path, case: str) -> None:
+    """Rejected records (positions missing), a block of another frame size (spilled), or a
+    block that never came (a file shorter than its header): never the direct path."""
+    kw = {"rejected": {"drop": frozenset({0, 7, 601, 2_499})},
+          "wider_block": {"wide": frozenset({1_800})}}.get(case, {})  # one block of a.idx
+    made = runs(FILES, **kw)
+    if case == "lost_block":
+        made = made[:-1]
+    got, held = placed(tmp_path / "p", made, Placement.plan(FILES, SEED, {}))
+    split = held.placement.split("train")  # type: ignore[union-attr]
+    assert not split.complete()
+    assert shards(got) == shards(spilled(tmp_path / "s", made))
+    assert got["placed runs"] == str(len(made) - (case == "wider_block"))  # that one spilled
+    assert int(split.placed.sum()) == sum(len(r.keys) for r in made) - 600 * (case == "wider_block")
+
+
+def test_no_placement_when_it_would_not_fit_its_limit(tmp_path: Path) -> None:
+    small = Placement.plan(FILES, SEED, {}, limit=4_200 * (24 + 40))  # 50-byte frames: over
+    assert small is not None
+    got, held = placed(tmp_path / "p", runs(FILES), small)
+    assert held.placement is not None and not held.placement.split("train").complete()
+    assert got["placed runs"] == "0"  # all spilled
+    assert shards(got) == shards(spilled(tmp_path / "s", runs(FILES)))
+    assert Placement.plan(FILES, SEED, {}, limit=4_200 * 24) is None  # not even the keys fit
+    assert Placement.plan([], SEED, {}) is None
+
+
+def test_ranks_are_the_key_order_of_all_the_splits_records() -> None:
+    plan = Placement.plan(FILES, SEED, {})
+    assert plan is not None
+    split = plan.split("train")
+    every = np.concatenate([keys.shuffle_keys(SEED, f.identity, np.arange(f.count))
+                            for f in FILES])
+    assert np.array_equal(split.keys, np.sort(every))
+    for f in FILES:
+        mine = keys.shuffle_keys(SEED, f.identity, np.arange(f.count))
+        assert np.array_equal(split.keys[split.ranks[f.ordinal]], mine)
+        assert np.array_equal(split.ids[split.ranks[f.ordinal]],
+                              keys.record_ids(f.ordinal, np.arange(f.count)))
+
+
+def test_a_placed_path_read_elsewhere_is_an_error_naming_it(tmp_path: Path) -> None:
+    plan = Placement.plan(FILES, SEED, {})
+    held = files.HeldSpills(64 << 20)
+    held.plan_placement(lambda: plan)
+    ref = files.write_spill(str(tmp_path / "x.spill"), runs(FILES)[0], True, held)
+    assert ref.path == placement.PREFIX + "train"
+    stats = ShuffleKeys(True)
+    stats.add(ref.stats)
+    shard = make_plan(stats, ("train",), 1, None, 1 << 40).shards["train"][0]
+    with pytest.raises(OSError, match="placed:train: these records were placed in the memory "
+                                      "of another process"):
+        files.write_files_shard(shard, (ref.path,), str(tmp_path / "out"),
+                                ShardFormat.of("tfrecord", "none", False), None)
+
+
+def test_release_frees_the_buffers(tmp_path: Path) -> None:
+    got, held = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}))
+    split = held.placement.split("train")  # type: ignore[union-attr]
+    assert split.complete()
+    held.release()
+    assert not split.complete()
+    assert held.placement.place(runs(FILES)[0]) is False  # type: ignore[union-attr]
+    assert len(shards(got)) == 3
+
+
+# ---- end to end: the local runner, in this process ----------------------------------------
+
+def _idx_pair(folder: Path, labels: np.ndarray, truncate: int = 0) -> dict[str, dict[str, object]]:
+    """MNIST-shaped IDX images and these labels; `truncate` bytes cut off the images file
+    (uncompressed), whose header then promises records it does not hold."""
+    from etl.formats.idx import write_idx  # noqa: PLC0415 - the end-to-end tests' only need
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(len(labels))
+    write_idx(str(folder / "images-idx3-ubyte"), rng.integers(0, 256, (len(labels), 28, 28),
+                                                               dtype=np.uint8))
+    write_idx(str(folder / "labels-idx1-ubyte"), labels)
+    if truncate:
+        data = (folder / "images-idx3-ubyte").read_bytes()
+        (folder / "images-idx3-ubyte").write_bytes(data[:-truncate])
+    return {"format": "idx", "paths": {"image": "images-idx3-ubyte", "label": "labels-idx1-ubyte"}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["small_labels", "labels_of_two_sizes", "truncated", "fractions"])
+def test_a_run_writes_what_the_engine_writes(tmp_path: Path, monkeypatch, case: str) -> None:
+    """The files strategy on the local runner (placement on when it applies) against the
+    engine strategy (never placed): the same shards. Labels up to 255 make frames of two
+    sizes (varint of 1 or 2 bytes): those runs spill, the rest is placed, and merged."""
+    import etl  # noqa: PLC0415 - Beam-side tests: heavy imports only here
+    from tests.pipelines import convert, shard_hashes  # noqa: PLC0415
+
+    direct = []
+    real = files.write_placed
+    monkeypatch.setattr(files, "write_placed", lambda *a, **k: direct.append(1) or real(*a, **k))
+    labels = (np.arange(3_000) % (256 if case == "labels_of_two_sizes" else 10)).astype(np.uint8)
+    allowed = {"max_bad_fraction": 0.01} if case == "truncated" else {}  # 5 records lost
+    schema = etl.load_schema("schemas/mnist.yaml").to_dict()
+    got = {}
+    for via in ("files", "engine"):
+        source = _idx_pair(tmp_path / via, labels, truncate=784 * 5 if case == "truncated" else 0)
+        sources = ({"source": {**source, "block_rows": 500}, "split": {"train": 0.7, "test": 0.3}}
+                   if case == "fractions" else {"train": {**source, "block_rows": 500}})
+        got[via] = shard_hashes(convert(tmp_path / via, sources, schema=schema, via=via, shards=3,
+                                        **allowed))
+    assert got["files"] == got["engine"]
+    assert len(got["files"]) == (6 if case == "fractions" else 3)
+    # the direct path exactly where every record could be placed
+    assert len(direct) == {"small_labels": 3, "fractions": 6}.get(case, 0)
