@@ -86,6 +86,8 @@ class SplitPlacement:
     def place(self, run: SortedRun) -> bool:
         """Copy the run's frames to their ranks; False (nothing copied) when a frame is not of
         this split's size or a record is not one of this split's (the caller spills it)."""
+        if self.refused:  # the split can no longer be complete: placing only costs a copy
+            return False
         sizes = np.diff(run.offsets)
         if self._buffer is None or not len(sizes) or (sizes != self.frame).any():
             self.refused = True

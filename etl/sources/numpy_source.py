@@ -85,6 +85,13 @@ class NumpyReader(Source):
         return expand_each(self.patterns, self.base_dir, self.where) if self.npz \
             else self.pairs.every_file()
 
+    def record_count(self, path: str) -> int:
+        """The first dimension every array of the record set states (they must agree); a
+        truncated array yields fewer rows, and the rest is counted as lost when it is read."""
+        with ExitStack() as stack:
+            arrays = self._open(path, stack)
+        return next(iter(arrays.values()))[1][0]
+
     def _open(self, path: str, stack: ExitStack) -> dict[str, _Array]:
         arrays = self._open_npz(path, stack) if self.npz else self._open_npy(path, stack)
         counts = {label: shape[0] for label, shape, _ in arrays.values()}
