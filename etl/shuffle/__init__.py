@@ -6,6 +6,9 @@
     planning.py     block statistics merged in bounded memory -> every shard's key/rank range
     merge.py        a shard's slices merged in (key, id) order in bounded memory
     shard_writer.py one shard from its slice of every run (merge, trim, write, rename)
+    placement.py    records of inputs with a known count and one frame size, copied to
+                    their rank as they are read (files strategy, one process): a shard is
+                    a slice, written as it is
     files.py        strategy `files` (Beam-free half): runs go to spill files; shards read
                     ranges of them (Beam steps: transforms/shuffle_files.py)
     engine.py       strategy `engine` (Beam-free half): runs travel in per-shard chunks through
