@@ -21,6 +21,7 @@ from etl.shuffle.runs import SortedRun, sorted_run
 
 SEED = 11
 FILES = [InputFile("train", "a.idx", 0, 2_500), InputFile("train", "b.idx", 1, 1_700)]
+FRAME = 40 + 16  # records() of 40 bytes, framed
 
 
 def records(ordinal: int, positions: np.ndarray, width: int = 40) -> list[bytes]:
@@ -95,7 +96,7 @@ def test_every_record_placed_writes_the_merges_bytes_from_one_slice(tmp_path: Pa
                                                                    monkeypatch) -> None:
     merged = []
     monkeypatch.setattr(files, "write_shard", lambda *a, **k: merged.append(1))  # never called
-    got, held = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}))
+    got, held = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}, FRAME))
     monkeypatch.undo()
     assert held.placement is not None and held.placement.split("train").complete()
     assert merged == []  # every shard took the direct path
@@ -106,11 +107,11 @@ def test_every_record_placed_writes_the_merges_bytes_from_one_slice(tmp_path: Pa
 
 def test_shards_are_the_same_with_index_gzip_and_in_input_order(tmp_path: Path) -> None:
     gz = ShardFormat.of("tfrecord", "gzip", False)
-    got = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}), fmt=gz)[0]
+    got = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}, FRAME), fmt=gz)[0]
     assert shards(got) == shards(spilled(tmp_path / "s", runs(FILES), fmt=gz))
     assert all(name.endswith(".tfrecord.gz") for name in shards(got))
     ordered = runs(FILES, seed=None)
-    got, held = placed(tmp_path / "po", ordered, Placement.plan(FILES, None, {}), shuffled=False)
+    got, held = placed(tmp_path / "po", ordered, Placement.plan(FILES, None, {}, FRAME), shuffled=False)
     assert held.placement is not None and held.placement.split("train").complete()
     assert shards(got) == shards(spilled(tmp_path / "so", runs(FILES, seed=None), shuffled=False))
 
@@ -118,7 +119,7 @@ def test_shards_are_the_same_with_index_gzip_and_in_input_order(tmp_path: Path) 
 def test_splits_by_fraction_each_get_their_placement(tmp_path: Path) -> None:
     fractions = {"train": 0.8, "test": 0.2}
     undivided = [InputFile(None, f.identity, f.ordinal, f.count) for f in FILES]
-    plan = Placement.plan(undivided, SEED, fractions)
+    plan = Placement.plan(undivided, SEED, fractions, FRAME)
     assert plan is not None and set(plan.splits) == {"train", "test"}
     assert plan.split("train").count + plan.split("test").count == 4_200
     splits = ("train", "test")
@@ -138,7 +139,7 @@ def test_a_split_not_wholly_placed_merges_its_placed_records_with_the_rest(
     made = runs(FILES, **kw)
     if case == "lost_block":
         made = made[:-1]
-    got, held = placed(tmp_path / "p", made, Placement.plan(FILES, SEED, {}))
+    got, held = placed(tmp_path / "p", made, Placement.plan(FILES, SEED, {}, FRAME))
     split = held.placement.split("train")  # type: ignore[union-attr]
     assert not split.complete()
     assert shards(got) == shards(spilled(tmp_path / "s", made))
@@ -149,19 +150,18 @@ def test_a_split_not_wholly_placed_merges_its_placed_records_with_the_rest(
             str(len(made)), sum(len(r.keys) for r in made))
 
 
-def test_no_placement_when_it_would_not_fit_its_limit(tmp_path: Path) -> None:
-    small = Placement.plan(FILES, SEED, {}, limit=4_200 * (24 + 40))  # 50-byte frames: over
-    assert small is not None
-    got, held = placed(tmp_path / "p", runs(FILES), small)
-    assert held.placement is not None and not held.placement.split("train").complete()
-    assert got["placed runs"] == "0"  # all spilled
+def test_no_placement_beyond_its_limit(tmp_path: Path) -> None:
+    fits = 4_200 * (FRAME + placement.PER_RECORD)
+    assert Placement.plan(FILES, SEED, {}, FRAME, limit=fits) is not None
+    assert Placement.plan(FILES, SEED, {}, FRAME, limit=fits - 1) is None
+    assert Placement.plan([], SEED, {}, FRAME) is None
+    got, held = placed(tmp_path / "p", runs(FILES), None)  # every run spills
+    assert held.placement is None and got["placed runs"] == "0"
     assert shards(got) == shards(spilled(tmp_path / "s", runs(FILES)))
-    assert Placement.plan(FILES, SEED, {}, limit=4_200 * 24) is None  # not even the keys fit
-    assert Placement.plan([], SEED, {}) is None
 
 
 def test_ranks_are_the_key_order_of_all_the_splits_records() -> None:
-    plan = Placement.plan(FILES, SEED, {})
+    plan = Placement.plan(FILES, SEED, {}, FRAME)
     assert plan is not None
     split = plan.split("train")
     every = np.concatenate([keys.shuffle_keys(SEED, f.identity, np.arange(f.count))
@@ -175,7 +175,7 @@ def test_ranks_are_the_key_order_of_all_the_splits_records() -> None:
 
 
 def test_a_placed_path_read_elsewhere_is_an_error_naming_it(tmp_path: Path) -> None:
-    plan = Placement.plan(FILES, SEED, {})
+    plan = Placement.plan(FILES, SEED, {}, FRAME)
     held = files.HeldSpills(64 << 20)
     held.plan_placement(lambda: plan)
     ref = files.write_spill(str(tmp_path / "x.spill"), runs(FILES)[0], True, held)
@@ -190,7 +190,7 @@ def test_a_placed_path_read_elsewhere_is_an_error_naming_it(tmp_path: Path) -> N
 
 
 def test_release_frees_the_buffers(tmp_path: Path) -> None:
-    got, held = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}))
+    got, held = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}, FRAME))
     split = held.placement.split("train")  # type: ignore[union-attr]
     assert split.complete()
     held.release()

@@ -225,15 +225,17 @@ class _ReadEncodeFn(beam.DoFn):
 
     def _emit(self, run: SortedRun) -> Any:
         """What the strategy moves (engine: the run itself; files: its spill's ref)."""
-        if self.held is not None:  # before the first run: where each record goes, if known
-            self.held.plan_placement(self._placement)
+        if self.held is not None and len(run.keys):  # at the first run: where records go
+            frame = int(run.offsets[1] - run.offsets[0])
+            self.held.plan_placement(lambda: self._placement(frame))
         return self.steps.emit(run, self.spec.spill_dir, self.spec.shuffled, self.held,
                                self.writers)
 
 
-    def _placement(self) -> Placement | None:
+    def _placement(self, frame: int) -> Placement | None:
         """Every record's place in its split's output (etl.shuffle.placement), when every
-        input file states its record count before it is read; else None."""
+        input file states its record count before it is read; else None. `frame`: the first
+        run's frame size, which every placed record must have."""
         if not self.spec.read_plan:
             return None
         inputs = []
@@ -243,7 +245,7 @@ class _ReadEncodeFn(beam.DoFn):
                 return None
             inputs.append(InputFile(None if self.spec.fractions else unit.source, unit.identity,
                                     unit.ordinal, count))
-        return Placement.plan(inputs, self.spec.shuffle.seed, self.spec.fractions)
+        return Placement.plan(inputs, self.spec.shuffle.seed, self.spec.fractions, frame)
 
 
 _NO_KEYS = np.zeros(0, np.uint64)

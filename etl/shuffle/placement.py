@@ -19,9 +19,10 @@ lost work), its placed records become one sorted run (`slice`), merged with the 
 rest by the usual shard writer. Only a split whose every record was placed takes the direct
 path (`rows`).
 
-Memory: one buffer holding the split's whole output plus 24 bytes a record of keys, ids and
-ranks, so placement applies only when that fits `limit` (checked at the first run, when the
-frame size is known); beyond it, the runs spill as usual.
+Memory: one buffer holding the split's whole output, 24 bytes a record of keys, ids and ranks,
+and about 40 more while they are computed; placement applies only when that fits `limit`
+(planned at the first run, whose frame size it takes for every record's); beyond it, the runs
+spill as usual.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from etl.shuffle.runs import MemorySlice, SortedRun, key_range, sort_block
 
 PREFIX = "placed:"  # a SpillRef path: this run's records were placed in its split's buffer
 DEFAULT_LIMIT = 1 << 30  # the most a run may hold in placed records (all splits together)
+PER_RECORD = 64  # bytes a record besides its frame: keys, ids, ranks, and the planning's peak
 _POSITION_MASK = np.uint64((1 << shuffle_keys.ID_POSITION_BITS) - 1)
 
 
@@ -70,9 +72,6 @@ class SplitPlacement:
     @property
     def count(self) -> int:
         return len(self.keys)
-
-    def nbytes(self, frame: int) -> int:
-        return self.count * (frame + 24)
 
     def open(self, frame: int) -> None:
         self.frame = frame
@@ -155,22 +154,24 @@ class SplitPlacement:
 
 class Placement:
     """One run's placed records, per split; thread-safe, since stage 1 places from several
-    threads and stage 2 reads from several. Built from every input file's count before any
-    record is read (`plan`), or None when placement cannot apply."""
+    threads and stage 2 reads from several. Planned at the first run from every input file's
+    count (`plan`), or None when placement cannot apply."""
 
-    def __init__(self, splits: dict[str, SplitPlacement], limit: int) -> None:
+    def __init__(self, splits: dict[str, SplitPlacement], frame: int) -> None:
         self.splits = splits
-        self.limit = limit
         self._lock = threading.Lock()
-        self._state = "new"  # new -> open | off (decided at the first run)
+        self._open = True
+        for split in splits.values():
+            split.open(frame)
 
     @classmethod
     def plan(cls, files: list[InputFile], seed: int | None, fractions: dict[str, float],
-             limit: int = DEFAULT_LIMIT) -> Placement | None:
-        """Every record's rank in its split, from the counts and keys of all input files
-        (which must all be known). None when a count is missing or the records alone would
-        exceed `limit` at one byte a frame."""
-        if not files or limit <= 0 or sum(f.count for f in files) * 25 > limit:
+             frame: int, limit: int = DEFAULT_LIMIT) -> Placement | None:
+        """Every record's rank in its split, from the counts and keys of all input files, and
+        the buffers for records of `frame` bytes (the first run's). None when there is no
+        input or the records would not fit `limit`."""
+        total = sum(f.count for f in files)
+        if not total or frame <= 0 or total * (frame + PER_RECORD) > limit:
             return None
         parts: dict[str, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
         for f in files:
@@ -201,28 +202,14 @@ class Placement:
                 mine[positions] = rank[at:at + len(positions)]
                 at += len(positions)
             splits[name] = SplitPlacement(name, all_keys[order], all_ids[order], ranks)
-        return cls(splits, limit)
+        return cls(splits, frame)
 
     def place(self, run: SortedRun) -> bool:
         """Place one run's records; False: the caller spills the run instead."""
         split = self.splits.get(run.split)
-        if split is None or not len(run.keys):
+        if split is None or not len(run.keys) or not self._open:
             return False
-        with self._lock:
-            if self._state == "new":
-                self._open(int(run.offsets[1] - run.offsets[0]))
-            if self._state != "open":
-                return False
         return split.place(run)
-
-    def _open(self, frame: int) -> None:
-        """At the first run: every split's buffer, if they fit the limit at this frame size."""
-        if sum(s.nbytes(frame) for s in self.splits.values()) > self.limit:
-            self._state = "off"
-            return
-        for s in self.splits.values():
-            s.open(frame)
-        self._state = "open"
 
     def split(self, name: str) -> SplitPlacement:
         return self.splits[name]
@@ -233,7 +220,7 @@ class Placement:
         exits first frees it anyway)."""
         with self._lock:
             memories = [m for s in self.splits.values() if (m := s.release()) is not None]
-            self._state = "off"
+            self._open = False
         if memories:
             threading.Thread(target=_unmap, args=(memories,), name="etl-unmap-placed",
                              daemon=True).start()
