@@ -268,3 +268,38 @@ def test_npy_arrays_are_placed_and_written_as_the_engine_writes(tmp_path: Path, 
         got[via] = shard_hashes(convert(tmp_path / via, sources, schema=schema, via=via, shards=2))
     assert got["files"] == got["engine"] and len(got["files"]) == 2
     assert len(direct) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["read", "write:shard"])
+def test_a_signal_while_records_are_placed_or_written_leaves_the_old_output(
+        tmp_path: Path, phase: str) -> None:
+    """SIGTERM while a placed run places its blocks (read) or writes a shard from the
+    placement (write:shard): the run says so in one line, exit 143, the previous output
+    byte for byte, nothing left beside it."""
+    import signal  # noqa: PLC0415 - the signal tests' own needs
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from tests.helpers import ROOT, RUN, digest, leftovers  # noqa: PLC0415
+    from tests.jobs import OLD  # noqa: PLC0415
+    from tests.test_signals import assert_interrupted, signal_at, start  # noqa: PLC0415
+
+    data = tmp_path / "job"
+    source = _idx_pair(data, (np.arange(3_000) % 10).astype(np.uint8))
+    out = str(tmp_path / "out")
+    (data / "job.yaml").write_text(
+        f"schema: {ROOT}/schemas/mnist.yaml\noutput: {out}\nshards: 3\n"
+        "sources:\n  train: {format: idx, block_rows: 500, paths: {image: "
+        f"{source['paths']['image']}, label: {source['paths']['label']}}}}}\n")  # type: ignore[index]
+    job = str(data / "job.yaml")
+    first = subprocess.run([sys.executable, RUN, "run", job], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    before = digest(out)
+    _idx_pair(data, (np.arange(3_000) % 7).astype(np.uint8))  # the interrupted run's data
+    proc = start(["run", job], phase, tmp_path / "pause")
+    _, err = signal_at(proc, phase, tmp_path / "pause", signal.SIGTERM)
+    assert_interrupted(proc, err, signal.SIGTERM, OLD)
+    assert digest(out) == before
+    assert leftovers(out) == []
