@@ -231,7 +231,6 @@ class _ReadEncodeFn(beam.DoFn):
         return self.steps.emit(run, self.spec.spill_dir, self.spec.shuffled, self.held,
                                self.writers)
 
-
     def _placement(self, frame: int) -> Placement | None:
         """Every record's place in its split's output (etl.shuffle.placement), when every
         input file states its record count before it is read; else None. `frame`: the first
