@@ -131,9 +131,11 @@ def test_splits_by_fraction_each_get_their_placement(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("case", ["rejected", "wider_block", "lost_block"])
 def test_a_split_not_wholly_placed_merges_its_placed_records_with_the_rest(
-        tmp_path: Path, case: str) -> None:
+        tmp_path: Path, monkeypatch, case: str) -> None:
     """Rejected records (positions missing), a block of another frame size (spilled), or a
-    block that never came (a file shorter than its header): never the direct path."""
+    block that never came (a file shorter than its header): never the direct path. The
+    placed records are compacted in place, here 100 rows at a time (many chunks)."""
+    monkeypatch.setattr(placement, "_COMPACT_ROWS", 100)
     kw = {"rejected": {"drop": frozenset({0, 7, 601, 2_499})},
           "wider_block": {"wide": frozenset({1_800})}}.get(case, {})  # one block of a.idx
     made = runs(FILES, **kw)

@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from etl.shuffle import keys as shuffle_keys
 from etl.shuffle.runs import MemorySlice, SortedRun, key_range, sort_block
@@ -40,6 +41,7 @@ PREFIX = "placed:"  # a SpillRef path: this run's records were placed in its spl
 DEFAULT_LIMIT = 1 << 30  # the most a run may hold in placed records (all splits together)
 PER_RECORD = 64  # bytes a record besides its frame: keys, ids, ranks, and the planning's peak
 _POSITION_MASK = np.uint64((1 << shuffle_keys.ID_POSITION_BITS) - 1)
+_COMPACT_ROWS = 1 << 16  # rows moved at a time when a split is compacted
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class SplitPlacement:
         self._memory: mmap.mmap | None = None
         self._buffer: np.ndarray | None = None
         self._compacted: SortedRun | None = None
+        self._compacting = threading.Lock()  # stage 2's threads: one compaction
 
     @property
     def count(self) -> int:
@@ -131,18 +134,29 @@ class SplitPlacement:
         return view, self.ids[start:start + take]
 
     def slice(self, key_lo: int, key_hi: int) -> MemorySlice:
-        """The placed records with key_lo <= key < key_hi, as a slice of one sorted run
-        (compacted once, on the first call): what the merge reads when the split is not
-        complete."""
-        run = self._compacted
-        if run is None:
-            which = np.flatnonzero(self.placed)
-            payload = b"" if self._buffer is None else self._buffer[which].tobytes()
-            run = SortedRun(self.split, self.keys[which], self.ids[which],
-                            np.arange(len(which) + 1, dtype=np.int64) * self.frame, payload)
-            self._compacted = run
+        """The placed records with key_lo <= key < key_hi, as a slice of one sorted run: what
+        the merge reads when the split is not complete. The first call compacts the placed
+        frames to the front of the buffer, in place (stage 1 is over by then)."""
+        with self._compacting:
+            if self._compacted is None:
+                self._compacted = self._compact()
+            run = self._compacted
         a, b = key_range(run.keys, key_lo, key_hi)
         return MemorySlice(run.keys, run.ids, run.offsets, run.payload, a, b)
+
+    def _compact(self) -> SortedRun:
+        """Rows `which` (ascending) moved to rows 0.. in chunks: a chunk's sources lie at or
+        after its own rows and before none of the rows still to move, so nothing is read after
+        it was overwritten, and no second buffer of the split's size is needed."""
+        which = np.flatnonzero(self.placed)
+        payload = pa.py_buffer(b"")
+        if self._buffer is not None and self._memory is not None:
+            for lo in range(0, len(which), _COMPACT_ROWS):
+                hi = min(len(which), lo + _COMPACT_ROWS)
+                self._buffer[lo:hi] = self._buffer[which[lo:hi]]  # gathered first, then stored
+            payload = pa.py_buffer(memoryview(self._memory)[:len(which) * self.frame])
+        return SortedRun(self.split, self.keys[which], self.ids[which],
+                         np.arange(len(which) + 1, dtype=np.int64) * self.frame, payload)
 
     def release(self) -> mmap.mmap | None:
         """Drop the buffer; its memory, for the caller to unmap."""
