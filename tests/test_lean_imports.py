@@ -6,7 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import ROOT
+
+pytestmark = pytest.mark.slow  # a subprocess importing Beam (make test-fast skips it)
 
 # a fresh interpreter: the test process may have imported Beam, and with it pymongo, already
 _SCRIPT = """

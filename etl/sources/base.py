@@ -126,8 +126,7 @@ class Source:
     def record_count(self, path: str) -> int | None:
         """How many records the unit `path` holds, when its format says so before it is read
         (an IDX or .npy header): what lets etl.shuffle.placement place each record as it is
-        read.
-        Default: None, not known until read."""
+        read. Default: None, not known until read."""
         return None
 
     # records (lines, frames, image files) above this are rejected as oversized_record
