@@ -9,7 +9,8 @@ labels of one varint length, each record's place is known too: its rank in the (
 order decides its shard and its slot (etl.shuffle.planning's exact rank ranges), and every
 frame has the same size. This script does that, outside Beam, for the benchmark's images job:
 
-- ranks of all N records from their keys (etl.shuffle.keys, as stage 1 computes them);
+- ranks of all N records from their keys (etl.shuffle.placement.split_orders, as the
+  pipeline computes them);
 - the IDX source's blocks read and encoded by the pipeline's own threads (prefetch,
   ordered_map, Encoder, frame_records), each block's frames scattered into the shards' shared
   memory maps (one NumPy assignment per shard and block);
@@ -45,6 +46,7 @@ from etl.formats.record_index import FRAME_OVERHEAD, index_lines
 from etl.formats.tfrecord import frame_records
 from etl.job.read_plan import WHOLE_FILE, ReadTask
 from etl.shuffle import keys
+from etl.shuffle.placement import InputFile, split_orders
 from etl.sources import make_reader
 from transforms.prefetch import ordered_map, prefetch
 
@@ -64,12 +66,9 @@ def place(workdir: str, images: int, shards: int, seed: int, out: str,
     identity = keys.identities([image_path])[image_path]
     task = ReadTask("train", image_path, identity, 0, split)
 
-    # every record's shard and slot, from its rank in the (key, id) order
+    # every record's shard and slot, from its rank in the (key, id) order (the pipeline's)
     n = images
-    positions = np.arange(n)
-    order = np.lexsort((keys.record_ids(0, positions), keys.shuffle_keys(seed, identity, positions)))
-    rank = np.empty(n, np.int64)
-    rank[order] = positions
+    rank = split_orders([InputFile("train", identity, 0, n)], seed, {})["train"][2][0]
     starts = np.array([i * n // shards for i in range(shards + 1)], np.int64)
     shard_of = (np.searchsorted(starts, rank, side="right") - 1).astype(np.int32)
     slot_of = rank - starts[shard_of]
@@ -125,8 +124,6 @@ def place(workdir: str, images: int, shards: int, seed: int, out: str,
     if written != n:
         raise SystemExit(f"placed {written} of {n} records")
 
-    lines, _ = index_lines(np.full(1, frame[0] - FRAME_OVERHEAD))
-
     def finish(s: int) -> tuple[str, str]:
         fd, mm, _ = files[s]
         assert mm is not None
@@ -159,7 +156,6 @@ def place(workdir: str, images: int, shards: int, seed: int, out: str,
     with ThreadPoolExecutor(2) as pool:
         shas = list(pool.map(finish, range(shards)))
     t_end = time.perf_counter()
-    del lines
     return {"records": written, "frame_bytes": frame[0],
             "planned_s": round(t_planned - t0, 3),
             "first_block_placed_s": round(marks["first block placed"] - t0, 3),

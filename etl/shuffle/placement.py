@@ -187,35 +187,8 @@ class Placement:
         total = sum(f.count for f in files)
         if not total or frame <= 0 or total * (frame + PER_RECORD) > limit:
             return None
-        parts: dict[str, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
-        for f in files:
-            positions = np.arange(f.count, dtype=np.int64)
-            hashed = shuffle_keys.shuffle_keys(seed or 0, f.identity, positions)
-            ids = shuffle_keys.record_ids(f.ordinal, positions)
-            sort_keys = hashed if seed is not None else ids
-            if fractions:
-                which = shuffle_keys.assign_splits(hashed, list(fractions.values()))
-                for i, name in enumerate(fractions):
-                    mine = np.flatnonzero(which == i)
-                    parts.setdefault(name, []).append((f.ordinal, mine, sort_keys[mine], ids[mine]))
-            else:
-                assert f.split is not None
-                parts.setdefault(f.split, []).append((f.ordinal, positions, sort_keys, ids))
-        counts = {f.ordinal: f.count for f in files}
-        splits = {}
-        for name, pieces in parts.items():
-            all_keys = np.concatenate([p[2] for p in pieces])
-            all_ids = np.concatenate([p[3] for p in pieces])
-            order = sort_block(all_keys, all_ids)
-            rank = np.empty(len(order), np.int64)
-            rank[order] = np.arange(len(order))
-            ranks: dict[int, np.ndarray] = {}
-            at = 0
-            for ordinal, positions, _, _ in pieces:
-                mine = ranks.setdefault(ordinal, np.full(counts[ordinal], -1, np.int64))
-                mine[positions] = rank[at:at + len(positions)]
-                at += len(positions)
-            splits[name] = SplitPlacement(name, all_keys[order], all_ids[order], ranks)
+        splits = {name: SplitPlacement(name, *order)
+                  for name, order in split_orders(files, seed, fractions).items()}
         return cls(splits, frame)
 
     def place(self, run: SortedRun) -> bool:
@@ -238,6 +211,43 @@ class Placement:
         if memories:
             threading.Thread(target=_unmap, args=(memories,), name="etl-unmap-placed",
                              daemon=True).start()
+
+
+def split_orders(files: list[InputFile], seed: int | None, fractions: dict[str, float],
+                 ) -> dict[str, tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]]:
+    """Per split, its records in (key, id) order: their keys, their ids, and each file's
+    rank of every position (-1: a record of another split). The keys and split assignment
+    are stage 1's (etl.shuffle.keys), with fractions and in input order too."""
+    parts: dict[str, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for f in files:
+        positions = np.arange(f.count, dtype=np.int64)
+        hashed = shuffle_keys.shuffle_keys(seed or 0, f.identity, positions)
+        ids = shuffle_keys.record_ids(f.ordinal, positions)
+        sort_keys = hashed if seed is not None else ids
+        if fractions:
+            which = shuffle_keys.assign_splits(hashed, list(fractions.values()))
+            for i, name in enumerate(fractions):
+                mine = np.flatnonzero(which == i)
+                parts.setdefault(name, []).append((f.ordinal, mine, sort_keys[mine], ids[mine]))
+        else:
+            assert f.split is not None
+            parts.setdefault(f.split, []).append((f.ordinal, positions, sort_keys, ids))
+    counts = {f.ordinal: f.count for f in files}
+    orders = {}
+    for name, pieces in parts.items():
+        all_keys = np.concatenate([p[2] for p in pieces])
+        all_ids = np.concatenate([p[3] for p in pieces])
+        order = sort_block(all_keys, all_ids)
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        ranks: dict[int, np.ndarray] = {}
+        at = 0
+        for ordinal, positions, _, _ in pieces:
+            mine = ranks.setdefault(ordinal, np.full(counts[ordinal], -1, np.int64))
+            mine[positions] = rank[at:at + len(positions)]
+            at += len(positions)
+        orders[name] = (all_keys[order], all_ids[order], ranks)
+    return orders
 
 
 def _unmap(memories: list[mmap.mmap]) -> None:
