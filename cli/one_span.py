@@ -27,6 +27,7 @@ from etl.job.config import JobConfig, input_places
 from etl.job.spans import Span
 from etl.output.remote import check_buckets
 from etl.run.progress import DEFAULT_EVERY, resolve
+from transforms import early_read
 
 
 @dataclass(frozen=True)
@@ -50,14 +51,19 @@ def run_and_report(request: Request, display: Display, only: str = "all") -> int
     report raises ReportFailed (the report error's exit code) saying the data was published."""
     started = time.time()
     job = load_request(request)
+    early = None
     try:
         ran = _before_run(job, request, only, display.verbose)
         if ran is not None:
             return ran
+        # the first read task is read while Beam is imported (transforms/early_read.py)
+        early = early_read.start(job)
         pause("imports")  # tests: a signal while Beam is imported (about 1.5 s)
         with importing():  # cli.main turned the GC on after the job's imports
             from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
     except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published
+        if early is not None:
+            early.cancel()
         stopped = signals.as_interrupted(e, signals.UNCHANGED)
         record_interrupted(job, started, stopped)
         raise stopped from None
@@ -65,9 +71,13 @@ def run_and_report(request: Request, display: Display, only: str = "all") -> int
     stale = ({} if request.lock_stale_after is None
              else {"lock_stale_after": request.lock_stale_after})
     shown = resolve(display.progress, display.progress_stream, display.progress_every)
-    result = run_job(job, list(request.beam_args), force=request.force,
-                     break_lock=request.break_lock, capture_stderr=request.capture_stderr,
-                     progress=shown, accept=request.accept, **stale)
+    try:
+        result = run_job(job, list(request.beam_args), force=request.force,
+                         break_lock=request.break_lock, capture_stderr=request.capture_stderr,
+                         progress=shown, accept=request.accept, early=early, **stale)
+    finally:
+        if early is not None:  # not taken: the run did not read here, or ended first
+            early.cancel()
     try:
         return print_result(job, result, request.output, display.sample, display.verbose,
                             request.report)

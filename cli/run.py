@@ -78,8 +78,10 @@ from etl.schedule.run_log import RunLog
 from etl.shuffle import files, strategy_for
 from etl.sources import sql_source, sql_url
 from etl.storage import fs, scratch
+from transforms import early_read
 from transforms import progress_feed as live
 from transforms.convert import ConvertSettings, ConvertToShards
+from transforms.early_read import EarlyRead, EarlyReads
 from transforms.staging import pipeline_options  # Beam options + our package for workers
 
 log = logging.getLogger(__name__)
@@ -165,7 +167,7 @@ def plan_reads(job: JobConfig, sources: dict[str, dict[str, Any]] | None = None)
 def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool = False,
             break_lock: bool = False, lock_stale_after: float = DEFAULT_STALE_AFTER,
             capture_stderr: bool = False, progress: ProgressConfig | None = None,
-            accept: bool = False) -> JobResult:
+            accept: bool = False, early: EarlyRead | None = None) -> JobResult:
     """Convert `job`; raises only EtlError (exit code in `.exit_code`) for failures.
 
     An output published and current is left as it is (JobResult.skipped says why, and its
@@ -177,7 +179,10 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
     config's stream (a duplicate of the real stderr: fd 2 may go to the log meanwhile); it
     stops before run_job returns (transforms/progress_feed.py).
     `accept` (`run --accept`): a span blocked by a quality check publishes (a run of it
-    waiting in quarantine is released), and the history says it was accepted."""
+    waiting in quarantine is released), and the history says it was accepted.
+    `early`: the first read task, being read since before Beam was imported
+    (transforms/early_read.py): the pipeline takes it when it runs in this process and reads
+    what that read would read; else it is cancelled."""
     attempt = Attempt(time.time(), idempotence.span_label(job), accept=accept)
     try:
         refuse_template_of_snapshot(job, beam_args or [])
@@ -187,7 +192,7 @@ def run_job(job: JobConfig, beam_args: list[str] | None = None, *, force: bool =
                              _sql_schema(job)) as sources:
             result = _run(job, beam_args or [], attempt, sources, force=force,
                           break_lock=break_lock, lock_stale_after=lock_stale_after,
-                          capture_stderr=capture_stderr, progress=progress)
+                          capture_stderr=capture_stderr, progress=progress, early=early)
     except BaseException as e:
         failure = _as_interrupted(e, attempt)
         record_history(job, attempt, failure=failure)
@@ -336,13 +341,16 @@ def _plan_run(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Atte
 def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
          sources: dict[str, dict[str, Any]], *, force: bool,
          break_lock: bool, lock_stale_after: float, capture_stderr: bool,
-         progress: ProgressConfig | None = None) -> JobResult:
+         progress: ProgressConfig | None = None, early: EarlyRead | None = None) -> JobResult:
     """run_job's work; `attempt` collects what the history entry needs as it goes."""
     args = default_beam_args(beam_args)
     given = PipelineOptions(args)
     fs.use_options(given)  # the launcher's own reads use the user's file-system options
     check_buckets(input_places(job.sources, job.base_dir))  # before they are matched
     runner = given.view_as(StandardOptions).runner
+    if early is not None and not shares_process(given):  # its blocks would stay here
+        early.cancel()
+        early = None
     attempt.runner = str(getattr(runner, "__name__", runner) or "")
     plan = _plan_run(job, runner, given, attempt, force, sources)
 
@@ -382,7 +390,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
                          f"beam args {args}; shuffle via {strategy.NAME}; {len(plan.inputs)} input "
                          f"file(s), {sum(i['num_bytes'] for i in plan.inputs)} bytes")
             result = _convert(job, plan, options, strategy, place, run_log, attempt,
-                              capture_stderr, progress)
+                              capture_stderr, progress, early)
     # a signal that came while the run cleaned up, after it succeeded
     signals.raise_pending(signals.PUBLISHED if attempt.published else signals.UNCHANGED)
     return result
@@ -439,7 +447,7 @@ class _SharedStores:
     A handle is None where its store is not used (stages elsewhere, no progress display)."""
 
     def __init__(self, settings: ConvertSettings, held: bool, progress: ProgressConfig | None,
-                 options: PipelineOptions) -> None:
+                 options: PipelineOptions, early: EarlyRead | None = None) -> None:
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         self.held_handle = Shared() if held else None
         budget = settings.shuffle.spill_in_memory
@@ -452,6 +460,10 @@ class _SharedStores:
         # this run's busy writers, when they run here: the clean-up waits for them to stop
         self.writers_handle = Shared() if shares_process(options) else None
         self.writers = self.writers_handle.acquire(InFlight) if self.writers_handle else None
+        # the launcher's early read of the first task, for the read step to take over
+        self.early_handle = Shared() if early is not None else None
+        self.early = self.early_handle.acquire(lambda: EarlyReads(early)) \
+            if self.early_handle else None
 
     def release(self, failure: BaseException | None, run_log: RunLog) -> None:
         """After a failure, wait a while for the busy writers; drop the held spills."""
@@ -462,11 +474,13 @@ class _SharedStores:
                              "what they leave is removed by the next run")
         if self.spills is not None:
             self.spills.release()
+        if self.early is not None:  # not taken (the run failed first): its read stops
+            self.early.cancel()
 
 
 def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, strategy: ModuleType,
              place: HeldPlace, run_log: RunLog, attempt: Attempt, capture_stderr: bool,
-             progress: ProgressConfig | None) -> JobResult:
+             progress: ProgressConfig | None, early: EarlyRead | None = None) -> JobResult:
     """Run the pipeline into the run's directory, check what was read against the pins,
     publish; whatever happens, stop the progress display and remove the run's directory,
     then report a failure in one line (its traceback goes to the run's log)."""
@@ -475,7 +489,8 @@ def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, strategy:
     settings = convert_settings(job, plan.schema, plan.read_plan, options, strategy.NAME, tmp,
                                 held, plan.sources)
     plan.read_plan.save(settings.read_plan)
-    stores = _SharedStores(settings, held, progress, options)
+    early = _early_kept(early, settings, plan)
+    stores = _SharedStores(settings, held, progress, options, early)
     bytes_total = sum(u.num_bytes for u in plan.read_plan.units)
     reporter: live.Reporter | None = None
     failure: BaseException | None = None
@@ -487,12 +502,16 @@ def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, strategy:
             with run_log.stderr_captured(capture_stderr):
                 p = new_pipeline(options, tmp)
                 _ = p | "Convert" >> ConvertToShards(settings, stores.held_handle,
-                                                     stores.tally_handle, stores.writers_handle)
+                                                     stores.tally_handle, stores.writers_handle,
+                                                     stores.early_handle)
                 submitted = p.run()
                 if reporter is not None and stores.tally is None:  # poll the runner's metrics
                     reporter.attach(live.MetricsFeed(submitted, bytes_total))
                 attempt.dataflow_job_id = announce_job(submitted, options, run_log) or ""
                 submitted.wait_until_finish()
+            if early is not None:
+                run_log.note(f"{early.task.path}: read from the run's start "
+                             f"({'taken' if early.taken else 'not taken'} by the read step)")
             result = _check_then_publish(job, plan, settings, options, place, attempt, reporter)
     except BaseException as e:  # noqa: BLE001 - reported below, after the clean-up
         failure = _changed_input(e, plan.pinned)
@@ -510,6 +529,18 @@ def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, strategy:
         _raise_run_failure(failure, run_log, attempt, log_file, run_id)
     run_log.note(result.launched or f"published {job.output} in {time.time() - started:.1f}s")
     return result
+
+
+def _early_kept(early: EarlyRead | None, settings: ConvertSettings,
+                plan: _RunPlan) -> EarlyRead | None:
+    """The early read when it read what this run's read step would (transforms/early_read.py:
+    the same settings, every input pinned as it was before it began), else None (cancelled)."""
+    if early is None:
+        return None
+    source = settings.sources.get(early.task.source)
+    ident = early_read.identity(settings.schema_yaml, source or {}, settings.base_dir,
+                                settings.reading, settings.reading.split_bytes)
+    return early if source is not None and early.keep_if(ident, plan.pinned) else None
 
 
 def _check_then_publish(job: JobConfig, plan: _RunPlan, settings: ConvertSettings,

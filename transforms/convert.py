@@ -58,6 +58,7 @@ from etl.stats.accumulators import SplitStats
 from etl.stats.dataset import stats_document
 from transforms import beam_fixes
 from transforms import coders as _coders  # noqa: F401 - registers the shuffle's coders
+from transforms.early_read import EarlyReads
 from transforms.prefetch import ordered_map, prefetch
 from transforms.shuffle_steps import ShuffleSteps
 from transforms.shuffles import steps_for
@@ -139,11 +140,12 @@ class _ReadEncodeFn(beam.DoFn):
     `engine` strategy emits the run itself."""
 
     def __init__(self, settings: ConvertSettings, held: Shared | None, tally: Shared | None = None,
-                 writers: Shared | None = None):
+                 writers: Shared | None = None, early: Shared | None = None):
         self.spec = settings
         self.held_handle = held
         self.tally_handle = tally
         self.writers_handle = writers
+        self.early_handle = early
 
     def setup(self) -> None:
         import yaml  # noqa: PLC0415
@@ -166,6 +168,7 @@ class _ReadEncodeFn(beam.DoFn):
         self.bytes_counter = Metrics.counter("etl", "bytes_read")  # progress: percent, ETA
         self.tally = _tally(self.tally_handle)
         self.writers = _writers(self.writers_handle)
+        self.early = None if self.early_handle is None else self.early_handle.acquire(EarlyReads)
 
     @wire_errors
     def process(self, task: ReadTask):  # type: ignore[override]
@@ -177,7 +180,10 @@ class _ReadEncodeFn(beam.DoFn):
         if tally is not None:
             tally.stage("reading+encoding")
         span = TaskBytes(*task.byte_range)  # this task's input bytes, credited per block
-        blocks = prefetch(self.readers[task.source].read_split(task.split))
+        # the launcher's early read of this very task (transforms/early_read.py), else a read
+        early = self.early.take(task) if self.early is not None else None
+        blocks = early if early is not None else prefetch(
+            self.readers[task.source].read_split(task.split))
         for done in ordered_map(lambda block: self._stage1(task, block), blocks):
             signals.check_cancelled("reading")  # the launcher got a signal: stop here
             pause("read")
@@ -498,15 +504,19 @@ class ConvertToShards(beam.PTransform):
     one process); None writes every spill to disk. `tally`: a Shared handle of this run's live
     progress tally (etl.run.progress.Tally; local runner in one process), None counts Beam metrics
     only. `writers`: a Shared handle of this run's busy writers (etl.base.inflight; local
-    runner in one process), which the launcher waits for before its clean-up."""
+    runner in one process), which the launcher waits for before its clean-up. `early`: a
+    Shared handle of the launcher's early read (transforms/early_read.py), which the read
+    step takes for its task instead of reading it again; None reads every task."""
 
     def __init__(self, settings: ConvertSettings, held: Shared | None = None,
-                 tally: Shared | None = None, writers: Shared | None = None):
+                 tally: Shared | None = None, writers: Shared | None = None,
+                 early: Shared | None = None):
         super().__init__()
         self.spec = settings
         self.held = held
         self.tally = tally
         self.writers = writers
+        self.early = early
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         beam_fixes.apply()  # before Pipeline.run(): the local runner's data plane drops records
@@ -523,7 +533,7 @@ class ConvertToShards(beam.PTransform):
             tasks = tasks | "DistributeReads" >> beam.Reshuffle()
         steps = settings.steps  # the shuffle strategy's Beam steps (transforms.shuffles)
         run_type = steps.run_type  # what stage 1 emits: its declared coder (coders.py)
-        read_encode = _ReadEncodeFn(settings, self.held, self.tally, self.writers)
+        read_encode = _ReadEncodeFn(settings, self.held, self.tally, self.writers, self.early)
         blocks = tasks | "ReadEncode" >> beam.ParDo(read_encode).with_output_types(
             run_type).with_outputs(REPORTS, STATS, main="runs")
         reports = blocks[REPORTS]

@@ -9,16 +9,14 @@ Memory stays bounded: at most `depth` blocks wait in the queue.
 from __future__ import annotations
 
 import os
-import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
-_DONE = object()
 
 
 def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
@@ -27,41 +25,95 @@ def prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
     An exception in the producer is re-raised in the consumer at the same point; closing the
     generator early (an error downstream) stops the producer after its current item.
     """
-    waiting: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+    yield from ReadAhead(items, depth).consume()
 
-    def produce() -> None:
+
+class ReadAhead(Generic[T]):
+    """`items` produced in a thread of its own, from when this is made: at most `depth` items
+    wait for the consumer, or more while those waiting hold under `budget` bytes (`size_of`
+    each). A launcher starts one with a budget before its consumer exists (transforms/
+    early_read.py), then `limit`s it to `depth` when the consumer takes it over.
+
+    An exception in the producer is re-raised by `consume` at the same point; `close` stops
+    the producer after its current item and drops what waits."""
+
+    def __init__(self, items: Iterator[T], depth: int = 2, budget: int = 0,
+                 size_of: Callable[[T], int] | None = None, name: str = "etl-prefetch") -> None:
+        self._items = items
+        self._depth = depth
+        self._budget = budget
+        self._size_of = size_of
+        self._waiting: deque[tuple[T, int]] = deque()
+        self._held = 0  # bytes of the items waiting
+        self._changed = threading.Condition()
+        self._stopped = False
+        self._done = False
+        self._error: BaseException | None = None
+        self._worker = threading.Thread(target=self._produce, name=name, daemon=True)
+        self._worker.start()
+
+    def _room(self) -> bool:
+        return len(self._waiting) < self._depth or self._held < self._budget
+
+    def _produce(self) -> None:
         try:
-            for item in items:
-                if stop.is_set():
-                    return
-                waiting.put((item, None))
-            waiting.put((_DONE, None))
+            for item in self._items:
+                size = self._size_of(item) if self._size_of is not None else 0
+                with self._changed:
+                    while not self._stopped and not self._room():
+                        self._changed.wait()
+                    if self._stopped:
+                        return
+                    self._waiting.append((item, size))
+                    self._held += size
+                    self._changed.notify_all()
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
-            waiting.put((_DONE, exc))
+            with self._changed:
+                self._error = exc
         finally:
-            close = getattr(items, "close", None)
+            with self._changed:
+                self._done = True
+                self._changed.notify_all()
+            close = getattr(self._items, "close", None)
             if close is not None:
                 close()
 
-    worker = threading.Thread(target=produce, name="etl-prefetch", daemon=True)
-    worker.start()
-    try:
-        while True:
-            item, error = waiting.get()
-            if item is _DONE:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()
-        while worker.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                waiting.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        worker.join()
+    def limit(self, depth: int, budget: int = 0) -> None:
+        """From now on at most `depth` items (or `budget` bytes) wait."""
+        with self._changed:
+            self._depth, self._budget = depth, budget
+            self._changed.notify_all()
+
+    def consume(self) -> Iterator[T]:
+        """The items in order; closing this generator stops the producer."""
+        try:
+            while True:
+                with self._changed:
+                    while not self._waiting and not self._done and not self._stopped:
+                        self._changed.wait()
+                    if self._stopped:
+                        raise RuntimeError("read-ahead consumed after it was closed")
+                    if not self._waiting:
+                        if self._error is not None:
+                            raise self._error
+                        return
+                    item, size = self._waiting.popleft()
+                    self._held -= size
+                    self._changed.notify_all()
+                yield item
+        finally:
+            self.close()
+
+    def close(self, wait: bool = True) -> None:
+        """Stop the producer after its current item and drop what waits; `wait`: until the
+        producer has stopped (else it ends on its own, its thread a daemon)."""
+        with self._changed:
+            self._stopped = True
+            self._waiting.clear()
+            self._held = 0
+            self._changed.notify_all()
+        if wait and self._worker is not threading.current_thread():
+            self._worker.join()
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterator[T], workers: int | None = None) -> Iterator[R]:

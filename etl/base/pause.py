@@ -12,7 +12,9 @@ worker to get there). Unset (always, outside tests), a pause point costs one dic
 
 Phases: launch (cli.launch: the early handler in place, cli.main not imported yet), start
 (cli.main's entry, before its signal handler is installed), imports
-(`run`: the job loaded and checked, before Beam is imported), lock (the output's lock taken,
+(`run`: the job loaded and checked, before Beam is imported), early-read (the launcher's early
+read of an IDX job's first task, in its thread, once its first block is read: transforms/
+early_read.py), lock (the output's lock taken,
 before leftovers are recovered); run-dir (the local run directory made, before the pipeline); read,
 shuffle, write, write:shard (a shard's first batch written, its files open), finalize (in the
 pipeline); publish:start, publish:aside, publish:renamed, publish:success

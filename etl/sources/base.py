@@ -103,7 +103,13 @@ class Source:
       one whole split. A format that does not split overrides `read(path)` instead.
     - `record_count(path)`: the unit's record count before reading it, where the format
       states it (default: None).
+    - `READS_EARLY`: whether a run's launcher reads the first unit while it imports Beam
+      (transforms/early_read.py): a format whose read is one stream outside the GIL (zlib's
+      inflate) overlaps the import; one parsed on Arrow's thread pool (CSV) takes both cores
+      from it and made the run slower (benchmarks/README.md, "Read while Beam is imported").
     """
+
+    READS_EARLY = False
 
     def files(self) -> list[str]:
         raise NotImplementedError

@@ -35,6 +35,7 @@ class IdxReader(Source):
     """`format: idx`; `paths: {column: glob}`; options: block_rows."""
 
     OPTIONS = {"block_rows"}
+    READS_EARLY = True  # one zlib stream, outside the GIL (etl.sources.base.Source)
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
         opts = options(config, self.OPTIONS, where)
