@@ -18,11 +18,13 @@ from cli.ranges import (
     load_request,
     not_selected,
     record_interrupted,
+    runner_of,
     skip_if_current,
 )
 from cli.summary import print_report, print_result
 from etl.base import signals
 from etl.base.pause import pause
+from etl.base.runners import is_local
 from etl.job.config import JobConfig, input_places
 from etl.job.spans import Span
 from etl.output.remote import check_buckets
@@ -56,8 +58,8 @@ def run_and_report(request: Request, display: Display, only: str = "all") -> int
         ran = _before_run(job, request, only, display.verbose)
         if ran is not None:
             return ran
-        # the first read task is read while Beam is imported (transforms/early_read.py)
-        early = early_read.start(job)
+        # the inputs are read while Beam is imported (transforms/early_read.py)
+        early = early_read.start(job) if is_local(runner_of(list(request.beam_args))) else None
         pause("imports")  # tests: a signal while Beam is imported (about 1.5 s)
         with importing():  # cli.main turned the GC on after the job's imports
             from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs

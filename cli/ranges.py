@@ -280,7 +280,7 @@ def skip_if_current(job: JobConfig, beam_args: list[str] | tuple[str, ...],
     sends the span to run_job, which decides everything else itself (gs:// outputs, another
     runner, leftovers of a run in the output's work dir, --force)."""
 
-    runner = _runner_of(list(beam_args))
+    runner = runner_of(list(beam_args))
     place = place_for(job.output)
     if force or not place.read_without_a_store or not is_local(runner):
         return ""
@@ -302,7 +302,7 @@ def skip_if_current(job: JobConfig, beam_args: list[str] | tuple[str, ...],
     return verdict.reason
 
 
-def _runner_of(beam_args: list[str]) -> str | None:
+def runner_of(beam_args: list[str]) -> str | None:
     """`--runner` among Beam's arguments (`--runner=X` or `--runner X`), else None."""
     for i, arg in enumerate(beam_args):
         if arg.startswith("--runner="):

@@ -304,7 +304,8 @@ class _RunPlan:
 
 
 def _plan_run(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Attempt,
-              force: bool, sources: dict[str, dict[str, Any]]) -> _RunPlan:
+              force: bool, sources: dict[str, dict[str, Any]],
+              early: EarlyRead | None = None) -> _RunPlan:
     """Refuse an output another job published (etl.output.origin: before the inputs are read
     for their fingerprints); list, check, pin and fingerprint the inputs; name the run;
     decide the skip (a current output that is damaged is rebuilt, and the attempt says why)."""
@@ -319,7 +320,8 @@ def _plan_run(job: JobConfig, runner: Any, given: PipelineOptions, attempt: Atte
     # pinned first, so that a change before the last read is seen (etl.schedule.input_pin)
     try:
         pinned = input_pin.pins(i["path"] for i in read_plan.inputs)
-        read_plan = ReadPlan(read_plan.units, with_fingerprints(read_plan.inputs))
+        known = early.fingerprints_for(pinned) if early is not None else {}  # taken meanwhile
+        read_plan = ReadPlan(read_plan.units, with_fingerprints(read_plan.inputs, known))
     except FileNotFoundError as e:  # gone since it was listed
         raise ConfigError(f"input {e.filename} does not exist") from e
     except OSError as e:
@@ -352,7 +354,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
         early.cancel()
         early = None
     attempt.runner = str(getattr(runner, "__name__", runner) or "")
-    plan = _plan_run(job, runner, given, attempt, force, sources)
+    plan = _plan_run(job, runner, given, attempt, force, sources, early)
 
     def skipped() -> JobResult:
         assert plan.published is not None
@@ -535,7 +537,7 @@ def _early_kept(early: EarlyRead | None, settings: ConvertSettings,
                 plan: _RunPlan) -> EarlyRead | None:
     """The early read when it read what this run's read step would (transforms/early_read.py:
     the same settings, every input pinned as it was before it began), else None (cancelled)."""
-    if early is None:
+    if early is None or early.task is None:  # fingerprints only
         return None
     source = settings.sources.get(early.task.source)
     ident = early_read.identity(settings.schema_yaml, source or {}, settings.base_dir,

@@ -5,6 +5,7 @@ would not read the same."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from etl.formats.idx import write_idx
 from etl.job.config import load_job
 from etl.job.read_plan import plan_units, tasks_of
 from etl.schedule import input_pin
+from etl.schedule.fingerprint import crc32c_of
 from etl.sources import make_reader
 from tests.helpers import ROOT, RUN, digest, leftovers
 from transforms import early_read
@@ -141,14 +143,24 @@ def test_an_idx_jobs_first_task_is_read_early_and_gives_the_readers_blocks(tmp_p
     assert early.take(task) is None  # taken once
 
 
-def test_a_csv_job_is_not_read_early(tmp_path: Path) -> None:
-    (tmp_path / "a.csv").write_text("id,v\n1,2.5\n")
+def test_a_csv_jobs_inputs_are_fingerprinted_early_but_not_read(tmp_path: Path) -> None:
+    """CSV parses on Arrow's threads (no early blocks); its fingerprint is taken early, and
+    given to the run only for a file pinned as it was."""
+    csv = tmp_path / "a.csv"
+    csv.write_text("id,v\n1,2.5\n")
     (tmp_path / "s.yaml").write_text("name: s\nkind: example\nfeatures:\n"
                                      "  id: {dtype: int64, shape: []}\n"
                                      "  v: {dtype: float32, shape: []}\n")
     (tmp_path / "job.yaml").write_text(f"schema: s.yaml\noutput: {tmp_path / 'out'}\n"
                                        "sources:\n  train: {format: csv, paths: [a.csv]}\n")
-    assert early_read.start(load_job(str(tmp_path / "job.yaml"))) is None
+    early = early_read.start(load_job(str(tmp_path / "job.yaml")))
+    assert early is not None and early.task is None
+    pinned = input_pin.pins([str(csv)])
+    assert early.fingerprints_for(pinned) == {
+        str(csv): {"kind": "crc32c", "value": crc32c_of(str(csv))}}
+    assert early.take(early.task) is None  # type: ignore[arg-type]
+    csv.write_text("id,v\n1,2.6\n")  # the same size, another value
+    assert early.fingerprints_for(input_pin.pins([str(csv)])) == {}
 
 
 @pytest.mark.parametrize("change", ["input", "schema", "split_bytes"])
@@ -217,14 +229,17 @@ def test_a_run_takes_the_early_read_and_writes_what_a_run_without_it_writes(
     assert _labels_back(tmp_path / "multi_threading" / "out") == Counter(labels.tolist())
 
 
+PAUSES = ("imports", "early-read", "early-fingerprints")
+
+
 def _paused(job: str, pause: Path) -> subprocess.Popen[str]:
     """The run stopped before Beam's import, its early read after its first block."""
     pause.mkdir()
-    env = {**os.environ, "ETL_PAUSE_AT": "imports,early-read", "ETL_PAUSE_DIR": str(pause)}
+    env = {**os.environ, "ETL_PAUSE_AT": ",".join(PAUSES), "ETL_PAUSE_DIR": str(pause)}
     proc = subprocess.Popen([sys.executable, RUN, "run", job, "--force"], cwd=ROOT, env=env,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _wait(lambda: all((pause / f"{p}.reached").exists() for p in ("imports", "early-read"))
-          or proc.poll() is not None, "the run reaches both pauses")
+    _wait(lambda: all((pause / f"{p}.reached").exists() for p in PAUSES)
+          or proc.poll() is not None, "the run reaches every pause")
     assert proc.poll() is None, proc.communicate()[1]
     return proc
 
@@ -232,20 +247,24 @@ def _paused(job: str, pause: Path) -> subprocess.Popen[str]:
 @pytest.mark.slow
 def test_an_input_changed_while_beam_is_imported_is_read_again(tmp_path: Path) -> None:
     """The labels replaced (same size, other values) once the early read holds its first
-    block of the old ones and before the run pins its inputs: the run drops what was read
-    early and publishes the new labels, every one."""
+    block of the old ones and their fingerprint, before the run pins its inputs: the run
+    drops both, publishes the new labels, every one, and records their fingerprint."""
     out = tmp_path / "out"
     job = _idx_job(tmp_path / "job", (np.arange(3_000) % 10).astype(np.uint8), out)
     proc = _paused(job, tmp_path / "pause")
     new = (np.arange(3_000) % 7).astype(np.uint8)
     write_idx(str(tmp_path / "new-labels"), new)
     os.replace(tmp_path / "new-labels", tmp_path / "job" / "labels-idx1-ubyte")
-    for phase in ("early-read", "imports"):
+    for phase in PAUSES:
         (tmp_path / "pause" / f"{phase}.go").touch()
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert "read from the run's start" not in _run_log(out)
     assert _labels_back(out) == Counter(new.tolist())
+    labels = str(tmp_path / "job" / "labels-idx1-ubyte")
+    recorded = {i["path"]: i["fingerprint"] for i in json.loads(
+        (out / "manifest.json").read_text())["input_files"]}
+    assert recorded[labels] == crc32c_of(labels)
 
 
 @pytest.mark.slow

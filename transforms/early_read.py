@@ -1,24 +1,28 @@
-"""The first read task's blocks, read while the launcher imports Beam and builds the pipeline.
+"""A local run's inputs read while the launcher imports Beam and builds the pipeline.
 
 `import apache_beam` and the pipeline's construction take most of a second on one core, in
-Python, while the machine's other cores wait; the reading of a block (pyarrow's CSV parser,
-zlib's inflate for gzipped IDX, Parquet) mostly runs without the GIL. So a local one-span run
-starts reading its first task in a thread before Beam is imported (cli/one_span.py), and the
-read DoFn, when it gets that very task in this process, takes those blocks and the reader's
-thread over instead of starting its own read (transforms/convert.py). The blocks are the
-reader's own, in its order, so the records, their positions and their errors are the ones the
-DoFn's read gives; nothing else of the run changes.
+Python, while the machine's other cores wait. Two reads of the inputs that a run makes anyway
+go on meanwhile, in threads started before Beam is imported (cli/one_span.py):
 
-It is used only when nothing could differ from the DoFn's read (`keep_if`): the same schema,
-the source's configuration, base directory, record size limit and read cut, and the same
-pins of every input (etl.schedule.input_pin: taken here before the first byte is read and
-compared with the run's own, so a file changed in between is read again by the run). Where
-the pipeline runs in other processes, or anything fails before it starts, it is cancelled.
-Only local files are read early, of a format whose reader says its read overlaps the import
-(etl.sources.base.Source.READS_EARLY: IDX).
+- the inputs' fingerprints (etl.schedule.fingerprint: a crc32c of every local file, read
+  whole), which the run's planning takes instead of reading every file again on its main
+  thread (`fingerprints_for`);
+- for a format whose read is one stream outside the GIL (etl.sources.base.Source.READS_EARLY:
+  gzipped IDX's inflate), the first read task's blocks, which the read DoFn takes over, with
+  the reader's thread, when it gets that very task in this process (`take`,
+  transforms/convert.py). The blocks are the reader's own, in its order, so the records,
+  their positions and their errors are the ones the DoFn's read gives.
+
+Either is used only where nothing could differ from what the run reads itself: the inputs are
+pinned here (etl.schedule.input_pin) before their first byte is read, and a file whose pin the
+run then takes differently is fingerprinted and read again by the run; the blocks also need
+the same schema, source configuration, base directory, record size limit and read cut
+(`keep_if`). Only local files are read early; anything that fails here is left for the run to
+meet and report. Where the pipeline runs in other processes, or the run ends first, the read
+is cancelled.
 
 Memory: at most `BUDGET` bytes of blocks wait before the DoFn takes them; from then on the
-usual two blocks ahead (transforms/prefetch.py).
+usual two blocks ahead (transforms/prefetch.py). The fingerprints read 8 MiB at a time.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from etl.contract.schema import load_schema
 from etl.job.config import JobConfig, Reading
 from etl.job.read_plan import ReadTask, plan_units, tasks_of
 from etl.schedule import input_pin
+from etl.schedule.fingerprint import fingerprints
 from etl.sources import make_reader
-from etl.sources.base import Block
+from etl.sources.base import Block, Source
 from transforms.prefetch import ReadAhead
 
 BUDGET = 512 << 20  # bytes of blocks read before the pipeline takes them (600k MNIST images: 470 MB)
@@ -54,22 +59,63 @@ def block_bytes(block: Block) -> int:
                                              for c in block.columns.values())
 
 
-class EarlyRead:
-    """One read task's blocks, read ahead of the pipeline; taken at most once."""
+class _Fingerprints:
+    """Every input's fingerprint, taken in a thread of its own; stops between files once
+    cancelled."""
 
-    def __init__(self, task: ReadTask, ident: tuple[Any, ...], pins: dict[str, Any],
-                 ahead: ReadAhead[Block]) -> None:
+    def __init__(self, paths: list[str]) -> None:
+        self.found: dict[str, dict[str, str]] = {}
+        self.failed = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._take, args=(paths,),
+                                        name="etl-early-fingerprints", daemon=True)
+        self._thread.start()
+
+    def _take(self, paths: list[str]) -> None:
+        try:
+            for path in paths:
+                if self._stop.is_set():
+                    return
+                self.found.update(fingerprints([path]))
+        except Exception:  # noqa: BLE001 - the run takes this file's fingerprint and reports it
+            self.failed = True
+            return
+        pause("early-fingerprints")  # tests: an input changed once its fingerprint is taken
+
+    def result(self) -> dict[str, dict[str, str]]:
+        """What was found (all of it, unless a file failed or it was cancelled)."""
+        self._thread.join()
+        return dict(self.found)
+
+    def cancel(self) -> None:
+        self._stop.set()
+
+
+class EarlyRead:
+    """The inputs' fingerprints and, where the format allows, the first read task's blocks,
+    read ahead of the pipeline. The blocks are taken at most once."""
+
+    def __init__(self, pins: dict[str, Any], prints: _Fingerprints,
+                 task: ReadTask | None = None, ident: tuple[Any, ...] = (),
+                 ahead: ReadAhead[Block] | None = None) -> None:
+        self.pins = pins
+        self._prints = prints
         self.task = task
         self.identity = ident
-        self.pins = pins
         self._ahead = ahead
         self._lock = threading.Lock()
-        self._over = False  # taken or cancelled
+        self._over = ahead is None  # taken, cancelled, or no blocks read
         self.taken = False  # by the read step (the run's log says so)
 
+    def fingerprints_for(self, pinned: dict[str, Any]) -> dict[str, dict[str, str]]:
+        """The fingerprints taken here of the files the run pinned as they were pinned here
+        (waits for them); the run takes the others itself."""
+        found = self._prints.result()
+        return {p: f for p, f in found.items() if p in self.pins and pinned.get(p) == self.pins[p]}
+
     def keep_if(self, ident: tuple[Any, ...], pinned: dict[str, Any]) -> bool:
-        """Whether the run reads this task as it was read here: the same identity, every
-        input pinned as it was before the read began; else cancelled."""
+        """Whether the run reads the task as it was read here: blocks were read, with the same
+        identity, every input pinned as it was before the read began; else cancelled."""
         same = (not self._over and ident == self.identity
                 and all(pinned.get(p) == pin for p, pin in self.pins.items()))
         if not same:
@@ -80,46 +126,63 @@ class EarlyRead:
         """The task's blocks (those read so far, then the rest as read), once; None for any
         other task, or when taken or cancelled already."""
         with self._lock:
-            if self._over or task != self.task:
+            if self._over or task != self.task or self._ahead is None:
                 return None
             self._over = self.taken = True
         self._ahead.limit(DEPTH)
         return self._ahead.consume()
 
     def cancel(self) -> None:
-        """Stop the read (after its current block) and drop its blocks, unless taken."""
+        """Stop the reads (the blocks after their current one) and drop the blocks, unless
+        taken."""
+        self._prints.cancel()
         with self._lock:
             if self._over:
                 return
             self._over = True
-        self._ahead.close(wait=False)
+        if self._ahead is not None:
+            self._ahead.close(wait=False)
 
 
 def start(job: JobConfig) -> EarlyRead | None:
-    """Begin reading the job's first read task in a thread; None when it cannot be read
-    early (see the module's docstring) or anything about it fails: the run's own read then
-    reads it, and reports what failed."""
+    """Begin the early reads of a job whose inputs are all local files; None for any other
+    (or when listing them fails: the run lists them again and reports it)."""
     try:
-        name, source = next(iter(job.sources.items()))  # the first read unit's source
-        reader = make_reader(source, job.base_dir, f"sources.{name}")
-        if not reader.READS_EARLY:
-            return None
         plan = plan_units(job.sources, job.base_dir, job.path)
-        unit = plan.units[0]
-        pins = input_pin.pins(i["path"] for i in plan.inputs)
-        if unit.source != name or len(pins) != len(plan.inputs) or any(
+        paths = [i["path"] for i in plan.inputs]
+        pins = input_pin.pins(paths)  # before the first byte is read
+        if not plan.units or len(pins) != len(paths) or any(
                 p[0] != "file" for p in pins.values()):
             return None  # not all local files
+    except Exception:  # noqa: BLE001 - the run meets the same and reports it
+        return None
+    prints = _Fingerprints([i["path"] for i in plan.inputs if "fingerprint" not in i])
+    unit = plan.units[0]
+    first = _first_task(job, unit)
+    if first is None:
+        return EarlyRead(pins, prints)
+    reader, task, ident = first
+    ahead = ReadAhead(_paused_after_first(reader.read_split(task.split)), DEPTH, BUDGET,
+                      block_bytes, name="etl-early-read")
+    return EarlyRead(pins, prints, task, ident, ahead)
+
+
+def _first_task(job: JobConfig, unit: Any) -> tuple[Source, ReadTask, tuple[Any, ...]] | None:
+    """The reader, task and identity of the job's first read task, when its format reads
+    early; else (or when anything about it fails) None."""
+    try:
+        source = job.sources[unit.source]
+        reader = make_reader(source, job.base_dir, f"sources.{unit.source}")
+        if not reader.READS_EARLY:
+            return None
         schema = load_schema(job.schema_path)
         reader.prepare(schema, job.reading.max_record_bytes)
         split_bytes = job.reading.split_bytes or 0
         task = next(tasks_of(unit, reader, split_bytes))
-        ident = identity(schema.to_yaml(), source, job.base_dir, job.reading, split_bytes)
+        return reader, task, identity(schema.to_yaml(), source, job.base_dir, job.reading,
+                                      split_bytes)
     except Exception:  # noqa: BLE001 - the run meets the same and reports it
         return None
-    ahead = ReadAhead(_paused_after_first(reader.read_split(task.split)), DEPTH, BUDGET,
-                      block_bytes, name="etl-early-read")
-    return EarlyRead(task, ident, pins, ahead)
 
 
 def _paused_after_first(blocks: Iterator[Block]) -> Iterator[Block]:

@@ -14,7 +14,8 @@ Phases: launch (cli.launch: the early handler in place, cli.main not imported ye
 (cli.main's entry, before its signal handler is installed), imports
 (`run`: the job loaded and checked, before Beam is imported), early-read (the launcher's early
 read of an IDX job's first task, in its thread, once its first block is read: transforms/
-early_read.py), lock (the output's lock taken,
+early_read.py), early-fingerprints (the launcher's early fingerprints, in their thread, all
+taken), lock (the output's lock taken,
 before leftovers are recovered); run-dir (the local run directory made, before the pipeline); read,
 shuffle, write, write:shard (a shard's first batch written, its files open), finalize (in the
 pipeline); publish:start, publish:aside, publish:renamed, publish:success

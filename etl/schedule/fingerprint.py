@@ -87,10 +87,14 @@ def fingerprints(paths: Iterable[str]) -> dict[str, dict[str, str]]:
     return found
 
 
-def with_fingerprints(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_fingerprints(inputs: list[dict[str, Any]],
+                      known: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """The read plan's input list ({"path", "num_bytes"}) with each file's fingerprint added
-    (`fingerprint`, `fingerprint_kind`): what the manifest records as `input_files`."""
-    prints = fingerprints(i["path"] for i in inputs if "fingerprint" not in i)
+    (`fingerprint`, `fingerprint_kind`): what the manifest records as `input_files`. `known`:
+    fingerprints already taken of files pinned since (transforms/early_read.py)."""
+    known = known or {}
+    prints = {**known, **fingerprints(i["path"] for i in inputs
+                                      if "fingerprint" not in i and i["path"] not in known)}
     return [i if "fingerprint" in i else
             {**i, "fingerprint": prints[i["path"]]["value"],
              "fingerprint_kind": prints[i["path"]]["kind"]} for i in inputs]
