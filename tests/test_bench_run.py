@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import data
 from benchmarks.run import SHARDS, run_once
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.slow  # runs the benchmark's Beam pipelines
 
@@ -45,3 +46,24 @@ def test_the_placed_shards_experiment_writes_the_pipelines_bytes(tmp_path: Path,
     assert placed_shards.main(args + ([where] if where == "--memory" else [])) == 0
     # a different seed places the records elsewhere: the comparison can fail
     assert placed_shards.main([*args, "--seed", "7"]) == 1
+
+
+def test_the_import_overlap_probe_reads_every_row_in_each_mode(tmp_path: Path) -> None:
+    """benchmarks/import_overlap.py (what transforms/early_read.py rests on): every mode runs
+    in its own process; the read modes read every row of the job's file, the import reads none."""
+    import subprocess  # noqa: PLC0415 - this test's own needs
+    import sys  # noqa: PLC0415
+
+    csv = tmp_path / "data.csv"
+    data.write_csv(str(csv), ROWS)
+    (tmp_path / "job.yaml").write_text(
+        f"schema: {ROOT}/schemas/bench_csv.yaml\noutput: {tmp_path / 'out'}\n"
+        f"sources:\n  train: {{format: csv, paths: [{csv}]}}\n")
+    for mode, rows in (("read", ROWS), ("import", 0), ("both", ROWS)):
+        got = subprocess.run([sys.executable, "-m", "benchmarks.import_overlap",
+                              str(tmp_path / "job.yaml"), "--mode", mode], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.startswith(f"{mode}: ") and got.stdout.rstrip().endswith(
+            f"rows {rows:,}"), got.stdout
+        assert ("import " in got.stdout) == (mode != "read")
