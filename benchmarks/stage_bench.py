@@ -4,7 +4,6 @@ and CPU seconds, so a change to one stage is measured without the other's noise.
     python -m benchmarks.stage_bench stage1 [--rows 4000000] [--spill none|disk] [--workdir W]
     python -m benchmarks.stage_bench stage2 [--index] [--workdir W]
     python -m benchmarks.stage_bench read-idx [--images 600000] [--busy] [--workdir W]
-    python -m benchmarks.stage_bench encode-idx [--images 600000] [--order sorted|read] [--workdir W]
 
 stage1: the benchmark CSV (benchmarks.data, `--rows` of it) read and put through
 `transforms.convert.encode_block` as `_ReadEncodeFn` does (the reader's prefetch thread,
@@ -15,9 +14,6 @@ first shard's sha256, which no change to the writer may move.
 read-idx: the benchmark's gzipped IDX images (benchmarks.data) read alone through the IDX
 source's blocks; `--busy` adds a thread that takes the GIL as an encode thread does (a
 Python loop, then NumPy work without it), since reading gzip is where the GIL costs most.
-encode-idx: those images read first, then each block put through `encode_block` on one
-thread, its runs sorted (`--order sorted`: what a spill needs) or left in read order (`read`:
-FramedRun, what stage 1 makes while it places records); only the encoding is timed.
 """
 
 from __future__ import annotations
@@ -136,44 +132,20 @@ def read_idx(workdir: str, images: int, busy: bool) -> str:
             f"{wall:.2f} s wall {cpu:.2f} CPU-s (both threads), {n / wall / 1e6:.2f} M images/s")
 
 
-def encode_idx(workdir: str, images: int, order: str) -> str:
-    image_path, label_path = ensure_images(workdir, images)
-    schema_doc = (SCHEMA.parent / "bench_images.yaml").read_text()
-    schema = schema_from_dict(yaml.safe_load(schema_doc))
-    settings = flat_settings(schema_yaml=schema_doc, sources={}, base_dir=".", fractions={},
-                             seed=42, spill_dir="", staging_dir="", compression="none",
-                             splits=("train",), shards=None, shard_size=None, max_shard_bytes=0)
-    encoder = Encoder(schema, max_record_bytes=settings.reading.max_record_bytes)
-    reader = make_reader({"format": "idx", "paths": {"image": image_path, "label": label_path}},
-                         ".", "sources.train")
-    reader.prepare(schema, settings.reading.max_record_bytes)
-    (split,) = reader.splits(image_path, WHOLE_FILE)
-    task = ReadTask("train", image_path, "images", 0, split)
-    blocks = list(reader.read_split(split))
-    wall, cpu = time.perf_counter(), time.process_time()
-    n = sum(encode_block(encoder, settings, task, block, sort=order == "sorted").encoded
-            for block in blocks)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return f"encode-idx (runs {order}): {n} images {wall:.2f} s wall {cpu:.2f} CPU-s"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.stage_bench",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("stage", choices=["stage1", "stage2", "read-idx", "encode-idx"])
+    p.add_argument("stage", choices=["stage1", "stage2", "read-idx"])
     p.add_argument("--rows", type=int, default=4_000_000)
     p.add_argument("--spill", choices=["none", "disk"], default="disk")
     p.add_argument("--index", action="store_true")
     p.add_argument("--images", type=int, default=600_000)
     p.add_argument("--busy", action="store_true")
-    p.add_argument("--order", choices=["sorted", "read"], default="sorted")
     p.add_argument("--workdir", default="bench_out")
     args = p.parse_args(argv)
     heap.keep_freed_memory()  # as the pipeline's DoFns do
     if args.stage == "read-idx":
         print(read_idx(args.workdir, args.images, args.busy))
-    elif args.stage == "encode-idx":
-        print(encode_idx(args.workdir, args.images, args.order))
     else:
         print(stage1(args.workdir, args.rows, args.spill) if args.stage == "stage1"
               else stage2(args.workdir, args.index))

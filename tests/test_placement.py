@@ -17,8 +17,7 @@ from etl.formats.shards import ShardFormat
 from etl.shuffle import files, keys, placement
 from etl.shuffle.placement import InputFile, Placement
 from etl.shuffle.planning import ShuffleKeys, make_plan
-from etl.shuffle.runs import FramedRun, SortedRun, framed_run
-from etl.shuffle.runs import sorted_run as sorted_by_key
+from etl.shuffle.runs import SortedRun, sorted_run
 
 SEED = 11
 FILES = [InputFile("train", "a.idx", 0, 2_500), InputFile("train", "b.idx", 1, 1_700)]
@@ -32,12 +31,10 @@ def records(ordinal: int, positions: np.ndarray, width: int = 40) -> list[bytes]
 
 def runs(files_: list[InputFile], block: int = 600, drop: frozenset[int] = frozenset(),
          wide: frozenset[int] = frozenset(), seed: int | None = SEED,
-         fractions: dict[str, float] | None = None, framed: bool = False) -> list[SortedRun]:
+         fractions: dict[str, float] | None = None) -> list[SortedRun]:
     """Stage 1's runs of these files, blocks of `block` records: positions in `drop` are left
-    out (rejected), blocks whose first position is in `wide` have longer records; `framed`:
-    in read order, as stage 1 makes them while it places records (FramedRun)."""
+    out (rejected), blocks whose first position is in `wide` have longer records."""
     out = []
-    sorted_run = framed_run if framed else sorted_by_key
     for f in files_:
         for start in range(0, f.count, block):
             pos = np.array([p for p in range(start, min(f.count, start + block))
@@ -95,13 +92,11 @@ def shards(got: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in got.items() if k != "placed runs"}
 
 
-@pytest.mark.parametrize("framed", [False, True], ids=["sorted", "framed"])
 def test_every_record_placed_writes_the_merges_bytes_from_one_slice(tmp_path: Path,
-                                                                   monkeypatch, framed) -> None:
+                                                                   monkeypatch) -> None:
     merged = []
     monkeypatch.setattr(files, "write_shard", lambda *a, **k: merged.append(1))  # never called
-    got, held = placed(tmp_path / "p", runs(FILES, framed=framed),
-                       Placement.plan(FILES, SEED, {}, FRAME))
+    got, held = placed(tmp_path / "p", runs(FILES), Placement.plan(FILES, SEED, {}, FRAME))
     monkeypatch.undo()
     assert held.placement is not None and held.placement.split("train").complete()
     assert merged == []  # every shard took the direct path
@@ -134,47 +129,27 @@ def test_splits_by_fraction_each_get_their_placement(tmp_path: Path) -> None:
     assert len(shards(got)) == 6
 
 
-@pytest.mark.parametrize("framed", [False, True], ids=["sorted", "framed"])
 @pytest.mark.parametrize("case", ["rejected", "wider_block", "lost_block"])
 def test_a_split_not_wholly_placed_merges_its_placed_records_with_the_rest(
-        tmp_path: Path, monkeypatch, case: str, framed: bool) -> None:
+        tmp_path: Path, monkeypatch, case: str) -> None:
     """Rejected records (positions missing), a block of another frame size (spilled), or a
     block that never came (a file shorter than its header): never the direct path. The
-    placed records are compacted in place, here 100 rows at a time (many chunks). Runs in
-    read order (`framed`) are sorted where they spill: the same shards as sorted runs give."""
+    placed records are compacted in place, here 100 rows at a time (many chunks)."""
     monkeypatch.setattr(placement, "_COMPACT_ROWS", 100)
     kw = {"rejected": {"drop": frozenset({0, 7, 601, 2_499})},
           "wider_block": {"wide": frozenset({1_800})}}.get(case, {})  # one block of a.idx
-    made = runs(FILES, framed=framed, **kw)
+    made = runs(FILES, **kw)
     if case == "lost_block":
         made = made[:-1]
     got, held = placed(tmp_path / "p", made, Placement.plan(FILES, SEED, {}, FRAME))
     split = held.placement.split("train")  # type: ignore[union-attr]
     assert not split.complete()
-    want = runs(FILES, **kw)[:len(made)]
-    assert shards(got) == shards(spilled(tmp_path / "s", want))
+    assert shards(got) == shards(spilled(tmp_path / "s", made))
     if case == "wider_block":  # a.idx's blocks before it placed; it and every later one spilled
         assert (got["placed runs"], int(split.placed.sum())) == ("3", 1_800)
     else:
         assert (got["placed runs"], int(split.placed.sum())) == (
             str(len(made)), sum(len(r.keys) for r in made))
-
-
-def test_a_run_in_read_order_sorts_to_the_sorted_runs_bytes() -> None:
-    """FramedRun.sorted() (frame, then sort) against sorted_run (sort, then frame): the same
-    keys, ids, offsets and payload; the same planning statistics unsorted."""
-    for framed, want in zip(runs(FILES, framed=True), runs(FILES), strict=True):
-        assert isinstance(framed, FramedRun) and not (np.diff(framed.keys.astype(
-            np.float64)) >= 0).all()  # really in read order
-        got = framed.sorted()
-        assert np.array_equal(got.keys, want.keys) and np.array_equal(got.ids, want.ids)
-        assert np.array_equal(got.offsets, want.offsets)
-        assert bytes(got.payload) == bytes(want.payload)
-        mine, theirs = framed.stats(True), want.stats(True)
-        assert (mine.count, mine.num_bytes, mine.key_lo, mine.key_hi) == (
-            theirs.count, theirs.num_bytes, theirs.key_lo, theirs.key_hi)
-        assert np.array_equal(mine.buckets, theirs.buckets)
-        assert np.array_equal(mine.bucket_counts, theirs.bucket_counts)
 
 
 def test_no_placement_beyond_its_limit(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ from etl.run.progress import Tally, TaskBytes
 from etl.shuffle import LOCAL_DEFAULT, files, keys
 from etl.shuffle.placement import InputFile, Placement
 from etl.shuffle.planning import RunKeys, ShardingPlan, ShuffleKeys, make_plan
-from etl.shuffle.runs import FramedRun, SortedRun, framed_run, sorted_run
+from etl.shuffle.runs import SortedRun, sorted_run
 from etl.shuffle.shard_writer import ShardResult
 from etl.sources import make_reader
 from etl.sources.base import Block
@@ -224,14 +224,12 @@ class _ReadEncodeFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(STATS, (split, part))
 
     def _stage1(self, task: ReadTask, block: Block) -> EncodedBlock:
-        # while records are placed, a block's runs stay in read order (etl.shuffle.runs.FramedRun)
-        placing = self.held is not None and self.held.placement is not None
-        done = encode_block(self.encoder, self.spec, task, block, self.stats, sort=not placing)
+        done = encode_block(self.encoder, self.spec, task, block, self.stats)
         done.outputs = [self._emit(run) for run in done.outputs]
         done.end_offset = block.end_offset
         return done
 
-    def _emit(self, run: SortedRun | FramedRun) -> Any:
+    def _emit(self, run: SortedRun) -> Any:
         """What the strategy moves (engine: the run itself; files: its spill's ref)."""
         if self.held is not None and len(run.keys):  # at the first run: where records go
             frame = int(run.offsets[1] - run.offsets[0])
@@ -315,7 +313,7 @@ class _StatsFeed:
 class EncodedBlock:
     read: int
     encoded: int
-    outputs: list[Any]  # SortedRun or FramedRun, one per split the block feeds (or SpillRefs)
+    outputs: list[Any]  # SortedRun, one per split the block feeds (or their SpillRefs)
     rejected: list[dict[str, Any]]
     end_offset: int | None = None  # the block's Block.end_offset (progress)
     stats: dict[str, SplitStats] = dataclasses.field(default_factory=dict)  # per split
@@ -324,10 +322,9 @@ class EncodedBlock:
 
 
 def encode_block(encoder: Encoder, settings: ConvertSettings, task: ReadTask, block: Block,
-                 stats: _StatsFeed | None = None, sort: bool = True) -> EncodedBlock:
+                 stats: _StatsFeed | None = None) -> EncodedBlock:
     """One block: encode it, key it, and sort it into one run per split it feeds (with the
-    statistics of each run's records when `stats` is given: exactly the records written);
-    without `sort`, runs in read order (FramedRun: for the placement, which sorts none)."""
+    statistics of each run's records when `stats` is given: exactly the records written)."""
     rejected = [bad.to_json() for bad in block.bad]
     if not block.num_rows:
         return EncodedBlock(block.num_read, 0, [], rejected)
@@ -358,8 +355,7 @@ def encode_block(encoder: Encoder, settings: ConvertSettings, task: ReadTask, bl
     for split, idx in targets:
         if len(idx):
             chosen = records.take(pa.array(idx)) if len(idx) < len(rows) else records
-            make = sorted_run if sort else framed_run
-            runs.append(make(split, sort_keys[idx], ids[idx], chosen))
+            runs.append(sorted_run(split, sort_keys[idx], ids[idx], chosen))
             if stats is not None:
                 gathered[split] = stats(chosen, storage, rows[idx])
     return EncodedBlock(block.num_read, len(rows), runs, rejected, stats=gathered,

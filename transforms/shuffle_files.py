@@ -16,7 +16,7 @@ from etl.base.inflight import InFlight
 from etl.formats.shards import ShardFormat
 from etl.shuffle import files
 from etl.shuffle.planning import RunKeys, ShardingPlan, ShardPlan
-from etl.shuffle.runs import FramedRun, SortedRun
+from etl.shuffle.runs import SortedRun
 from etl.shuffle.shard_writer import ShardResult
 from etl.storage import fs
 from transforms.shuffle_steps import ShuffleSteps, all_shards
@@ -26,7 +26,7 @@ class FilesSteps(ShuffleSteps):
     strategy = files
     run_type = files.SpillRef
 
-    def emit(self, run: SortedRun | FramedRun, spill_dir: str, shuffled: bool,
+    def emit(self, run: SortedRun, spill_dir: str, shuffled: bool,
              held: files.HeldSpills | None, writers: InFlight | None) -> files.SpillRef:
         """The run written to a spill (or held), its ref."""
         if not len(run.keys):

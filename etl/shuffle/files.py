@@ -28,14 +28,7 @@ from etl.formats.shards import ShardFormat
 from etl.shuffle import placement
 from etl.shuffle.placement import Placement
 from etl.shuffle.planning import RunKeys, ShardPlan
-from etl.shuffle.runs import (
-    FramedRun,
-    MemorySlice,
-    RunSlice,
-    SortedRun,
-    read_slice,
-    write_section,
-)
+from etl.shuffle.runs import MemorySlice, RunSlice, SortedRun, read_slice, write_section
 from etl.shuffle.shard_writer import ShardResult, write_placed, write_shard
 from etl.storage import fs
 
@@ -111,15 +104,12 @@ class HeldSpills:
             self.placement.release()
 
 
-def write_spill(path: str, run: SortedRun | FramedRun, shuffled: bool,
+def write_spill(path: str, run: SortedRun, shuffled: bool,
                 held: HeldSpills | None = None) -> SpillRef:
-    """Write one run, sorted first if it is not (or place it, or hold it in `held`, within
-    its budget)."""
+    """Write one sorted run (or hold it in `held`, within its budget)."""
     stats = run.stats(shuffled)
     if held is not None and held.placement is not None and held.placement.place(run):
         return SpillRef(placement.PREFIX + run.split, stats)
-    if isinstance(run, FramedRun):  # read while records were placed: a spill is sorted
-        run = run.sorted()
     if held is not None and held.limit > 0 and held.hold(HELD_PREFIX + path, run):
         return SpillRef(HELD_PREFIX + path, stats)
     with fs.open_write(path, durable=False) as fh:

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.shuffle import keys as shuffle_keys
-from etl.shuffle.runs import FramedRun, MemorySlice, SortedRun, key_range, sort_block
+from etl.shuffle.runs import MemorySlice, SortedRun, key_range, sort_block
 
 PREFIX = "placed:"  # a SpillRef path: this run's records were placed in its split's buffer
 DEFAULT_LIMIT = 1 << 30  # the most a run may hold in placed records (all splits together)
@@ -85,8 +85,8 @@ class SplitPlacement:
         self._buffer = np.frombuffer(self._memory, np.uint8, self.count * frame).reshape(
             self.count, frame)
 
-    def place(self, run: SortedRun | FramedRun) -> bool:
-        """Copy the run's frames (in any order) to their ranks; False (nothing copied) when a frame is not of
+    def place(self, run: SortedRun) -> bool:
+        """Copy the run's frames to their ranks; False (nothing copied) when a frame is not of
         this split's size or a record is not one of this split's (the caller spills it)."""
         if self.refused:  # the split can no longer be complete: placing only costs a copy
             return False
@@ -191,7 +191,7 @@ class Placement:
                   for name, order in split_orders(files, seed, fractions).items()}
         return cls(splits, frame)
 
-    def place(self, run: SortedRun | FramedRun) -> bool:
+    def place(self, run: SortedRun) -> bool:
         """Place one run's records; False: the caller spills the run instead."""
         split = self.splits.get(run.split)
         if split is None or not len(run.keys) or not self._open:

@@ -53,48 +53,12 @@ class SortedRun:
         return key_range(self.keys, key_lo, key_hi)
 
 
-@dataclass(frozen=True)
-class FramedRun:
-    """One block's records of one split, framed, in the order they were read: what the
-    placement (etl.shuffle.placement) copies to each record's place, where their order within
-    the block is of no use; `sorted()` makes the SortedRun a spill needs. Framing and sorting
-    commute (a frame is its own record's), so both give the same bytes."""
-
-    split: str
-    keys: np.ndarray  # uint64, in read order
-    ids: np.ndarray  # uint64
-    offsets: np.ndarray  # int64, len(keys) + 1, into payload, from 0
-    payload: pa.Buffer | bytes
-
-    def stats(self, shuffled: bool) -> RunKeys:
-        return run_keys(self.split, np.sort(self.keys), int(self.offsets[-1]), shuffled)
-
-    def sorted(self) -> SortedRun:
-        order = sort_block(self.keys, self.ids)
-        payload = self.payload if isinstance(self.payload, pa.Buffer) else pa.py_buffer(
-            self.payload)
-        frames = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), len(self.keys), [None, pa.py_buffer(self.offsets), payload])
-        framed = frames.take(pa.array(order))
-        offsets = offsets_of(framed)
-        return SortedRun(self.split, self.keys[order], self.ids[order], offsets - offsets[0],
-                         data_of(framed))
-
-
 def sorted_run(split: str, keys: np.ndarray, ids: np.ndarray,
                records: pa.LargeBinaryArray | list[bytes]) -> SortedRun:
     order = sort_block(keys, ids)
     framed = frame_records(binary_column(records).take(pa.array(order)))
     offsets = offsets_of(framed)
     return SortedRun(split, keys[order], ids[order], offsets - offsets[0], data_of(framed))
-
-
-def framed_run(split: str, keys: np.ndarray, ids: np.ndarray,
-               records: pa.LargeBinaryArray | list[bytes]) -> FramedRun:
-    """The records framed in their order (no copy to sort them: see FramedRun)."""
-    framed = frame_records(binary_column(records))
-    offsets = offsets_of(framed)
-    return FramedRun(split, keys, ids, offsets - offsets[0], data_of(framed))
 
 
 def key_range(keys: np.ndarray, key_lo: int, key_hi: int) -> tuple[int, int]:
