@@ -163,6 +163,41 @@ def test_a_csv_jobs_inputs_are_fingerprinted_early_but_not_read(tmp_path: Path) 
     assert early.fingerprints_for(input_pin.pins([str(csv)])) == {}
 
 
+def test_a_database_job_is_not_listed_early(tmp_path: Path) -> None:
+    """A query's listing is its survey: connecting to the database before Beam is imported
+    would only be done again by the run (and retried on its schedule). Nothing connects."""
+    import socket  # noqa: PLC0415 - this test's own needs
+
+    accepted = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(0.1)
+        stop = threading.Event()
+
+        def count() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    continue
+                accepted.append(1)
+                conn.close()
+
+        counter = threading.Thread(target=count, daemon=True)
+        counter.start()
+        (tmp_path / "s.yaml").write_text("name: s\nkind: example\nfeatures:\n"
+                                         "  id: {dtype: int64, shape: []}\n")
+        url = f"postgresql://etl@127.0.0.1:{server.getsockname()[1]}/db"
+        (tmp_path / "job.yaml").write_text(
+            f"schema: s.yaml\noutput: {tmp_path / 'out'}\n"
+            f"sources:\n  train: {{format: sql, url: '{url}', query: 'SELECT 1 AS id'}}\n")
+        try:
+            assert early_read.start(load_job(str(tmp_path / "job.yaml"))) is None
+        finally:
+            stop.set()
+            counter.join()
+    assert accepted == []
+
+
 @pytest.mark.parametrize("change", ["input", "schema", "split_bytes"])
 def test_a_changed_input_or_setting_cancels_the_early_read(tmp_path: Path, change: str) -> None:
     labels = (np.arange(1_200) % 10).astype(np.uint8)

@@ -34,12 +34,13 @@ from typing import Any
 
 from etl.base.pause import pause
 from etl.contract.schema import load_schema
-from etl.job.config import JobConfig, Reading
+from etl.job.config import JobConfig, Reading, input_places
 from etl.job.read_plan import ReadTask, plan_units, tasks_of
 from etl.schedule import input_pin
 from etl.schedule.fingerprint import fingerprints
 from etl.sources import make_reader
 from etl.sources.base import Block, Source
+from etl.storage import fs
 from transforms.prefetch import ReadAhead
 
 BUDGET = 512 << 20  # bytes of blocks read before the pipeline takes them (600k MNIST images: 470 MB)
@@ -147,6 +148,8 @@ class EarlyRead:
 def start(job: JobConfig) -> EarlyRead | None:
     """Begin the early reads of a job whose inputs are all local files; None for any other
     (or when listing them fails: the run lists them again and reports it)."""
+    if not _local_paths_only(job):
+        return None  # a query or a generator (no paths), or a bucket: listing is their work
     try:
         plan = plan_units(job.sources, job.base_dir, job.path)
         paths = [i["path"] for i in plan.inputs]
@@ -165,6 +168,16 @@ def start(job: JobConfig) -> EarlyRead | None:
     ahead = ReadAhead(_paused_after_first(reader.read_split(task.split)), DEPTH, BUDGET,
                       block_bytes, name="etl-early-read")
     return EarlyRead(pins, prints, task, ident, ahead)
+
+
+def _local_paths_only(job: JobConfig) -> bool:
+    """Every source names paths, all on this machine's disk: listing them connects nowhere
+    (a database source's listing is its survey query; a bucket's, a listing request)."""
+    for cfg in job.sources.values():
+        places = input_places({"source": cfg}, job.base_dir)
+        if not places or not all(fs.on_disk(path) for _, path in places):
+            return False
+    return True
 
 
 def _first_task(job: JobConfig, unit: Any) -> tuple[Source, ReadTask, tuple[Any, ...]] | None:
