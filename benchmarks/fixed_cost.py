@@ -8,7 +8,8 @@ Phases, in seconds since the parent started the process: job loaded (cli.ranges.
 imports done (cli.main's `_imports_done`), cli.run imported (Beam with it), inputs planned
 (cli.run._plan: schema, listing, pins, fingerprints), output locked (cli.run._take_output),
 pipeline started and built (cli.run.new_pipeline called, Pipeline.run called), first record
-read (the first block out of the reader's prefetch), pipeline done (Pipeline.run returned),
+read (the first block the read step gets: out of its reader's prefetch, or of the early read it
+takes over, transforms/early_read.py), pipeline done (Pipeline.run returned),
 published (etl.output.publish.publish returned), main returned, process ended. The hooks wrap
 functions by name once their module has loaded (a meta path hook), so the checkout's own code
 and import order run unchanged; a phase a checkout does not have is left out. The checkouts
@@ -93,12 +94,28 @@ def patch_pipeline(m):
 def patch_convert(m):
     on_first_item(m, "prefetch", "first record read", "last block read")
     before(m, "_finalize_run", "finalize started")
+def patch_early_read(m):
+    # the read step's blocks when it takes the launcher's early read instead of prefetch
+    cls = getattr(m, "EarlyRead", None)
+    take = getattr(cls, "take", None)
+    if take is None:
+        return
+    first = once("first record read")
+    def taken(blocks):
+        for block in blocks:
+            first()
+            yield block
+            mark("last block read")
+    def wrapped(self, task):
+        blocks = take(self, task)
+        return None if blocks is None else taken(blocks)
+    cls.take = wrapped
 def patch_shard_writer(m):
     before(m, "write_shard", "first shard started")
     after(m, "write_shard", "last shard written", first_only=False)
 HOOKS = {"cli.main": patch_cli_main, "cli.ranges": patch_cli_ranges, "cli.run": patch_cli_run,
          "apache_beam.pipeline": patch_pipeline, "transforms.convert": patch_convert,
-         "etl.shuffle.shard_writer": patch_shard_writer}
+         "etl.shuffle.shard_writer": patch_shard_writer, "transforms.early_read": patch_early_read}
 class Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name not in HOOKS:
