@@ -26,7 +26,7 @@ from etl.job.read_plan import plan_units, tasks_of
 from etl.schedule import input_pin
 from etl.schedule.fingerprint import crc32c_of
 from etl.sources import make_reader
-from tests.helpers import ROOT, RUN, digest, leftovers
+from tests.helpers import ROOT, RUN, digest, leftovers, wait_paused
 from transforms import early_read
 from transforms.prefetch import ReadAhead
 
@@ -268,14 +268,13 @@ PAUSES = ("imports", "early-read", "early-fingerprints")
 
 
 def _paused(job: str, pause: Path) -> subprocess.Popen[str]:
-    """The run stopped before Beam's import, its early read after its first block."""
-    pause.mkdir()
-    env = {**os.environ, "ETL_PAUSE_AT": ",".join(PAUSES), "ETL_PAUSE_DIR": str(pause)}
-    proc = subprocess.Popen([sys.executable, RUN, "run", job, "--force"], cwd=ROOT, env=env,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _wait(lambda: all((pause / f"{p}.reached").exists() for p in PAUSES)
-          or proc.poll() is not None, "the run reaches every pause")
-    assert proc.poll() is None, proc.communicate()[1]
+    """The run stopped before Beam's import, its early read after its first block and its
+    fingerprints once taken."""
+    from tests.test_signals import start  # noqa: PLC0415 - the signal tests' launcher
+
+    proc = start(["run", job, "--force"], ",".join(PAUSES), pause)
+    for phase in PAUSES:
+        wait_paused(proc, pause, phase)
     return proc
 
 

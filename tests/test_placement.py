@@ -219,6 +219,32 @@ def _idx_pair(folder: Path, labels: np.ndarray, truncate: int = 0) -> dict[str, 
     return {"format": "idx", "paths": {"image": "images-idx3-ubyte", "label": "labels-idx1-ubyte"}}
 
 
+def _direct_writes(monkeypatch) -> list[int]:
+    """One entry per shard written straight from a placement (files.write_placed)."""
+    direct: list[int] = []
+    real = files.write_placed
+    monkeypatch.setattr(files, "write_placed", lambda *a, **k: direct.append(1) or real(*a, **k))
+    return direct
+
+
+def _npy_both_ways(tmp: Path, x: np.ndarray, y: np.ndarray, schema: dict, block_rows: int,
+                   shards: int) -> dict[str, dict[str, str]]:
+    """The arrays as x.npy and y.npy, converted by the files strategy (placed) and by the
+    engine (never placed): each one's shard hashes."""
+    from tests.pipelines import convert, shard_hashes  # noqa: PLC0415 - Beam-side tests
+
+    got = {}
+    for via in ("files", "engine"):
+        (tmp / via).mkdir()
+        np.save(tmp / via / "x.npy", x)
+        np.save(tmp / via / "y.npy", y)
+        sources = {"train": {"format": "npy", "paths": {"x": "x.npy", "y": "y.npy"},
+                             "block_rows": block_rows}}
+        got[via] = shard_hashes(convert(tmp / via, sources, schema=schema, via=via,
+                                        shards=shards))
+    return got
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["small_labels", "labels_of_two_sizes", "truncated", "fractions"])
 def test_a_run_writes_what_the_engine_writes(tmp_path: Path, monkeypatch, case: str) -> None:
@@ -228,9 +254,7 @@ def test_a_run_writes_what_the_engine_writes(tmp_path: Path, monkeypatch, case: 
     import etl  # noqa: PLC0415 - Beam-side tests: heavy imports only here
     from tests.pipelines import convert, shard_hashes  # noqa: PLC0415
 
-    direct = []
-    real = files.write_placed
-    monkeypatch.setattr(files, "write_placed", lambda *a, **k: direct.append(1) or real(*a, **k))
+    direct = _direct_writes(monkeypatch)
     labels = (np.arange(3_000) % (256 if case == "labels_of_two_sizes" else 10)).astype(np.uint8)
     allowed = {"max_bad_fraction": 0.01} if case == "truncated" else {}  # 5 records lost
     schema = etl.load_schema("schemas/mnist.yaml").to_dict()
@@ -249,25 +273,14 @@ def test_a_run_writes_what_the_engine_writes(tmp_path: Path, monkeypatch, case: 
 
 @pytest.mark.slow
 def test_npy_arrays_are_placed_and_written_as_the_engine_writes(tmp_path: Path, monkeypatch) -> None:
-    from tests.pipelines import convert, shard_hashes  # noqa: PLC0415 - Beam-side test
-
-    direct = []
-    real = files.write_placed
-    monkeypatch.setattr(files, "write_placed", lambda *a, **k: direct.append(1) or real(*a, **k))
+    direct = _direct_writes(monkeypatch)
     rng = np.random.default_rng(3)
     x = rng.random((2_500, 4), dtype=np.float32)
     y = rng.integers(0, 100, 2_500)
     schema = {"name": "arrays", "kind": "example",
               "features": {"x": {"dtype": "float32", "shape": [4]},
                            "y": {"dtype": "int64", "shape": []}}}
-    got = {}
-    for via in ("files", "engine"):
-        (tmp_path / via).mkdir()
-        np.save(tmp_path / via / "x.npy", x)
-        np.save(tmp_path / via / "y.npy", y)
-        sources = {"train": {"format": "npy", "paths": {"x": "x.npy", "y": "y.npy"},
-                             "block_rows": 700}}
-        got[via] = shard_hashes(convert(tmp_path / via, sources, schema=schema, via=via, shards=2))
+    got = _npy_both_ways(tmp_path, x, y, schema, block_rows=700, shards=2)
     assert got["files"] == got["engine"] and len(got["files"]) == 2
     assert len(direct) == 2
 
@@ -318,25 +331,16 @@ def test_scikit_learns_digits_are_placed_and_read_back_value_for_value(tmp_path:
     from sklearn.datasets import load_digits  # noqa: PLC0415
 
     import etl  # noqa: PLC0415
-    from tests.pipelines import convert, manifest, shard_hashes  # noqa: PLC0415
+    from tests.pipelines import manifest  # noqa: PLC0415
 
-    direct = []
-    real = files.write_placed
-    monkeypatch.setattr(files, "write_placed", lambda *a, **k: direct.append(1) or real(*a, **k))
+    direct = _direct_writes(monkeypatch)
     digits = load_digits()
     x, y = digits.images.astype(np.uint8), digits.target.astype(np.int64)
     assert np.array_equal(x, digits.images)  # 0-16: uint8 holds them exactly
     schema = {"name": "digits", "kind": "example", "features": {
         "x": {"dtype": "uint8", "shape": [8, 8], "encoding": "raw"},
         "y": {"dtype": "int64", "shape": []}}}
-    got = {}
-    for via in ("files", "engine"):
-        (tmp_path / via).mkdir()
-        np.save(tmp_path / via / "x.npy", x)
-        np.save(tmp_path / via / "y.npy", y)
-        sources = {"train": {"format": "npy", "paths": {"x": "x.npy", "y": "y.npy"},
-                             "block_rows": 500}}
-        got[via] = shard_hashes(convert(tmp_path / via, sources, schema=schema, via=via, shards=3))
+    got = _npy_both_ways(tmp_path, x, y, schema, block_rows=500, shards=3)
     assert got["files"] == got["engine"] and len(direct) == 3
     out = str(tmp_path / "files" / "out")
     assert [(i["read"], i["written"]) for i in manifest(out)["inputs"]] == [(1_797, 1_797)]
