@@ -5,8 +5,12 @@ death on SIGTERM (exit -15). Imports nothing of ours until the handler is in pla
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+
+# What OpenBLAS reads for its thread count, in its order: a user's setting is kept.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -27,9 +31,19 @@ def _stopped(e: KeyboardInterrupt) -> int:
     return stopped.exit_code
 
 
+def one_blas_thread(environ: dict[str, str] | os._Environ[str] = os.environ) -> None:
+    """NumPy's OpenBLAS starts a thread per core when NumPy is imported, and those threads spin
+    before they sleep: ~0.1 CPU-s a process (benchmarks/README.md, "OpenBLAS"), taken from the
+    import and the read on a small machine. Nothing of ours multiplies matrices, so OpenBLAS
+    gets one thread unless the user set a count; Beam's worker processes inherit it."""
+    if not any(name in environ for name in BLAS_THREAD_VARIABLES):
+        environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
 def entry() -> int:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _stop)
+    one_blas_thread()  # before anything imports NumPy
     try:
         from etl.base.pause import pause  # noqa: PLC0415 - after the handler, on purpose
 

@@ -67,3 +67,14 @@ def test_the_import_overlap_probe_reads_every_row_in_each_mode(tmp_path: Path) -
         assert got.stdout.startswith(f"{mode}: ") and got.stdout.rstrip().endswith(
             f"rows {rows:,}"), got.stdout
         assert ("import " in got.stdout) == (mode != "read")
+
+
+def test_the_blas_threads_probe_runs_both_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/blas_threads.py (the figure behind cli.launch.one_blas_thread): one line per
+    setting, each a median of CPU seconds."""
+    from benchmarks import blas_threads  # noqa: PLC0415 - this test's own needs
+
+    assert blas_threads.main(["--repeat", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["OpenBLAS default", "OpenBLAS one thread"]
+    assert all(line.split(": ")[1].endswith(")") and "CPU-s" in line for line in lines)

@@ -124,3 +124,36 @@ def test_beam_is_imported_with_the_gc_off(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "20 records" in proc.stdout
     assert out.read_text() == "False"
+
+
+# run_pipeline.py as __main__, then OpenBLAS's thread count (threadpoolctl) written at exit
+_BLAS_THREADS = ("import atexit, runpy, sys\n"
+                 "out = sys.argv[1]\n"
+                 "sys.argv = sys.argv[2:]\n"
+                 "def seen():\n"
+                 "    import threadpoolctl\n"
+                 "    pools = threadpoolctl.threadpool_info()\n"
+                 "    open(out, 'w').write(str([p['num_threads'] for p in pools\n"
+                 "                              if p['internal_api'] == 'openblas']))\n"
+                 "atexit.register(seen)\n"
+                 "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+@pytest.mark.parametrize(("env", "threads"), [({}, "[1]"), ({"OMP_NUM_THREADS": "2"}, "[2]"),
+                                              ({"OPENBLAS_NUM_THREADS": "2"}, "[2]")])
+def test_openblas_gets_one_thread_unless_the_user_set_a_count(
+        tmp_path: Path, env: dict[str, str], threads: str) -> None:
+    """OpenBLAS's threads spin ~0.1 CPU-s after NumPy's import, and nothing of ours multiplies
+    matrices (cli.launch.one_blas_thread); a count the user set is theirs."""
+    import os  # noqa: PLC0415
+
+    job = write_job(tmp_path / "job")
+    out = tmp_path / "threads.txt"
+    base = {k: v for k, v in os.environ.items() if k not in
+            ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
+    proc = subprocess.run([sys.executable, "-c", _BLAS_THREADS, str(out), RUN, "run", str(job),
+                           "--progress", "none", "--runner=FnApiRunner"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**base, **env})
+    assert proc.returncode == 0, proc.stderr
+    assert "20 records" in proc.stdout
+    assert out.read_text() == threads
