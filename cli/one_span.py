@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from cli.gc_imports import importing
+from cli.lean_imports import unused_by, without_unused_extras
 from cli.ranges import (
     Request,
     check_inputs,
@@ -59,9 +60,11 @@ def run_and_report(request: Request, display: Display, only: str = "all") -> int
         if ran is not None:
             return ran
         # the inputs are read while Beam is imported (transforms/early_read.py)
-        early = early_read.start(job) if is_local(runner_of(list(request.beam_args))) else None
+        runner = runner_of(list(request.beam_args))
+        early = early_read.start(job) if is_local(runner) else None
         pause("imports")  # tests: a signal while Beam is imported (about 1.5 s)
-        with importing():  # cli.main turned the GC on after the job's imports
+        # cli.main turned the GC on after the job's imports; Beam's clients: cli/lean_imports.py
+        with importing(), without_unused_extras(unused_by(runner)):
             from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
     except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published
         if early is not None:

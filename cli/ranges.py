@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.bounded_exit import bounded_exit
+from cli.lean_imports import unused_by, without_unused_extras
 from etl.base import signals
 from etl.base.errors import (
     EXIT_BAD_INPUT,
@@ -330,7 +331,8 @@ def run_span(req: Request) -> Outcome:
             outcome = Outcome(span, "skipped", output=job.output, reason=skipped,
                               seconds=time.time() - started)
             return _with_report(outcome, job, req, keep_current=True)
-        from cli.run import run_job  # noqa: PLC0415 - Beam: only where a span runs
+        with without_unused_extras(unused_by(runner_of(list(req.beam_args)))):
+            from cli.run import run_job  # noqa: PLC0415 - Beam: only where a span runs
 
         stale = {} if req.lock_stale_after is None else {"lock_stale_after": req.lock_stale_after}
         result = run_job(job, list(req.beam_args), force=req.force, break_lock=req.break_lock,

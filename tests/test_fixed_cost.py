@@ -78,6 +78,10 @@ def test_a_small_run_loads_beam_but_no_tensorflow(tmp_path: Path) -> None:
     assert "20 records" in proc.stdout
     assert modules & HEAVY == HEAVY - {"tensorflow", "tfx_bsl", "torch"}
     assert modules & {"pymongo", "bson"} == set()  # Beam without its MongoDB client (cli.lean_imports)
+    # nor, on a local runner, Google's BigQuery, Pub/Sub and Dataflow API clients
+    assert {m for m in modules if m.startswith(("google.cloud.bigquery", "google.cloud.pubsub",
+                                                "google.pubsub", "google.cloud.dataflow"))} == set()
+    assert {"apache_beam.io.gcp.bigquery", "google.cloud.storage"} <= modules
     assert proc.stderr == ""
 
 

@@ -1,5 +1,6 @@
 """cli.lean_imports: Beam imported by a run without the MongoDB client (issue 29, goal 3), and
-that client still importable afterwards, for a user's generator that reads MongoDB."""
+on a local runner without Google's BigQuery, Pub/Sub and Dataflow API clients; each client
+still importable afterwards, for a user's generator that reads MongoDB or BigQuery."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 import pytest
 
+from cli.lean_imports import UNUSED_BY_LOCAL_RUNS, UNUSED_BY_RUNS, unused_by
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.slow  # a subprocess importing Beam (make test-fast skips it)
@@ -38,3 +40,41 @@ def test_beam_imports_without_pymongo_which_loads_normally_afterwards() -> None:
         "an imported module is kept: True",
     ]
     assert proc.stderr == ""  # not Beam's "Could not find a compatible bson package."
+
+
+def test_only_a_runner_on_this_machine_goes_without_googles_clients() -> None:
+    """A Dataflow run needs its API client; a local run's pipeline is our transforms only."""
+    for local in (None, "FnApiRunner", "DirectRunner", "apache_beam.runners.DirectRunner"):
+        assert unused_by(local) == UNUSED_BY_LOCAL_RUNS
+    for remote in ("DataflowRunner", "PortableRunner"):
+        assert unused_by(remote) == UNUSED_BY_RUNS
+    assert set(UNUSED_BY_LOCAL_RUNS) - set(UNUSED_BY_RUNS) == {
+        "google.cloud.bigquery", "google.cloud.bigquery_storage_v1", "google.cloud.pubsub",
+        "google.cloud.pubsub_v1", "google.pubsub_v1", "google.cloud.dataflow",
+        "google.cloud.dataflow_v1beta3"}
+
+
+_LOCAL_SCRIPT = """
+import sys
+from cli.lean_imports import unused_by, without_unused_extras
+with without_unused_extras(unused_by("FnApiRunner")):
+    import apache_beam
+import apache_beam.io.gcp.bigquery_tools as bq_tools
+import apache_beam.runners.dataflow.dataflow_runner as dataflow_runner
+loaded = sorted(m for m in sys.modules if m.startswith(("google.cloud.bigquery",
+                "google.cloud.pubsub", "google.pubsub", "google.cloud.dataflow")))
+print("beam's modules:", dataflow_runner.DataflowRunner.__name__, "clients:", loaded)
+from google.cloud import bigquery, dataflow_v1beta3
+print("then imported:", bigquery.Client.__name__, dataflow_v1beta3.JobsV1Beta3Client.__name__)
+"""
+
+
+def test_beam_imports_on_a_local_runner_without_googles_clients_which_load_afterwards() -> None:
+    proc = subprocess.run([sys.executable, "-c", _LOCAL_SCRIPT], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "beam's modules: DataflowRunner clients: []",  # every Beam module, none of the clients
+        "then imported: Client JobsV1Beta3Client",
+    ]
+    assert proc.stderr == ""
