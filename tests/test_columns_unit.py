@@ -111,6 +111,21 @@ def test_numpy_values_range_checked_against_the_declared_dtype() -> None:
                    2: ("out_of_range", "value -1 out of range for uint8 [0, 255]")}
 
 
+def test_a_block_past_the_lazy_mask_size_still_names_each_bad_value() -> None:
+    """A NumPy block of more than heap.LAZY_ZEROS_BYTES values gets its bad mask from pages
+    of its own (etl.base.heap.lazy_zeros): a bad value is still written to it and named."""
+    rows, k = 2_048, 1_024  # 2M uint16 values, rows of 1,024
+    block = np.arange(rows * k, dtype=np.uint32).reshape(rows, k) % 200
+    block[1_500, 7] = 300
+    block[2_047, 1_023] = 256
+    out = to_storage(feat(dtype="uint8", shape=[k]), {"x": block.astype(np.uint16)}, rows)
+    assert out.bad == {1_500: ("out_of_range", "value 300 out of range for uint8 [0, 255]"),
+                       2_047: ("out_of_range", "value 256 out of range for uint8 [0, 255]")}
+    stored = out.storage.values.to_numpy()
+    assert len(stored) == rows * k
+    assert np.array_equal(stored[:1_500 * k], (np.arange(1_500 * k) % 200).astype(np.uint8))
+
+
 def test_numpy_block_rows_become_fixed_lists() -> None:
     values, bad, missing, _ = convert(feat(dtype="uint8", shape=[2]),
                                       np.array([[1, 2], [3, 4]], np.uint8))

@@ -23,13 +23,18 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import platform
 import threading
+
+import numpy as np
 
 MMAP_THRESHOLD = 512 << 20  # allocations above this get a mapping of their own
 TRIM_THRESHOLD = 1 << 30  # free memory at the heap's top kept up to this
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
+
+LAZY_ZEROS_BYTES = 1 << 20  # below this a zeroed heap allocation is as cheap
 
 _lock = threading.Lock()
 _done: list[bool] = []  # [True] once set (or found impossible) in this process
@@ -57,3 +62,22 @@ def _set() -> bool:
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def lazy_zeros(n: int, dtype: np.dtype | type = bool) -> np.ndarray:
+    """`n` zeros, writable, in pages of their own that read as the kernel's zero page until
+    written. With freed memory kept in the heap (keep_freed_memory), a big `np.zeros` is a
+    calloc from the heap, and glibc writes every byte of a reused chunk: the all-False mask of
+    a block of 64k MNIST-shaped images (51M pixel values, none of which can be bad) cost a
+    51 MB write and its page faults, per block (benchmarks/README.md, "The pixels' mask")."""
+    dtype = np.dtype(dtype)
+    size = n * dtype.itemsize
+    if size < LAZY_ZEROS_BYTES:
+        return np.zeros(n, dtype)
+    pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # read through the huge zero page: 25 faults, not 12,500
+        try:
+            pages.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # a kernel without transparent huge pages: 4 KiB zero pages
+            pass
+    return np.frombuffer(pages, dtype, n)

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from etl.base import heap
 from etl.base.errors import ConfigError, quote
 from etl.contract import dates
 from etl.contract.images import ImageProblem, encode_pixels, fit_image, image_header_problems
@@ -275,9 +276,9 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
         if pa.types.is_boolean(leaves.type):
             leaves = leaves.cast(pa.int8())
         raw = np.asarray(leaves.fill_null(0).to_numpy(zero_copy_only=False))
-    # NumPy leaves: a fresh zeroed mask, which the OS maps lazily (a copy of an all-False
-    # mask would write every byte of it: 51 MB per block of 64k MNIST-shaped images)
-    bad = np.zeros(len(raw), bool) if null is None else null.copy()
+    # NumPy leaves: a zeroed mask the OS maps lazily (np.zeros, or a copy of an all-False mask,
+    # would write every byte of it: 51 MB per block of 64k MNIST-shaped images)
+    bad = heap.lazy_zeros(len(raw)) if null is None else null.copy()
     # one shared reason until a value needs naming: a per-leaf object array for a block of
     # 64k images would be 50M Python slots
     reason: Any = MISSING
