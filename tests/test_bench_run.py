@@ -78,3 +78,16 @@ def test_the_blas_threads_probe_runs_both_settings(capsys: pytest.CaptureFixture
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["OpenBLAS default", "OpenBLAS one thread"]
     assert all(line.split(": ")[1].endswith(")") and "CPU-s" in line for line in lines)
+
+
+def test_the_page_fault_counter_counts_the_images_data_path(tmp_path: Path) -> None:
+    """benchmarks/page_faults.py (where the images job's faults come from): every watched
+    step of the IDX path is called and counted, and no step counts more than the process."""
+    from benchmarks import page_faults  # noqa: PLC0415 - this test's own needs
+
+    got = page_faults.measure(page_faults.job_file(str(tmp_path), 3_000, 0))
+    calls = {name: int(v[0]) for name, v in got.items()}
+    assert calls["process"] == 1
+    assert calls["read_block"] >= 2 and calls["encode_block"] >= 1  # images and labels
+    assert calls["write_placed"] == 16  # every shard a slice of the placed records
+    assert all(v[1] <= got["process"][1] for v in got.values())
