@@ -111,8 +111,18 @@ def patch_early_read(m):
         return None if blocks is None else taken(blocks)
     cls.take = wrapped
 def patch_shard_writer(m):
-    before(m, "write_shard", "first shard started")
-    after(m, "write_shard", "last shard written", first_only=False)
+    first = once("first shard started")
+    for writer in ("write_shard", "write_placed"):  # merged, or a slice of placed records
+        fn = getattr(m, writer, None)
+        if fn is None:
+            continue
+        def wrapped(*a, _fn=fn, **k):
+            first()
+            try:
+                return _fn(*a, **k)
+            finally:
+                mark("last shard written")
+        setattr(m, writer, wrapped)
 HOOKS = {"cli.main": patch_cli_main, "cli.ranges": patch_cli_ranges, "cli.run": patch_cli_run,
          "apache_beam.pipeline": patch_pipeline, "transforms.convert": patch_convert,
          "etl.shuffle.shard_writer": patch_shard_writer, "transforms.early_read": patch_early_read}
