@@ -72,7 +72,7 @@ def lazy_zeros(n: int, dtype: np.dtype | type = bool) -> np.ndarray:
     51 MB write and its page faults, per block (benchmarks/README.md, "The pixels' mask")."""
     dtype = np.dtype(dtype)
     size = n * dtype.itemsize
-    if size < LAZY_ZEROS_BYTES:
+    if size < LAZY_ZEROS_BYTES or not hasattr(mmap, "MAP_PRIVATE"):  # Windows: no such flags
         return np.zeros(n, dtype)
     pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"):  # read through the huge zero page: 25 faults, not 12,500
