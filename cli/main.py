@@ -389,7 +389,7 @@ def _run_command(args: argparse.Namespace, beam_args: list[str], stale: float | 
                                        spans[0].name if spans else None), display, args.only)
     requests = [_request(args, beam_args, stale, debug, job.span) for job in jobs]
     if args.parallel == 1:  # spans run here; with workers, only they need Beam
-        from cli.lean_imports import unused_by, without_unused_extras  # noqa: PLC0415
+        from cli.lean_imports import unused_by, without_unused_extras  # noqa: PLC0415 - only where spans run here
 
         with without_unused_extras(unused_by(ranges.runner_of(beam_args))):
             import cli.run  # noqa: F401, PLC0415 - Beam loaded here, not per span
