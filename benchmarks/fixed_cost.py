@@ -30,12 +30,13 @@ import time
 
 from benchmarks.bytecode import compile_tree
 from benchmarks.data import ensure_csv, ensure_images
+from benchmarks.module_hooks import FINDER
 from benchmarks.same_shards import REPO
 
 # run as `python -c CHILD TREE/run_pipeline.py run ...` in the checkout: installs the hooks,
 # then runs run_pipeline.py as __main__ (sys.argv shifted), as a user's command would.
 CHILD = r"""
-import importlib.abc, importlib.machinery, os, runpy, sys, time
+import os, runpy, sys, time
 OUT = os.environ["FIXED_COST_OUT"]
 marks = []
 def mark(name):
@@ -126,24 +127,7 @@ def patch_shard_writer(m):
 HOOKS = {"cli.main": patch_cli_main, "cli.ranges": patch_cli_ranges, "cli.run": patch_cli_run,
          "apache_beam.pipeline": patch_pipeline, "transforms.convert": patch_convert,
          "etl.shuffle.shard_writer": patch_shard_writer, "transforms.early_read": patch_early_read}
-class Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name not in HOOKS:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, hook = spec.loader, HOOKS[name]
-        class Loader(importlib.abc.Loader):
-            def create_module(self, s):
-                return loader.create_module(s)
-            def exec_module(self, module):
-                loader.exec_module(module)
-                hook(module)
-        spec.loader = Loader()
-        return spec
-sys.meta_path.insert(0, Finder())
-def write():
+""" + FINDER + r"""def write():
     with open(OUT, "w") as fh:
         for name, t, cpu in marks:
             fh.write(f"{name}\t{t}\t{cpu}\n")

@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 from benchmarks.data import ensure_csv, ensure_images
+from benchmarks.module_hooks import FINDER
 from benchmarks.same_shards import REPO
 
 # module -> functions ("Class.method" for methods) whose faults and CPU are counted
@@ -42,7 +43,7 @@ WATCHED = {
 
 # run as `python -c CHILD run_pipeline.py run ...`: installs the hooks, then runs the CLI
 CHILD = r"""
-import atexit, importlib.abc, importlib.machinery, json, os, resource, runpy, sys, threading, time
+import atexit, json, os, resource, runpy, sys, threading, time
 OUT = os.environ["PAGE_FAULTS_OUT"]
 WATCHED = json.loads(os.environ["PAGE_FAULTS_WATCHED"])
 totals = {}
@@ -66,24 +67,8 @@ def hook(module):
         holder = getattr(module, owner) if owner else module
         if getattr(holder, attr, None) is not None:
             setattr(holder, attr, counted(getattr(holder, attr), name))
-class Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name not in WATCHED:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        class Loader(importlib.abc.Loader):
-            def create_module(self, s):
-                return loader.create_module(s)
-            def exec_module(self, module):
-                loader.exec_module(module)
-                hook(module)
-        spec.loader = Loader()
-        return spec
-sys.meta_path.insert(0, Finder())
-def write():
+HOOKS = {name: hook for name in WATCHED}
+""" + FINDER + r"""def write():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     with open(OUT, "w") as fh:
         json.dump({"process": [1, usage.ru_minflt, usage.ru_utime + usage.ru_stime],
