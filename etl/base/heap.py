@@ -1,5 +1,6 @@
 """Keep freed heap memory in the process (glibc's malloc), so big buffers are reused, not
-re-faulted.
+re-faulted; and give big all-zero masks pages of their own (`lazy_zeros`), since a zeroed
+allocation from that kept heap is written in full.
 
 The data path allocates and frees tens of MB per block, over and over: NumPy's arrays of a
 262,144-record block (keys, offsets, the framed run) are 2-52 MB each. glibc hands any
