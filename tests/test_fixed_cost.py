@@ -10,6 +10,7 @@ no TensorFlow and no MongoDB client."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -149,8 +150,6 @@ def test_openblas_gets_one_thread_unless_the_user_set_a_count(
         tmp_path: Path, env: dict[str, str], threads: str) -> None:
     """OpenBLAS's threads spin ~0.1 CPU-s after NumPy's import, and nothing of ours multiplies
     matrices (cli.launch.one_blas_thread); a count the user set is theirs."""
-    import os  # noqa: PLC0415
-
     job = write_job(tmp_path / "job")
     out = tmp_path / "threads.txt"
     base = {k: v for k, v in os.environ.items() if k not in
