@@ -121,20 +121,43 @@ class Attempt:
     checks: list[dict[str, Any]] | None = None  # failed and warned checks, for the history
 
 
-def default_beam_args(beam_args: list[str]) -> list[str]:
+def default_beam_args(beam_args: list[str], one_read_task: bool = False) -> list[str]:
     """Our local default never downloads anything and uses every core: FnApiRunner with one
     worker thread per CPU (stage 1 reads several files at once, stage 2 writes several shards
-    at once; the heavy work releases the GIL). Every explicit option wins."""
+    at once; the heavy work releases the GIL). A run with `one_read_task` (one input read
+    whole: no second reader to give a worker) runs its bundles on the calling thread instead
+    (`in_memory`: no gRPC servers, no idle workers polling), and its shards are written by a
+    thread per core inside the one worker (`shard_threads`). Every explicit option wins."""
     args = list(beam_args)
     given = _given(args)
     if "runner" not in given:
         args.append(f"--runner={LOCAL_RUNNER}")
     if _given(args).get("runner") == LOCAL_RUNNER:
+        if one_read_task and not {"direct_running_mode", "direct_num_workers"} & given.keys():
+            args.append("--direct_running_mode=in_memory")
+            return args
         if "direct_running_mode" not in given:
             args.append("--direct_running_mode=multi_threading")
         if "direct_num_workers" not in given:
             args.append(f"--direct_num_workers={max(os.cpu_count() or 1, 1)}")
     return args
+
+
+def one_read_task(job: JobConfig, read_plan: ReadPlan, options: PipelineOptions) -> bool:
+    """Whether stage 1 has one task: one input unit, read whole with the split these
+    (default) options give it."""
+    return len(read_plan.units) == 1 and not needs_scan(read_plan.units,
+                                                        read_split_bytes(job, options))
+
+
+def shard_threads(options: PipelineOptions) -> int:
+    """Threads writing shards inside one worker: a thread per core where the local runner
+    runs every bundle on one thread (`in_memory`), else 1 (each worker writes one shard at a
+    time, as Beam's parallelism intends)."""
+    if is_local(options.view_as(StandardOptions).runner) \
+            and options.view_as(DirectOptions).direct_running_mode == "in_memory":
+        return max(os.cpu_count() or 1, 1)
+    return 1
 
 
 def _given(args: list[str]) -> dict[str, Any]:
@@ -367,6 +390,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
     dead_runs = place_for(job.output).has_leftover_runs()
     if plan.skip and not dead_runs:
         return skipped()  # no lock, no pipeline
+    args = default_beam_args(beam_args, one_read_task(job, plan.read_plan, given))
     options = pipeline_options(args)
     temp_root = job.temp_location or options.view_as(GoogleCloudOptions).temp_location
     preflight(job, plan.inputs, temp_root)
@@ -610,6 +634,7 @@ def convert_settings(job: JobConfig, schema: Schema, read_plan: ReadPlan,
                                     spill_in_memory=job.shuffle.spill_in_memory if held else 0),
         sharding=job.sharding, shard_format=job.shard_format,
         reading=dataclasses.replace(job.reading, split_bytes=split_bytes), stats=job.stats,
+        shard_threads=shard_threads(options),
         spill_dir=fs.join(tmp, "spill"), staging_dir=fs.join(tmp, "staging"),
         read_plan=fs.join(tmp, "read_plan.json"),
         spread_files=needs_scan(read_plan.units, split_bytes) > 1,

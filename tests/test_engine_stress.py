@@ -39,7 +39,9 @@ ROWS = 4_000_000
 SCHEMA = {"name": "stress", "kind": "example", "features": {
     "n": {"dtype": "int64", "shape": []}, "x": {"dtype": "float32", "shape": []},
     "s": {"dtype": "string", "shape": []}}}
-THREADS: list[str] = []  # the CLI's default local mode: multi_threading, one worker per core
+# the CLI's local mode for several read tasks: in-process workers, one per core
+THREADS = ["--direct_running_mode=multi_threading"]
+DEFAULT: list[str] = []  # one input read whole: the CLI's in_memory mode, a shard thread per core
 PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 
@@ -85,7 +87,8 @@ def reference(stress_dir) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "beam_args", "pairs"),
-                         [("threads", THREADS, 2), ("processes", PROCESSES, 2)])
+                         [("threads", THREADS, 2), ("processes", PROCESSES, 2),
+                          ("default", DEFAULT, 1)])
 def test_two_engine_runs_at_once_write_exactly_the_files_shards(stress_dir, reference, mode,
                                                                  beam_args, pairs) -> None:
     for attempt in range(pairs):

@@ -21,6 +21,7 @@ input file and writes the manifest.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.shared import Shared
 
 from etl.base import heap, signals
@@ -88,6 +90,7 @@ class ConvertSettings:
     spread_files: bool = False  # cut files on several workers (many files need a scan)
     spread_reads: bool = True  # read tasks on several workers (False: one small file)
     stats: bool = False  # gather the report's statistics while encoding (stats.json)
+    shard_threads: int = 1  # shards one worker writes at once (cli.run.shard_threads)
 
     @property
     def shuffled(self) -> bool:
@@ -430,7 +433,11 @@ def plan_shards(stats: ShuffleKeys, settings: ConvertSettings, tally: Shared | N
 class _WriteShardFn(beam.DoFn):
     """Stage 2: write one shard from the element the strategy's steps hand it (`files`:
     shard plan and spill paths; `engine`: (split, index) and its chunks, the plan as a side
-    input), through the strategy's `write_shard` (transforms/shuffle_steps.py)."""
+    input), through the strategy's `write_shard` (transforms/shuffle_steps.py).
+
+    With `shard_threads` > 1 (the local runner running every bundle on one thread) the
+    bundle's shards are written by that many threads at once and their results given at the
+    bundle's end, where Beam's counters count them (a counter is the bundle thread's own)."""
 
     def __init__(self, settings: ConvertSettings, held: Shared | None = None,
                  tally: Shared | None = None, writers: Shared | None = None):
@@ -446,8 +453,29 @@ class _WriteShardFn(beam.DoFn):
         self.writers = _writers(self.writers_handle)
         self.steps = self.spec.steps
 
-    @wire_errors
+    def start_bundle(self) -> None:
+        threads = self.spec.shard_threads
+        self.pool = ThreadPoolExecutor(threads, "etl-shard") if threads > 1 else None
+        self.pending: list[Future[ShardResult]] = []
+
     def process(self, element: Any, plan: ShardingPlan | None = None):  # type: ignore[override]
+        if self.pool is None:
+            yield self._counted(self._write(element, plan))
+        else:
+            self.pending.append(self.pool.submit(self._write, element, plan))
+
+    def finish_bundle(self):  # type: ignore[override]
+        if self.pool is None:
+            return
+        try:
+            for done in self.pending:  # the first failure is the bundle's; the rest are dropped
+                yield GlobalWindows.windowed_value(self._counted(done.result()))
+        finally:
+            self.pool.shutdown(cancel_futures=True)
+            self.pending = []
+
+    @wire_errors
+    def _write(self, element: Any, plan: ShardingPlan | None = None) -> ShardResult:
         settings = self.spec
         if self.tally is not None:
             self.tally.stage("writing shards")
@@ -456,11 +484,15 @@ class _WriteShardFn(beam.DoFn):
         with _writing(self.writers):  # the shard: the launcher's clean-up waits for it
             result = self.steps.write_shard(element, plan, settings.staging_dir,
                                             settings.shard_format, self.held)
-        Metrics.counter("etl", "records_written").inc(result.num_records)
-        Metrics.counter("etl", "shards_written").inc()
         if self.tally is not None:
             self.tally.add(written=result.num_records, shards=1)
-        yield result
+        return result
+
+    @staticmethod
+    def _counted(result: ShardResult) -> ShardResult:
+        Metrics.counter("etl", "records_written").inc(result.num_records)
+        Metrics.counter("etl", "shards_written").inc()
+        return result
 
 
 @wire_errors
