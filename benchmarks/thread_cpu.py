@@ -39,10 +39,11 @@ def _add(name: str, seconds: float) -> None:
 
 def _measured_run(run):
     def measured(self: threading.Thread) -> None:
+        name = _name(self)  # before run(), which drops the target
         try:
             run(self)
         finally:
-            _add(_name(self), time.thread_time())
+            _add(name, time.thread_time())
     return measured
 
 
