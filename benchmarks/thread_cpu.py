@@ -5,7 +5,8 @@ gRPC's). Threads still alive at exit (Beam's worker threads) are read from /proc
 
     python -m benchmarks.thread_cpu run JOB --force --progress none [BEAM ARGS]
 
-benchmarks/README.md ("The local runner's mode for one read task") has what it showed.
+benchmarks/README.md ("The local runner's mode for one read task") has what it showed;
+benchmarks/cpu_timeline.py gives the cores busy over time instead, by thread id.
 """
 
 from __future__ import annotations

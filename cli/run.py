@@ -639,7 +639,7 @@ def convert_settings(job: JobConfig, schema: Schema, read_plan: ReadPlan,
         read_plan=fs.join(tmp, "read_plan.json"),
         spread_files=needs_scan(read_plan.units, split_bytes) > 1,
         # one file read whole: read it where it was listed (a stage less on a local run)
-        spread_reads=len(read_plan.units) > 1 or needs_scan(read_plan.units, split_bytes) > 0,
+        spread_reads=not one_read_task(job, read_plan, options),
     )
 
 
