@@ -286,6 +286,33 @@ def test_merge_in_rounds_equals_one_sort_whatever_the_budget(tmp_path, shuffled,
         assert got == [(s, j) for _, _, s, j in every[skip : skip + take]]
 
 
+@pytest.mark.parametrize("budget", [2, 5, 64])
+def test_merge_with_tied_keys_orders_them_by_id(budget) -> None:
+    """Keys that tie across slices (records of several files may share a key) come out in
+    id order, also when the round's frontier falls inside a run of tied keys: the cut is
+    counted on the unsorted block, ties decided by id."""
+    from etl.shuffle.merge import merged_batches
+    from etl.shuffle.runs import MemorySlice
+
+    rng = np.random.default_rng(11)
+    slices, every = [], []
+    for s in range(5):
+        n = int(rng.integers(20, 60))
+        keys = rng.integers(0, 6, n, dtype=np.uint64)  # six distinct keys in all: many ties
+        ids = rng.choice(10_000, n, replace=False).astype(np.uint64) + np.uint64(s * 10_000)
+        order = np.lexsort((ids, keys))
+        keys, ids = keys[order], ids[order]
+        offsets = np.arange(n + 1, dtype=np.int64) * 3
+        slices.append(MemorySlice(keys, ids, offsets, b"\0" * int(offsets[-1]), 0, n))
+        every += [(int(k), int(i)) for k, i in zip(keys, ids, strict=True)]
+    every.sort()
+    got = []
+    for src, local, ids, _ in merged_batches(slices, 0, len(every), budget):
+        got += [(int(slices[s].keys[j]), int(i))
+                for s, j, i in zip(src.tolist(), local.tolist(), ids.tolist(), strict=True)]
+    assert got == every
+
+
 def test_merge_rounds_do_not_grow_with_the_number_of_slices() -> None:
     """A shard merged from 128 runs takes about as many rounds as one merged from 4 (each
     round sorts up to the whole budget): reloading only used-up blocks took 4 rounds per

@@ -68,14 +68,17 @@ def merged_batches(slices: Sequence[RunSlice], skip: int, take: int,
         local = np.concatenate([np.arange(loaded[i] - n, loaded[i])
                                 for i, n in zip(live, counts, strict=True)])
         z = np.concatenate([sizes[i] for i in live])
-        order = sort_block(k, d)  # a plain sort of the keys; (key, id) only where keys tie
+        order = sort_block(k, d, in_runs=True)  # (key, id) only where keys tie
         pending = [i for i in live if loaded[i] < lengths[i]]
         if pending:  # everything up to the smallest last-loaded (key, id) of those is final
             fk, fi = min((int(keys[i][-1]), int(ids[i][-1])) for i in pending)
-            ks, ds = k[order], d[order]
-            cut = int(np.count_nonzero((ks < np.uint64(fk)) | ((ks == np.uint64(fk))
-                                                              & (ds <= np.uint64(fi)))))
+            # how many are at or before it: counted on the unsorted keys, no gather needed
+            cut = int(np.count_nonzero(k < np.uint64(fk)))
+            if (tied := k == np.uint64(fk)).any():
+                cut += int(np.count_nonzero(d[tied] <= np.uint64(fi)))
             order = order[:cut]
+            if not cut:  # the frontier record itself is always at or before it
+                raise RuntimeError("merge: a round emitted no record (a slice is not sorted)")
         emitted = np.bincount(src[order], minlength=len(slices)) if len(order) else None
         lo, hi = max(skip - rank, 0), min(end - rank, len(order))
         if hi > lo:

@@ -22,10 +22,12 @@ from etl.shuffle.planning import RunKeys, run_keys
 from etl.storage import fs
 
 
-def sort_block(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def sort_block(keys: np.ndarray, ids: np.ndarray, *, in_runs: bool = False) -> np.ndarray:
     """Order of records by (key, id). Keys of one file never tie (they are a bijection of
-    the position), so a plain sort is exact there; ids break ties otherwise."""
-    order = np.argsort(keys)
+    the position), so a plain sort is exact there; ids break ties otherwise. `in_runs`: the
+    keys are sorted runs laid end to end (a merge's blocks), which NumPy's stable sort
+    (timsort) finds and merges instead of sorting from scratch."""
+    order = np.argsort(keys, kind="stable" if in_runs else None)
     sorted_keys = keys[order]
     if len(keys) > 1 and (sorted_keys[1:] == sorted_keys[:-1]).any():
         return np.lexsort((ids, keys))
