@@ -20,16 +20,22 @@ not blocked. A Dataflow run needs its client (Beam's DataflowRunner keeps what i
 and reads job states and messages through it), so they are blocked only when the runner runs
 here (etl.base.runners.is_local).
 
-pandas, which Beam imports the same way, is not on the list: pyarrow imports it anyway at the
-first conversion to NumPy (`Array.to_numpy` asks whether pandas is there), so it would only
-move to the first block.
+pandas, which Beam imports the same way (0.2 s, a quarter of Beam's import), is not on the
+list: pyarrow imports it anyway at its first `pa.array` or `to_numpy`, only to ask whether the
+value is a pandas object, so the import only moves to the first block. A run whose every
+source is a file format (no `format: python`, whose generator may hand pyarrow pandas objects)
+has no pandas object to ask about, so a process that is the CLI's own (`cli.main.entry`) runs
+it with pandas left out throughout (`without_pandas`). Not in a process that goes on after the
+run (tests, a scheduler's in-process task): pyarrow remembers for the process's life that
+pandas was missing, and a later `to_pandas()` there would fail.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from etl.base.runners import is_local
@@ -64,3 +70,43 @@ def without_unused_extras(names: tuple[str, ...] = UNUSED_BY_RUNS) -> Iterator[N
         for name in blocked:
             if name in sys.modules and sys.modules[name] is None:
                 del sys.modules[name]
+
+
+# source formats that run a user's code, which may hand pyarrow pandas objects
+RUNS_USER_CODE = frozenset({"python"})
+
+
+def pandas_unused(formats: Iterable[str], runner: str | None) -> bool:
+    """Whether a run reading only these source formats, on `runner`, can leave pandas out:
+    a runner on this machine (a remote one's workers import what they import) and no source
+    that runs a user's code."""
+    return is_local(runner) and not set(formats) & RUNS_USER_CODE
+
+
+@contextmanager
+def without_pandas(leave_out: bool) -> Iterator[None]:
+    """pandas not importable inside the block when `leave_out` (and not imported yet): Beam's
+    and pyarrow's imports of it fail as if it were not installed, which both handle. Only for
+    a process that ends after the block (see the module's docstring). A finder, not a None in
+    `sys.modules`: pyarrow's Cython `import pandas` takes such an entry for the module."""
+    if not leave_out or "pandas" in sys.modules:
+        yield
+        return
+    finder = _NotInstalled("pandas")
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+class _NotInstalled(importlib.abc.MetaPathFinder):
+    """Finds `name` and its submodules as missing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == self.name or fullname.startswith(self.name + "."):
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None

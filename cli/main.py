@@ -242,9 +242,12 @@ def _add_infer_schema(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, owns_process: bool = False) -> int:
+    """`owns_process`: the process ends after this call (`entry`), so a run may leave pandas
+    out of it (cli.lean_imports.without_pandas)."""
     argv = sys.argv[1:] if argv is None else argv
     args, beam_args = _parser().parse_known_args(argv or ["demo"])
+    args.owns_process = owns_process
     if beam_args and args.command not in ("run", "demo"):
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
     debug = bool(getattr(args, "debug", False))
@@ -352,7 +355,7 @@ def _run_or_demo(args: argparse.Namespace, beam_args: list[str], debug: bool, ve
     _imports_done()
     request = ranges.Request(DEMO_JOB, args.output, None, tuple(beam_args),
                              break_lock=args.break_lock, lock_stale_after=stale,
-                             capture_stderr=not debug)
+                             capture_stderr=not debug, owns_process=args.owns_process)
     return run_and_report(request, Display(True, verbose, args.progress, args.progress_every,
                                            console))
 
@@ -407,7 +410,8 @@ def _request(args: argparse.Namespace, beam_args: list[str], stale: float | None
     return ranges.Request(args.job, args.output, span, tuple(beam_args), force=args.force,
                           allow_missing=args.allow_missing, break_lock=args.break_lock,
                           lock_stale_after=stale, capture_stderr=not debug,
-                          report=args.report, verify_full=args.verify_full, accept=args.accept)
+                          report=args.report, verify_full=args.verify_full, accept=args.accept,
+                          owns_process=args.owns_process)
 
 
 def _ours_only(record: logging.LogRecord) -> bool:
@@ -439,7 +443,7 @@ def _main_handling_signals() -> int:
     code: int | None = None
     try:
         with signals.handled(then_ignore=True):  # the process ends after main
-            code = main()
+            code = main(owns_process=True)
     except KeyboardInterrupt:
         if code is None:
             raise

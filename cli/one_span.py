@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from cli.gc_imports import importing
-from cli.lean_imports import unused_by, without_unused_extras
+from cli.lean_imports import pandas_unused, unused_by, without_pandas, without_unused_extras
 from cli.ranges import (
     Request,
     check_inputs,
@@ -54,13 +54,21 @@ def run_and_report(request: Request, display: Display, only: str = "all") -> int
     report raises ReportFailed (the report error's exit code) saying the data was published."""
     started = time.time()
     job = load_request(request)
+    runner = runner_of(list(request.beam_args))
+    formats = [str(source.get("format")) for source in job.sources.values()]
+    # from before the early read's first pa.array to the end (cli/lean_imports.py)
+    with without_pandas(request.owns_process and pandas_unused(formats, runner)):
+        return _run_loaded(job, request, display, only, started, runner)
+
+
+def _run_loaded(job: JobConfig, request: Request, display: Display, only: str, started: float,
+                runner: str | None) -> int:
     early = None
     try:
         ran = _before_run(job, request, only, display.verbose)
         if ran is not None:
             return ran
         # the inputs are read while Beam is imported (transforms/early_read.py)
-        runner = runner_of(list(request.beam_args))
         early = early_read.start(job) if is_local(runner) else None
         pause("imports")  # tests: a signal while Beam is imported (about 1.5 s)
         # cli.main turned the GC on after the job's imports; Beam's clients: cli/lean_imports.py

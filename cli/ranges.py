@@ -116,6 +116,7 @@ class Request:
     report: bool = False  # --report: a report beside each span's published data (report_span)
     verify_full: bool = False  # --verify-full: every byte checked before a span is skipped
     accept: bool = False  # --accept: a span a block: check fails publishes (etl.quality.gate)
+    owns_process: bool = False  # the process ends after it: pandas may be left out (one span)
 
 
 def load_request(req: Request) -> JobConfig:

@@ -77,7 +77,8 @@ def test_a_small_run_loads_beam_but_no_tensorflow(tmp_path: Path) -> None:
                            "--runner=FnApiRunner")
     assert proc.returncode == 0, proc.stderr
     assert "20 records" in proc.stdout
-    assert modules & HEAVY == HEAVY - {"tensorflow", "tfx_bsl", "torch"}
+    # nor pandas: a run of file sources in the CLI's own process (cli.lean_imports.without_pandas)
+    assert modules & HEAVY == HEAVY - {"tensorflow", "tfx_bsl", "torch", "pandas"}
     assert modules & {"pymongo", "bson"} == set()  # Beam without its MongoDB client (cli.lean_imports)
     # nor, on a local runner, Google's BigQuery, Pub/Sub and Dataflow API clients
     assert {m for m in modules if m.startswith(("google.cloud.bigquery", "google.cloud.pubsub",
