@@ -391,14 +391,23 @@ def _run_command(args: argparse.Namespace, beam_args: list[str], stale: float | 
         return run_and_report(_request(args, beam_args, stale, debug,
                                        spans[0].name if spans else None), display, args.only)
     requests = [_request(args, beam_args, stale, debug, job.span) for job in jobs]
-    if args.parallel == 1:  # spans run here; with workers, only they need Beam
-        from cli.lean_imports import unused_by, without_unused_extras  # noqa: PLC0415 - only where spans run here
+    if args.parallel > 1:  # spans run in workers: only they need Beam
+        _imports_done()
+        return ranges.run_range(jobs, requests, args.only, args.parallel, debug=debug)
+    from cli.lean_imports import (  # noqa: PLC0415 - only where spans run here
+        pandas_unused,
+        unused_by,
+        without_pandas,
+        without_unused_extras,
+    )
 
-        with without_unused_extras(unused_by(ranges.runner_of(beam_args))):
+    runner = ranges.runner_of(beam_args)
+    formats = [str(source.get("format")) for job in jobs for source in job.sources.values()]
+    with without_pandas(args.owns_process and pandas_unused(formats, runner)):
+        with without_unused_extras(unused_by(runner)):
             import cli.run  # noqa: F401, PLC0415 - Beam loaded here, not per span
-
-    _imports_done()
-    return ranges.run_range(jobs, requests, args.only, args.parallel, debug=debug)
+        _imports_done()
+        return ranges.run_range(jobs, requests, args.only, args.parallel, debug=debug)
 
 
 def _request(args: argparse.Namespace, beam_args: list[str], stale: float | None,

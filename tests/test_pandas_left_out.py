@@ -141,3 +141,27 @@ def test_inside_the_block_pandas_is_missing_to_python_and_to_pyarrow() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["missing pandas", "missing pandas",
                                         "['a', None] False", "after pandas"]
+
+
+def test_a_range_of_spans_run_here_leaves_pandas_out(tmp_path: Path) -> None:
+    """`run JOB --from D1 --to D2` (spans in this process, one after the other)."""
+    (tmp_path / "schema.yaml").write_text(textwrap.dedent("""\
+        name: d
+        kind: example
+        features:
+          id: {dtype: int64, shape: []}
+        """))
+    for day in ("2026-11-20", "2026-11-21"):
+        (tmp_path / "raw" / day).mkdir(parents=True)
+        (tmp_path / "raw" / day / "a.csv").write_text("id\n1\n2\n3\n")
+    job = tmp_path / "job.yaml"
+    job.write_text('schema: schema.yaml\nsources:\n  train: {format: csv, paths: '
+                   '["raw/{date}/*.csv"]}\noutput: out/{date}\nshards: 1\n')
+    out = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", _RUN, str(out), "0", RUN, "run", str(job),
+                           "--from", "2026-11-20", "--to", "2026-11-21"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert [(tmp_path / "out" / day / "manifest.json").exists()
+            for day in ("2026-11-20", "2026-11-21")] == [True, True]
+    assert "pandas" not in set(json.loads(out.read_text()))
