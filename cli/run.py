@@ -78,7 +78,7 @@ from etl.schedule.run_log import RunLog
 from etl.shuffle import files, strategy_for
 from etl.sources import sql_source, sql_url
 from etl.storage import fs, scratch
-from transforms import early_read
+from transforms import beam_fixes, early_read
 from transforms import progress_feed as live
 from transforms.convert import ConvertSettings, ConvertToShards
 from transforms.early_read import EarlyRead, EarlyReads
@@ -368,6 +368,7 @@ def _run(job: JobConfig, beam_args: list[str], attempt: Attempt,
          break_lock: bool, lock_stale_after: float, capture_stderr: bool,
          progress: ProgressConfig | None = None, early: EarlyRead | None = None) -> JobResult:
     """run_job's work; `attempt` collects what the history entry needs as it goes."""
+    beam_fixes.apply()  # before the first options view (transforms/beam_fixes.py)
     args = default_beam_args(beam_args)
     given = PipelineOptions(args)
     fs.use_options(given)  # the launcher's own reads use the user's file-system options

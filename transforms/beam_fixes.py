@@ -42,6 +42,21 @@ Idle time at the end of every bundle, same releases (a cost, not a loss):
   sleeping thread every 10 ms per running bundle. Remove this when `stop()` wakes the
   sampler instead of joining its sleep.
 
+Pipeline options parsed again on every look, same releases (a cost, not a loss):
+
+- `PipelineOptions.view_as(cls)` builds `cls(self._flags)`: an argparse parser of every
+  registered option class, and a parse of the flags, each time. Beam looks at its options
+  ~200 times per run of ours (`typehints.is_consistent_with` reads `TypeOptions` for every
+  type check while the pipeline is built, `Pipeline.apply` its update-compatibility version,
+  the runner its options): 205 calls, 0.11-0.15 s of each run's start (wrapped and timed,
+  0.55-0.7 ms a call), about a tenth of a small run's fixed cost.
+- The fix: one view per (options, view class), made by Beam's own `view_as` the first time.
+  A view holds nothing of its own: reads and writes go to the `_all_options` dictionary it
+  shares with the options object, so a cached view sees every change a new one would. A
+  cached view is used only while it still shares that dictionary and the same flags;
+  options are held weakly. Remove this when `view_as` stops re-parsing (or caches:
+  tests/test_beam_fixes.py counts the views Beam's own makes).
+
 A run that never ends after a signal, same releases (tests/stress_signals.py found it: one
 run in 80, under load, stayed at "starting, 0 read" for good):
 
@@ -62,6 +77,7 @@ run in 80, under load, stayed at "starting, 0 read" for good):
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 _lock = threading.Lock()
@@ -72,12 +88,14 @@ SAMPLING_PERIOD_MS = 10  # the state sampler's longest sleep in our process (Bea
 
 def apply() -> None:
     """Turn off the FnApiRunner's periodic data-plane flusher, shorten the state sampler's
-    period and end control streams closed before they start (see the module docstring).
+    period, make each options view once and end control streams closed before they start
+    (see the module docstring).
 
     Beam reads both when a run starts its data service and in-process workers, so this must
     run before `Pipeline.run()`; `ConvertToShards` calls it while the pipeline is built,
     which covers a user's own pipeline that embeds our transforms too. Idempotent."""
     _shorten_sampling()
+    _cache_option_views()
     try:
         from apache_beam.runners.portability.fn_api_runner import (  # noqa: PLC0415
             worker_handlers,
@@ -109,6 +127,33 @@ def _end_streams_closed_before_they_start(worker_handlers: Any) -> None:
     close.ends_unstarted = True  # type: ignore[attr-defined]
     close.__wrapped__ = original  # type: ignore[attr-defined]
     conn.close = close
+
+
+def _cache_option_views() -> None:
+    """`PipelineOptions.view_as` made once per (options, view class): see the docstring."""
+    try:
+        from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
+    except ImportError:
+        return
+    with _lock:
+        original = PipelineOptions.view_as
+        if getattr(original, "cached", False):
+            return
+        views: weakref.WeakKeyDictionary[Any, dict[type, Any]] = weakref.WeakKeyDictionary()
+
+        def view_as(self: Any, cls: type) -> Any:
+            mine = views.get(self)
+            view = mine.get(cls) if mine is not None else None
+            if (view is None or view._all_options is not self._all_options
+                    or view._flags is not self._flags):
+                view = original(self, cls)
+                views.setdefault(self, {})[cls] = view
+            return view
+
+        view_as.cached = True  # type: ignore[attr-defined]
+        view_as.__wrapped__ = original  # type: ignore[attr-defined]
+        view_as.__doc__ = original.__doc__
+        PipelineOptions.view_as = view_as  # type: ignore[method-assign]
 
 
 def _shorten_sampling() -> None:
