@@ -4,6 +4,7 @@ and CPU seconds, so a change to one stage is measured without the other's noise.
     python -m benchmarks.stage_bench stage1 [--rows 4000000] [--spill none|disk] [--workdir W]
     python -m benchmarks.stage_bench stage2 [--index] [--workdir W]
     python -m benchmarks.stage_bench read-idx [--images 600000] [--busy] [--workdir W]
+    python -m benchmarks.stage_bench merge [--runs 40] [--records 262144] [--workdir W]
 
 stage1: the benchmark CSV (benchmarks.data, `--rows` of it) read and put through
 `transforms.convert.encode_block` as `_ReadEncodeFn` does (the reader's prefetch thread,
@@ -14,6 +15,9 @@ first shard's sha256, which no change to the writer may move.
 read-idx: the benchmark's gzipped IDX images (benchmarks.data) read alone through the IDX
 source's blocks; `--busy` adds a thread that takes the GIL as an encode thread does (a
 Python loop, then NumPy work without it), since reading gzip is where the GIL costs most.
+merge: stage2's merge order alone (etl.shuffle.merge.merged_batches over the 8 shards of
+`--runs` spills of `--records`, by default stage2's 40 x 262,144; one thread, no payload
+read): the CPU of the merge's rounds.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from etl.contract.schema import schema_from_dict
 from etl.formats.shards import ShardFormat
 from etl.job.read_plan import WHOLE_FILE, ReadTask
 from etl.shuffle import files
+from etl.shuffle.merge import merged_batches
 from etl.shuffle.planning import ShardPlan
 from etl.shuffle.runs import read_slice
 from etl.sources import make_reader
@@ -105,6 +110,21 @@ def stage2(workdir: str, index: bool) -> str:
             f"{shas[0][:16]}")
 
 
+def merge(workdir: str, runs: int, records: int) -> str:
+    paths = spills(os.path.join(workdir, "shard_writer"), runs, records)
+    step = (1 << 64) // SHARDS
+    slices = [[read_slice(p, i * step, (i + 1) * step) for p in paths] for i in range(SHARDS)]
+    n, rounds = 0, 0
+    cpu = time.process_time()
+    for shard in slices:
+        for src, _, _, _ in merged_batches(shard, 0, sum(len(s) for s in shard)):
+            n += len(src)
+            rounds += 1
+    cpu = time.process_time() - cpu
+    return (f"merge ({SHARDS} shards of {runs} spills): {n} records in {rounds} rounds, "
+            f"{cpu:.2f} CPU-s")
+
+
 def read_idx(workdir: str, images: int, busy: bool) -> str:
     image_path, label_path = ensure_images(workdir, images)
     reader = make_reader({"format": "idx", "paths": {"image": image_path, "label": label_path}},
@@ -135,17 +155,21 @@ def read_idx(workdir: str, images: int, busy: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.stage_bench",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("stage", choices=["stage1", "stage2", "read-idx"])
+    p.add_argument("stage", choices=["stage1", "stage2", "read-idx", "merge"])
     p.add_argument("--rows", type=int, default=4_000_000)
     p.add_argument("--spill", choices=["none", "disk"], default="disk")
     p.add_argument("--index", action="store_true")
     p.add_argument("--images", type=int, default=600_000)
     p.add_argument("--busy", action="store_true")
+    p.add_argument("--runs", type=int, default=40)
+    p.add_argument("--records", type=int, default=262_144)
     p.add_argument("--workdir", default="bench_out")
     args = p.parse_args(argv)
     heap.keep_freed_memory()  # as the pipeline's DoFns do
     if args.stage == "read-idx":
         print(read_idx(args.workdir, args.images, args.busy))
+    elif args.stage == "merge":
+        print(merge(args.workdir, args.runs, args.records))
     else:
         print(stage1(args.workdir, args.rows, args.spill) if args.stage == "stage1"
               else stage2(args.workdir, args.index))

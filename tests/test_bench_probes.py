@@ -30,3 +30,11 @@ def test_stage_bench_reads_every_idx_image(tmp_path: Path,
                              "--workdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^read-idx \(with a busy thread\): 3000 images \d+\.\d\d s wall", out, re.M)
+
+
+def test_stage_bench_merges_every_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert stage_bench.main(["merge", "--runs", "5", "--records", "3000",
+                             "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"merge \(8 shards of 5 spills\): 15000 records in 8 rounds, "
+                        r"\d+\.\d\d CPU-s\n", out), out
