@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from etl.base import signals
 from etl.base.pause import pause
 from etl.contract.schema import load_schema
 from etl.job.config import JobConfig, Reading, input_places
@@ -81,7 +82,10 @@ class _Fingerprints:
         except Exception:  # noqa: BLE001 - the run takes this file's fingerprint and reports it
             self.failed = True
             return
-        pause("early-fingerprints")  # tests: an input changed once its fingerprint is taken
+        try:
+            pause("early-fingerprints")  # tests: an input changed once its fingerprint is taken
+        except signals.Cancelled:  # stopped while paused there: the run reports the signal
+            return
 
     def result(self) -> dict[str, dict[str, str]]:
         """What was found (all of it, unless a file failed or it was cancelled)."""
