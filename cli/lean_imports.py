@@ -35,8 +35,9 @@ from __future__ import annotations
 import importlib.abc
 import logging
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from etl.base.runners import is_local
 
@@ -76,11 +77,12 @@ def without_unused_extras(names: tuple[str, ...] = UNUSED_BY_RUNS) -> Iterator[N
 RUNS_USER_CODE = frozenset({"python"})
 
 
-def pandas_unused(formats: Iterable[str], runner: str | None) -> bool:
-    """Whether a run reading only these source formats, on `runner`, can leave pandas out:
-    a runner on this machine (a remote one's workers import what they import) and no source
-    that runs a user's code."""
-    return is_local(runner) and not set(formats) & RUNS_USER_CODE
+def pandas_unused(sources: Iterable[Mapping[str, Any]], runner: str | None) -> bool:
+    """Whether a run reading only these sources (job file entries), on `runner`, can leave
+    pandas out: a runner on this machine (a remote one's workers import what they import)
+    and no source that runs a user's code."""
+    formats = {str(source.get("format")) for source in sources}
+    return is_local(runner) and not formats & RUNS_USER_CODE
 
 
 @contextmanager

@@ -402,8 +402,8 @@ def _run_command(args: argparse.Namespace, beam_args: list[str], stale: float | 
     )
 
     runner = ranges.runner_of(beam_args)
-    formats = [str(source.get("format")) for job in jobs for source in job.sources.values()]
-    with without_pandas(args.owns_process and pandas_unused(formats, runner)):
+    sources = [source for job in jobs for source in job.sources.values()]
+    with without_pandas(args.owns_process and pandas_unused(sources, runner)):
         with without_unused_extras(unused_by(runner)):
             import cli.run  # noqa: F401, PLC0415 - Beam loaded here, not per span
         _imports_done()

@@ -55,9 +55,8 @@ def run_and_report(request: Request, display: Display, only: str = "all") -> int
     started = time.time()
     job = load_request(request)
     runner = runner_of(list(request.beam_args))
-    formats = [str(source.get("format")) for source in job.sources.values()]
     # from before the early read's first pa.array to the end (cli/lean_imports.py)
-    with without_pandas(request.owns_process and pandas_unused(formats, runner)):
+    with without_pandas(request.owns_process and pandas_unused(job.sources.values(), runner)):
         return _run_loaded(job, request, display, only, started, runner)
 
 

@@ -42,12 +42,13 @@ SCHEMA = textwrap.dedent("""\
     """)
 
 
-def _run(tmp_path: Path, job: Path, preload: bool,
-         *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def _run(tmp_path: Path, job: Path, preload: bool, *args: str,
+         env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`run JOB --progress none ARGS` as a user runs it: its result and the modules it loaded."""
     out = tmp_path / f"modules-{int(preload)}.json"
     proc = subprocess.run([sys.executable, "-c", _RUN, str(out), "1" if preload else "0", RUN,
                            "run", str(job), "--progress", "none", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     return proc, set(json.loads(out.read_text())) if out.exists() else set()
 
 
@@ -104,20 +105,18 @@ def test_a_python_generator_keeps_pandas(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("schema: schema.yaml\nsources:\n  train: {format: python, function: "
                    f"\"gen_pd:rows\"}}\noutput: {tmp_path / 'out'}\nshards: 1\n")
-    out = tmp_path / "modules.json"
-    proc = subprocess.run([sys.executable, "-c", _RUN, str(out), "0", RUN, "run", str(job),
-                           "--progress", "none"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    proc, modules = _run(tmp_path, job, False, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "written 3, rejected 0" in proc.stdout
-    assert "pandas" in set(json.loads(out.read_text()))
+    assert "pandas" in modules
 
 
 def test_which_runs_leave_pandas_out() -> None:
-    assert pandas_unused(["csv", "parquet", "idx"], None)
-    assert pandas_unused(["csv"], "FnApiRunner")
-    assert not pandas_unused(["csv", "python"], None)  # a user's generator may use it
-    assert not pandas_unused(["csv"], "DataflowRunner")  # the workers import what they import
+    csv, parquet, idx, python = ({"format": f} for f in ("csv", "parquet", "idx", "python"))
+    assert pandas_unused([csv, parquet, idx], None)
+    assert pandas_unused([csv], "FnApiRunner")
+    assert not pandas_unused([csv, python], None)  # a user's generator may use it
+    assert not pandas_unused([csv], "DataflowRunner")  # the workers import what they import
 
 
 def test_inside_the_block_pandas_is_missing_to_python_and_to_pyarrow() -> None:
@@ -157,11 +156,8 @@ def test_a_range_of_spans_run_here_leaves_pandas_out(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text('schema: schema.yaml\nsources:\n  train: {format: csv, paths: '
                    '["raw/{date}/*.csv"]}\noutput: out/{date}\nshards: 1\n')
-    out = tmp_path / "modules.json"
-    proc = subprocess.run([sys.executable, "-c", _RUN, str(out), "0", RUN, "run", str(job),
-                           "--from", "2026-11-20", "--to", "2026-11-21"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc, modules = _run(tmp_path, job, False, "--from", "2026-11-20", "--to", "2026-11-21")
     assert proc.returncode == 0, proc.stderr
     assert [(tmp_path / "out" / day / "manifest.json").exists()
             for day in ("2026-11-20", "2026-11-21")] == [True, True]
-    assert "pandas" not in set(json.loads(out.read_text()))
+    assert "pandas" not in modules
