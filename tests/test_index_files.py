@@ -19,7 +19,7 @@ import pytest
 
 from cli.run import run_job
 from etl.base.errors import ConfigError, VerifyError
-from etl.formats.record_index import parse_index
+from etl.formats.record_index import FRAME_OVERHEAD, index_lines, parse_index
 from etl.formats.shards import ShardFormat
 from etl.formats.tfrecord import iter_records, read_file
 from etl.job.config import job_from_dict, load_job
@@ -68,6 +68,23 @@ _PYPI_READER = textwrap.dedent("""\
         out[shard] = {"raw": raw, "ids": ids}
     print(json.dumps(out))
     """)
+
+
+def test_index_lines_are_offset_space_frame_length_newline() -> None:
+    """The lines byte for byte as DALI's tfrecord2idx writes them ("{offset} {length}\\n"),
+    across digit-count changes and from a piece's start offset; nothing for no records."""
+    rng = np.random.default_rng(7)
+    sizes = np.concatenate([[0, 1, 183, 9_999_984, 2**40], rng.integers(0, 5000, 200_000)])
+    start = 999_999_990
+    lines, end = index_lines(sizes, start)
+    expected, at = [], start
+    for size in sizes.tolist():
+        expected.append(f"{at} {size + FRAME_OVERHEAD}\n")
+        at += size + FRAME_OVERHEAD
+    assert lines == "".join(expected).encode()
+    assert end == at
+    assert lines.startswith(b"999999990 16\n1000000006 17\n1000000023 199\n")
+    assert index_lines(np.zeros(0, np.int64), 5) == (b"", 5)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 
 from etl.base.errors import VerifyError
 
@@ -38,15 +38,15 @@ def index_lines(payload_sizes: np.ndarray, start: int = 0) -> tuple[bytes, int]:
     if not len(frames):
         return b"", start
     ends = np.cumsum(frames) + start
-    offsets = ends - frames
-    # the numbers formatted and joined by Arrow's C++ kernels: no Python object per record
-    text = pa.large_string()
-    pairs = pc.binary_join_element_wise(pc.cast(pa.array(offsets), text),
-                                        pc.cast(pa.array(frames), text), pa.scalar(" ", text))
-    # "OFFSET LENGTH", then "\n" between it and an empty string
-    lines = pc.binary_join_element_wise(pairs, pa.scalar("", text), pa.scalar("\n", text))
-    bounds = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset:lines.offset + len(lines) + 1]
-    return lines.buffers()[2][int(bounds[0]):int(bounds[-1])].to_pybytes(), int(ends[-1])
+    # Arrow's CSV writer formats and lays out the lines in C++ with no Python object per
+    # record: space-delimited, unquoted, "\n" after each row, exactly "OFFSET LENGTH\n"
+    sink = pa.BufferOutputStream()
+    pa_csv.write_csv(pa.table({"offset": ends - frames, "length": frames}), sink, _LINES)
+    return sink.getvalue().to_pybytes(), int(ends[-1])
+
+
+_LINES = pa_csv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none",
+                             batch_size=1 << 20)
 
 
 def parse_index(data: bytes, name: str = "index") -> tuple[np.ndarray, np.ndarray]:
