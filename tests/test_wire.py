@@ -92,6 +92,29 @@ def test_idx_image_block_bytes_equal_protobuf() -> None:
         assert got == want.SerializeToString(deterministic=True), i
 
 
+@pytest.mark.parametrize("empty", [False, True], ids=["same_length", "all_empty"])
+def test_records_of_one_length_equal_protobuf(empty: bool) -> None:
+    """Every record the same length: each header is the same bytes for all records (written
+    once as a template row or a scalar, never as n copies); with only empty lists a record
+    is headers alone."""
+    schema = schema_from_dict({"name": "c", "kind": "example", "features": {
+        "b": {"dtype": "bytes", "shape": [-1]},
+        "e": {"dtype": "int64", "shape": [-1], "required": False},
+        "v": {"dtype": "float32", "shape": [-1]}}})
+    rng = np.random.default_rng(3)
+    n = 40
+    blobs = [[] if empty else [bytes(rng.integers(0, 256, 3, dtype=np.uint8))] for _ in range(n)]
+    vecs = [[] if empty else rng.standard_normal(2).astype(np.float32).tolist() for _ in range(n)]
+    out = Encoder(schema).encode({"b": blobs, "e": [[] for _ in range(n)], "v": vecs})
+    assert not out.bad
+    assert len({len(r) for r in out.records}) == 1
+    for i, got in enumerate(out.records):
+        want = tf.train.Example(features=tf.train.Features(feature={
+            "b": _feature(blobs[i], "bytes"), "e": _feature([], "int64"),
+            "v": _feature(vecs[i], "float")}))
+        assert got == want.SerializeToString(deterministic=True), i
+
+
 @pytest.mark.parametrize("blobs", [[[b"a"], [b""], [b"xyz"]],  # one value per record
                                    [[b"a"], [], [b"b", b"c"]],  # as many values as records
                                    [[], [], []]],
