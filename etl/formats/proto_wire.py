@@ -49,7 +49,19 @@ class Repeated:
         return self.n
 
 
-Piece = pa.LargeBinaryArray | Repeated  # what `join` concatenates
+@dataclass(frozen=True)
+class Fixed:
+    """A column whose elements are all `width` bytes, known where it is made (a float's four
+    bytes): its sizes are never computed from its offsets."""
+
+    array: pa.LargeBinaryArray
+    width: int
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+
+Piece = pa.LargeBinaryArray | Repeated | Fixed  # what `join` concatenates
 
 
 def varint(value: int) -> bytes:
@@ -166,18 +178,23 @@ def column(piece: Piece) -> pa.LargeBinaryArray:
     if isinstance(piece, Repeated):
         width = len(piece.value)
         return binary(piece.value * piece.n, np.arange(piece.n + 1, dtype=np.int64) * width)
-    return piece
+    return piece.array if isinstance(piece, Fixed) else piece
 
 
 def sizes_of(piece: Piece) -> np.ndarray | int:
-    """Byte length of each element of a piece (one int for a `Repeated` one: it broadcasts)."""
-    return len(piece.value) if isinstance(piece, Repeated) else lengths(piece)
+    """Byte length of each element of a piece (one int for a `Repeated` or `Fixed` one: it
+    broadcasts)."""
+    if isinstance(piece, Repeated):
+        return len(piece.value)
+    return piece.width if isinstance(piece, Fixed) else lengths(piece)
 
 
 def _fixed_width(piece: Piece) -> int | None:
     """The one width of every element, or None when they differ."""
     if isinstance(piece, Repeated):
         return len(piece.value)
+    if isinstance(piece, Fixed):
+        return piece.width
     sizes = lengths(piece)
     width = int(sizes[0]) if len(sizes) else 0
     return width if len(sizes) and bool((sizes == width).all()) else None
@@ -215,7 +232,8 @@ def _side_by_side(run: list[tuple[Piece, int]]) -> list[Piece]:
         if width and not isinstance(piece, Repeated):
             # whole `width`-byte items (void dtype) copy far faster than byte columns
             item = np.dtype((np.void, width))
-            data = np.frombuffer(piece.buffers()[2], item, n, int(offsets_of(piece)[0]))
+            array = column(piece)
+            data = np.frombuffer(array.buffers()[2], item, n, int(offsets_of(array)[0]))
             block[:, at : at + width].view(item)[:, 0] = data
         at += width
     return [binary(block, np.arange(n + 1, dtype=np.int64) * total)]
@@ -251,7 +269,7 @@ def _value_bytes(storage: str, values: pa.Array) -> list[Piece]:
         return [varints(np.asarray(values.to_numpy(zero_copy_only=False), np.int64))]
     if storage == "float":
         data = np.asarray(values.to_numpy(zero_copy_only=False), np.float32).astype("<f4", copy=False)
-        return [binary(data, np.arange(len(values) + 1, dtype=np.int64) * 4)]
+        return [Fixed(binary(data, np.arange(len(values) + 1, dtype=np.int64) * 4), 4)]
     blobs = values.cast(BINARY) if values.type != BINARY else values
     heads = per_length(np.asarray(pc.binary_length(blobs).to_numpy(zero_copy_only=False), np.int64),
                        lambda n: b"\x0a" + varint(n))
