@@ -337,3 +337,28 @@ def test_merge_rounds_do_not_grow_with_the_number_of_slices() -> None:
     few, many = rounds(4), rounds(128)
     assert few <= 2 * 131_072 // (1 << 14) + 2  # about half the budget emitted per round
     assert many <= few + 2, (few, many)
+
+
+@pytest.mark.parametrize("ordinals", [(0,), (0, 2, 5), (3, 70_000, 200_000)],
+                         ids=["one_file", "near_ordinals", "far_ordinals"])
+def test_a_shard_counts_its_records_per_input_file(tmp_path, ordinals) -> None:
+    """Each run holds one input file's records (id = ordinal << 40 | position); the shard
+    merged from all of them reports exactly how many came from each file, whether its pieces
+    hold one file, files of nearby ordinals or of far ones."""
+    from etl.shuffle.runs import MemorySlice  # noqa: PLC0415
+    from etl.shuffle.shard_writer import write_shard  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    slices, want = [], {}
+    for f, ordinal in enumerate(ordinals):
+        n = 700 + 300 * f
+        ids = (np.uint64(ordinal) << np.uint64(keys.ID_POSITION_BITS)) + np.arange(n, dtype=np.uint64)
+        run = sorted_run("train", (rng.permutation(n) * len(ordinals) + f).astype(np.uint64),
+                         ids, [b"x" * (i % 7) for i in range(n)])
+        slices.append(MemorySlice(run.keys, run.ids, run.offsets, run.payload))
+        want[str(ordinal)] = n
+    total = sum(want.values())
+    result = write_shard(ShardPlan("train", 0, 1, 0, 1 << 64, 0, total), slices, str(tmp_path),
+                         ShardFormat.of())
+    assert result.per_input == want
+    assert result.num_records == total == len(list(read_file(str(tmp_path / result.name))))

@@ -116,8 +116,20 @@ def _sink(plan: ShardPlan, staging_dir: str, fmt: ShardFormat) -> tuple[str, Any
 
 def _count_inputs(per_input: Counter[int], ids: np.ndarray) -> None:
     """Records per input file (the high bits of a record id)."""
-    files, counts = np.unique(ids >> np.uint64(ID_POSITION_BITS), return_counts=True)
-    per_input.update(dict(zip(files.tolist(), counts.tolist(), strict=True)))
+    if not len(ids):
+        return
+    files = ids >> np.uint64(ID_POSITION_BITS)
+    lo, hi = int(files.min()), int(files.max())
+    if lo == hi:  # a piece of one input file (the common case): no sort, no count array
+        per_input[lo] += len(ids)
+        return
+    if hi - lo < 1 << 16:
+        counts = np.bincount((files - np.uint64(lo)).astype(np.int64))
+        present = np.flatnonzero(counts)
+        per_input.update(dict(zip((present + lo).tolist(), counts[present].tolist(), strict=True)))
+        return
+    uniq, counts = np.unique(files, return_counts=True)
+    per_input.update(dict(zip(uniq.tolist(), counts.tolist(), strict=True)))
 
 
 def _result(plan: ShardPlan, name: str, found: int, sink: Any,
@@ -207,7 +219,10 @@ def _gather(slices: list[RunSlice], source: np.ndarray, local: np.ndarray,
     sorted as 8- or 16-bit integers, which NumPy's stable sort takes in one radix pass: an
     80k-record piece of 40 slices 0.31 ms, against 2.35 ms as int64.)"""
     by_slice = np.argsort(_narrow(source, len(slices)), kind="stable")
-    present, first = np.unique(source[by_slice], return_index=True)
+    grouped_source = source[by_slice]  # sorted: each slice's records are one run of it
+    first = np.flatnonzero(grouped_source[1:] != grouped_source[:-1]) + 1
+    first = np.concatenate([[0], first]) if len(source) else first
+    present = grouped_source[first]
     bounds = [*first.tolist(), len(source)]
     offsets = np.zeros(len(source) + 1, np.int64)
     np.cumsum(sizes[by_slice], out=offsets[1:])
