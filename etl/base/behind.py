@@ -1,13 +1,12 @@
 """Work done in order by a thread of its own while the caller goes on: the shard writer's
 sha256 and index lines, and a shard file's O_DIRECT writes (etl.storage.direct_file).
 
-Hashing a shard (1.85 GB/s) and formatting its index lines (Arrow kernels, ~60 ns a record)
-took a third of the shard-writing thread's time; both release the GIL, so a second thread
-does them for the pieces already written while the first gathers the next (benchmarks/
-README.md, "Session of 2026-11-27"). The items are immutable (bytes, Arrow buffers, NumPy
-arrays nobody writes to again) and at most `depth` wait, so memory grows by `depth` pieces
-at most. An error in the thread is raised in the caller at its next `put`, or
-at `wait`.
+Hashing a shard and formatting its index lines (Arrow's CSV writer) took a third of the
+shard-writing thread's time; both release the GIL, so a second thread does them for the
+pieces already written while the first gathers the next (benchmarks/README.md, "Session of
+2026-11-27"). The items are immutable (bytes, Arrow buffers, NumPy arrays nobody writes to
+again) and at most `depth` wait, so memory grows by `depth` pieces at most. An error in the
+thread is raised in the caller at its next `put`, or at `wait`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ canonical varints, so bytes are reproducible.
 It works on whole columns and never makes a Python object per record: every piece of a
 record (a map-entry header, a packed payload, a varint) is one Arrow `LargeBinary` column
 built from NumPy buffers without copying, headers that depend only on a length are built
-once per distinct length and gathered with Arrow `take`, a group of consecutive elements
+once per distinct length and gathered with Arrow `take` (a header every record shares, as a
+fixed-shape feature's, is never laid out n times: `Repeated`), a group of consecutive elements
 (the values of one record, the steps of one sequence) is a zero-copy re-offsetting, and a
 record is the element-wise concatenation of its pieces (`binary_join_element_wise`, C++,
 GIL released). `python -m benchmarks.wire_bench` (schemas/bench_csv.yaml: 11 scalar
@@ -219,8 +220,7 @@ def _side_by_side(run: list[tuple[Piece, int]]) -> list[Piece]:
     repeated = sum(width for piece, width in pieces if isinstance(piece, Repeated))
     if repeated * 2 >= total > 0:
         # mostly headers (scalar features): one template row written to every record, then
-        # the columns over it; 1.2 ms for 262k rows of 128 bytes, where each header column
-        # copied from n copies of it took about as long
+        # the columns over it (figures: benchmarks/README.md, "Headers written once")
         row = np.zeros(total, np.uint8)
         at = 0
         for piece, width in pieces:
