@@ -3,12 +3,13 @@ themselves are in benchmarks/README.md; nothing here is timed)."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from benchmarks import fresh_memory, stage_bench
+from benchmarks import disk_write, fresh_memory, stage_bench
 
 
 def test_fresh_memory_reports_each_kind_of_page(tmp_path: Path,
@@ -38,3 +39,14 @@ def test_stage_bench_merges_every_record(tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert re.fullmatch(r"merge \(8 shards of 5 spills\): 15000 records in 8 rounds, "
                         r"\d+\.\d\d CPU-s\n", out), out
+
+
+def test_disk_write_reports_each_writer_count(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert disk_write.main(["--mib", "16", "--dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "O_DIRECT writes of 4 MiB buffers, 16 MiB per line, fsynced"
+    assert [line.split(":")[0] for line in lines[1:]] == ["1 writer(s)", "2 writer(s)",
+                                                         "4 writer(s)"]
+    assert all(float(re.search(r"(\d+\.\d\d) GB/s$", line)[1]) > 0 for line in lines[1:])
+    assert os.listdir(tmp_path) == []  # its files and folder removed
