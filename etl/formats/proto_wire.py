@@ -154,7 +154,7 @@ def join(pieces: Sequence[Piece]) -> pa.LargeBinaryArray:
     Runs of pieces whose elements all have one width (fixed-shape features, constant
     headers) are first laid side by side in one (n, width) NumPy block: on the benchmark
     schema that turns 23 pieces into 8 and halves the time of the join. `Repeated` pieces
-    (every fixed-shape feature's headers) are written into such a block as one template row.
+    (every fixed-shape feature's headers) are written straight into such a block.
     """
     merged: list[Piece] = []
     run: list[tuple[Piece, int]] = []
@@ -203,8 +203,9 @@ def _fixed_width(piece: Piece) -> int | None:
 
 def _side_by_side(run: list[tuple[Piece, int]]) -> list[Piece]:
     """Fixed-width pieces -> one piece, built as columns of a 2-D byte block: the `Repeated`
-    ones (adjacent ones joined) as one template row written to every record, the others
-    copied in as columns. A run of `Repeated` pieces only stays one."""
+    ones (adjacent ones joined) written to every record, as one template row when they are
+    most of it, else column by column; the others copied in as columns. A run of `Repeated`
+    pieces only stays one."""
     pieces: list[tuple[Piece, int]] = []
     for piece, width in run:
         last = pieces[-1][0] if pieces else None

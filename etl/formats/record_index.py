@@ -20,6 +20,9 @@ from etl.base.errors import VerifyError
 
 INDEX_SUFFIX = ".index"
 FRAME_OVERHEAD = 16  # uint64 length + uint32 crc before the payload, uint32 crc after
+# index lines as Arrow's CSV writer lays them out: "OFFSET LENGTH\n", unquoted
+_LINES = pa_csv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none",
+                             batch_size=1 << 20)
 
 
 class IndexFileError(VerifyError):
@@ -44,9 +47,6 @@ def index_lines(payload_sizes: np.ndarray, start: int = 0) -> tuple[bytes, int]:
     pa_csv.write_csv(pa.table({"offset": ends - frames, "length": frames}), sink, _LINES)
     return sink.getvalue().to_pybytes(), int(ends[-1])
 
-
-_LINES = pa_csv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none",
-                             batch_size=1 << 20)
 
 
 def parse_index(data: bytes, name: str = "index") -> tuple[np.ndarray, np.ndarray]:
