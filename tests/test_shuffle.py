@@ -18,7 +18,8 @@ from etl.shuffle.planning import (
     make_plan,
     num_shards_for,
 )
-from etl.shuffle.runs import sorted_run
+from etl.shuffle.runs import MemorySlice, sorted_run
+from etl.shuffle.shard_writer import write_shard
 
 
 def test_keys_are_deterministic_and_distinct_within_a_file() -> None:
@@ -345,9 +346,6 @@ def test_a_shard_counts_its_records_per_input_file(tmp_path, ordinals) -> None:
     """Each run holds one input file's records (id = ordinal << 40 | position); the shard
     merged from all of them reports exactly how many came from each file, whether its pieces
     hold one file, files of nearby ordinals or of far ones."""
-    from etl.shuffle.runs import MemorySlice  # noqa: PLC0415
-    from etl.shuffle.shard_writer import write_shard  # noqa: PLC0415
-
     rng = np.random.default_rng(5)
     slices, want = [], {}
     for f, ordinal in enumerate(ordinals):
