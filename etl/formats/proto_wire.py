@@ -65,6 +65,11 @@ class Fixed:
 Piece = pa.LargeBinaryArray | Repeated | Fixed  # what `join` concatenates
 
 
+def fixed(data: np.ndarray, width: int, n: int) -> Fixed:
+    """`n` elements of `width` bytes each, back to back in `data` (no copy)."""
+    return Fixed(binary(data, np.arange(n + 1, dtype=np.int64) * width), width)
+
+
 def varint(value: int) -> bytes:
     """One unsigned varint (negative int64 values are written as their two's complement)."""
     value &= 0xFFFFFFFFFFFFFFFF
@@ -251,8 +256,9 @@ def _side_by_side(run: list[tuple[Piece, int]]) -> list[Piece]:
 
 def per_length(sizes: np.ndarray, make: Callable[[int], bytes]) -> Piece:
     """Element i = make(sizes[i]), for bytes that depend only on a length: built once per
-    distinct length and gathered in C++. Lengths of one column span a small range, so a
-    dense table indexed by (length - min) replaces a sort."""
+    distinct length and gathered in C++ (one `Repeated` piece when every size is the same).
+    Lengths of one column span a small range, so a dense table indexed by (length - min)
+    replaces a sort."""
     n = len(sizes)
     if not n:
         return binary(b"", np.zeros(1, np.int64))
@@ -279,7 +285,7 @@ def _value_bytes(storage: str, values: pa.Array) -> list[Piece]:
         return [varints(np.asarray(values.to_numpy(zero_copy_only=False), np.int64))]
     if storage == "float":
         data = np.asarray(values.to_numpy(zero_copy_only=False), np.float32).astype("<f4", copy=False)
-        return [Fixed(binary(data, np.arange(len(values) + 1, dtype=np.int64) * 4), 4)]
+        return [fixed(data, 4, len(values))]
     blobs = values.cast(BINARY) if values.type != BINARY else values
     heads = per_length(np.asarray(pc.binary_length(blobs).to_numpy(zero_copy_only=False), np.int64),
                        lambda n: b"\x0a" + varint(n))

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.base.errors import VerifyError
-from etl.formats.proto_wire import binary, join, lengths
+from etl.formats.proto_wire import fixed, join, lengths
 from etl.storage import fs
 
 _MASK_DELTA = 0xA282EAD8
@@ -82,8 +82,7 @@ def frame_records(records: pa.LargeBinaryArray) -> pa.LargeBinaryArray:
     heads[:, :8] = sizes.astype("<u8").view(np.uint8).reshape(n, 8)
     heads[:, 8:] = _length_crcs(sizes).view(np.uint8).reshape(n, 4)
     tails = _mask(crcs).astype("<u4")
-    return join([binary(heads, np.arange(n + 1, dtype=np.int64) * 12), records,
-                 binary(tails, np.arange(n + 1, dtype=np.int64) * 4)])
+    return join([fixed(heads, 12, n), records, fixed(tails, 4, n)])
 
 
 def _data_crcs(records: pa.LargeBinaryArray) -> np.ndarray:

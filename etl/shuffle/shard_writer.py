@@ -120,10 +120,7 @@ def _count_inputs(per_input: Counter[int], ids: np.ndarray) -> None:
         return
     files = ids >> np.uint64(ID_POSITION_BITS)
     lo, hi = int(files.min()), int(files.max())
-    if lo == hi:  # a piece of one input file (the common case): no sort, no count array
-        per_input[lo] += len(ids)
-        return
-    if hi - lo < 1 << 16:
+    if hi - lo < 1 << 16:  # one input file, or nearby ones (the common case): no sort
         counts = np.bincount((files - np.uint64(lo)).astype(np.int64))
         present = np.flatnonzero(counts)
         per_input.update(dict(zip((present + lo).tolist(), counts[present].tolist(), strict=True)))
