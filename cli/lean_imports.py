@@ -20,6 +20,15 @@ not blocked. A Dataflow run needs its client (Beam's DataflowRunner keeps what i
 and reads job states and messages through it), so they are blocked only when the runner runs
 here (etl.base.runners.is_local).
 
+Beam's own Google Cloud IO (its BigQuery, Pub/Sub and GCS modules) and apitools, the HTTP
+client library they and Beam's retry helper load, were another third of Beam's import on a
+local runner (figures: benchmarks/README.md, "Beam's import without its cloud IO"). They are
+left out only where nothing can miss them later: a local run in a process of its own (the
+CLI's, `cli.main.entry`) whose job and Beam arguments name no store (no path with a scheme; a
+gs:// input is read through Beam's GCS file system). A module that found them missing keeps
+that for the process's life (`beam.io.ReadFromBigQuery` absent, Beam's retry filter without
+Google's HTTP errors), which a notebook or a test process must not inherit.
+
 pandas, which Beam imports the same way (0.2 s, a quarter of Beam's import), is not on the
 list: pyarrow imports it anyway at its first `pa.array` or `to_numpy`, only to ask whether the
 value is a pandas object, so the import only moves to the first block. A run whose every
@@ -46,13 +55,35 @@ UNUSED_BY_LOCAL_RUNS = (*UNUSED_BY_RUNS, "google.cloud.bigquery",
                         "google.cloud.bigquery_storage_v1", "google.cloud.pubsub",
                         "google.cloud.pubsub_v1", "google.pubsub_v1", "google.cloud.dataflow",
                         "google.cloud.dataflow_v1beta3")
+BEAM_CLOUD_IO = ("apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.pubsub",
+                 "apache_beam.io.gcp.gcsio", "apache_beam.io.gcp.gcsfilesystem", "apitools")
 # Beam's MongoDB IO logs a warning when it cannot import them: not news to a run
 _MONGO_LOGGER = "apache_beam.io.mongodbio"
 
 
-def unused_by(runner: str | None) -> tuple[str, ...]:
-    """What a run on `runner` (the `--runner` argument; None: Beam's default) never uses."""
-    return UNUSED_BY_LOCAL_RUNS if is_local(runner) else UNUSED_BY_RUNS
+def unused_by(runner: str | None, *, cloud_io: bool = True) -> tuple[str, ...]:
+    """What a run on `runner` (the `--runner` argument; None: Beam's default) never uses;
+    `cloud_io=False`: nor Beam's cloud IO, on a local runner (see `cloud_io_needed`)."""
+    if not is_local(runner):
+        return UNUSED_BY_RUNS
+    return UNUSED_BY_LOCAL_RUNS if cloud_io else (*UNUSED_BY_LOCAL_RUNS, *BEAM_CLOUD_IO)
+
+
+def cloud_io_needed(owns_process: bool, *named: Any) -> bool:
+    """Whether Beam's cloud IO must be imported with Beam: unless the process ends after the
+    run (`owns_process`) and nothing in `named` (job settings, paths, Beam arguments, nested
+    in any mapping or list) names a store (module docstring)."""
+    return not owns_process or any(_names_a_store(value) for value in named)
+
+
+def _names_a_store(value: Any) -> bool:
+    if isinstance(value, str):  # a URL anywhere in it: `--temp_location=gs://...` too
+        return "://" in value
+    if isinstance(value, Mapping):
+        return any(_names_a_store(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_names_a_store(v) for v in value)
+    return False
 
 
 @contextmanager

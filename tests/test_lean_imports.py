@@ -9,7 +9,13 @@ import sys
 
 import pytest
 
-from cli.lean_imports import UNUSED_BY_LOCAL_RUNS, UNUSED_BY_RUNS, unused_by
+from cli.lean_imports import (
+    BEAM_CLOUD_IO,
+    UNUSED_BY_LOCAL_RUNS,
+    UNUSED_BY_RUNS,
+    cloud_io_needed,
+    unused_by,
+)
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.slow  # a subprocess importing Beam (make test-fast skips it)
@@ -77,4 +83,52 @@ def test_beam_imports_on_a_local_runner_without_googles_clients_which_load_after
         "beam's modules: DataflowRunner clients: []",  # every Beam module, none of the clients
         "then imported: Client JobsV1Beta3Client",
     ]
+    assert proc.stderr == ""
+
+
+def test_beams_cloud_io_is_left_out_only_of_a_local_run_in_its_own_process_naming_no_store(
+) -> None:
+    assert unused_by("FnApiRunner", cloud_io=False) == (*UNUSED_BY_LOCAL_RUNS, *BEAM_CLOUD_IO)
+    assert unused_by(None, cloud_io=False) == (*UNUSED_BY_LOCAL_RUNS, *BEAM_CLOUD_IO)
+    assert unused_by("DataflowRunner", cloud_io=False) == UNUSED_BY_RUNS
+    sources = {"train": {"format": "csv", "paths": ["/data/a.csv", "/data/b.csv"]}}
+    local = (sources, "/out/ds", "/schemas/s.yaml", None, ["--direct_num_workers=2"])
+    assert cloud_io_needed(True, *local) is False
+    assert cloud_io_needed(False, *local) is True  # a notebook or a test process goes on
+    in_store = {"train": {"format": "csv", "paths": ["/data/a.csv", "gs://b/data/b.csv"]}}
+    assert cloud_io_needed(True, in_store, "/out/ds", "/s.yaml", None, []) is True
+    assert cloud_io_needed(True, sources, "gs://b/out", "/s.yaml", None, []) is True
+    assert cloud_io_needed(True, sources, "/out/ds", "gs://b/s.yaml", None, []) is True
+    assert cloud_io_needed(True, sources, "/out/ds", "/s.yaml", "gs://b/tmp", []) is True
+    assert cloud_io_needed(True, *local[:4], ["--temp_location=gs://b/tmp"]) is True
+    assert cloud_io_needed(True, *local[:4], ["--temp_location", "s3://b/tmp"]) is True
+
+
+_CLOUD_SCRIPT = """
+import sys
+from cli.lean_imports import unused_by, without_unused_extras
+with without_unused_extras(unused_by("FnApiRunner", cloud_io=False)):
+    import apache_beam as beam
+loaded = sorted(m for m in sys.modules if m.startswith(("apitools", "google.cloud.storage",
+                "apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.gcs")))
+print("cloud io:", loaded)
+with beam.Pipeline("FnApiRunner") as p:
+    _ = p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x * 2) | beam.Map(print)
+from apache_beam.io.filesystems import FileSystems
+try:
+    FileSystems.get_filesystem("gs://bucket/a")
+except ValueError:
+    print("gs:// before etl.storage: unknown")
+from etl.storage import fs
+print("gs:// through etl.storage:", type(fs._fs().get_filesystem("gs://bucket/a")).__name__)
+"""
+
+
+def test_beam_runs_without_its_cloud_io_and_gs_paths_still_reach_its_gcs_file_system() -> None:
+    proc = subprocess.run([sys.executable, "-c", _CLOUD_SCRIPT], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "cloud io: []", "2", "4", "6", "gs:// before etl.storage: unknown",
+        "gs:// through etl.storage: GCSFileSystem"]
     assert proc.stderr == ""

@@ -167,6 +167,10 @@ def _fs() -> Any:
     that needs it: the CLI, the launcher, each Beam worker)."""
     from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415
 
+    try:  # gs:// too where a run's Beam import left its GCS file system out (cli/lean_imports)
+        import apache_beam.io.gcp.gcsfilesystem  # noqa: F401, PLC0415
+    except ImportError:  # apache-beam without its [gcp] extra
+        pass
     _skip_credentials_for_emulator()
     if getattr(FileSystems, "_pipeline_options", None) is None:
         use_options(None)
