@@ -193,6 +193,27 @@ def test_more_shards_than_records_gives_empty_shards(tmp_path) -> None:
     assert spills_for(plans[0], refs) == ()
 
 
+@pytest.mark.parametrize("shuffled", [True, False])
+def test_each_shards_key_range_runs_from_its_first_records_interval_to_its_last(
+        shuffled) -> None:
+    """Shuffled: 65,536 histogram buckets of 2**48 keys each; input order: the runs' own
+    [lowest, highest + 1) intervals. A shard covers the intervals of its first and last rank."""
+    runs, _ = _runs(shuffled=shuffled)
+    plans = _plan(runs, 7, shuffled)
+    order = np.sort(np.concatenate([run.keys for run in runs]))
+    bounds = sorted((int(run.keys[0]), int(run.keys[-1]) + 1) for run in runs)
+    for p in plans:
+        r0 = sum(q.take for q in plans[:p.index])  # the shard's ranks: [r0, r0 + take)
+        first, last = int(order[r0]), int(order[r0 + p.take - 1])
+        if shuffled:
+            assert (p.key_lo, p.key_hi) == ((first >> 48) << 48, ((last >> 48) + 1) << 48)
+        else:  # input order: each run is one interval, disjoint from the others
+            lo = next(b for b in bounds if b[0] <= first < b[1])
+            hi = next(b for b in bounds if b[0] <= last < b[1])
+            assert (p.key_lo, p.key_hi) == (lo[0], hi[1])
+    assert [type(v) for v in (plans[-1].key_lo, plans[-1].key_hi)] == [int, int]
+
+
 def test_shard_count_from_size_and_budget() -> None:
     assert num_shards_for(1000, 4, None, 10_000) == (4, "")
     assert num_shards_for(1000, None, 300, 10_000) == (4, "")

@@ -131,15 +131,20 @@ class SplitKeys:
         self.hi = np.maximum.reduceat(hi, starts)
         self.cnt = np.add.reduceat(cnt, starts)
 
-    def intervals(self) -> tuple[np.ndarray, list[int], list[int]]:
-        """(counts, lo, hi) of disjoint key intervals in key order (hi exclusive)."""
+    def counts(self) -> np.ndarray:
+        """Record counts of disjoint key intervals in key order (`bounds` gives their keys)."""
+        if self.hist is not None:
+            return self.hist.astype(np.int64)
+        self.compact()
+        return self.cnt
+
+    def bounds(self, first: int, last: int) -> tuple[int, int]:
+        """The keys from interval `first`'s lowest to interval `last`'s highest (exclusive;
+        may be 2**64): asked for a shard's two ends only, not built for all 65,536."""
         if self.hist is not None:
             width = 1 << (64 - HIST_BITS)
-            n = len(self.hist)
-            return (self.hist.astype(np.int64), [b * width for b in range(n)],
-                    [(b + 1) * width for b in range(n)])
-        self.compact()
-        return self.cnt, [int(x) for x in self.lo], [int(x) for x in self.hi]
+            return first * width, (last + 1) * width
+        return int(self.lo[first]), int(self.hi[last])
 
     @property
     def nbytes(self) -> int:
@@ -197,7 +202,7 @@ def plan_split(split: str, stats: SplitKeys | None, num_shards: int) -> list[Sha
     """Every shard of one split: its covering key range and the ranks to keep of it."""
     if stats is None or not stats.count:
         return [ShardPlan(split, i, num_shards, 0, 0, 0, 0) for i in range(num_shards)]
-    counts, lows, highs = stats.intervals()
+    counts = stats.counts()
     ends = np.cumsum(counts)
     starts = ends - counts
     total = int(ends[-1])
@@ -209,7 +214,8 @@ def plan_split(split: str, stats: SplitKeys | None, num_shards: int) -> list[Sha
             continue
         j0 = int(np.searchsorted(ends, r0, side="right"))
         j1 = int(np.searchsorted(ends, r1 - 1, side="right"))
-        plans.append(ShardPlan(split, i, num_shards, lows[j0], highs[j1], r0 - int(starts[j0]),
+        key_lo, key_hi = stats.bounds(j0, j1)
+        plans.append(ShardPlan(split, i, num_shards, key_lo, key_hi, r0 - int(starts[j0]),
                                r1 - r0))
     return plans
 
