@@ -69,11 +69,16 @@ def unused_by(runner: str | None, *, cloud_io: bool = True) -> tuple[str, ...]:
     return UNUSED_BY_LOCAL_RUNS if cloud_io else (*UNUSED_BY_LOCAL_RUNS, *BEAM_CLOUD_IO)
 
 
-def cloud_io_needed(owns_process: bool, *named: Any) -> bool:
+def cloud_io_needed(owns_process: bool, sources: Iterable[Mapping[str, Any]],
+                    *named: Any) -> bool:
     """Whether Beam's cloud IO must be imported with Beam: unless the process ends after the
-    run (`owns_process`) and nothing in `named` (job settings, paths, Beam arguments, nested
-    in any mapping or list) names a store (module docstring)."""
-    return not owns_process or any(_names_a_store(value) for value in named)
+    run (`owns_process`), no source runs a user's code (a generator may use Beam's IO) and
+    nothing in `sources` or `named` (paths, settings, Beam arguments, nested in any mapping
+    or list) names a store (module docstring)."""
+    sources = list(sources)
+    if not owns_process or any(str(s.get("format")) in RUNS_USER_CODE for s in sources):
+        return True
+    return any(_names_a_store(value) for value in (sources, *named))
 
 
 def _names_a_store(value: Any) -> bool:

@@ -91,17 +91,21 @@ def test_beams_cloud_io_is_left_out_only_of_a_local_run_in_its_own_process_namin
     assert unused_by("FnApiRunner", cloud_io=False) == (*UNUSED_BY_LOCAL_RUNS, *BEAM_CLOUD_IO)
     assert unused_by(None, cloud_io=False) == (*UNUSED_BY_LOCAL_RUNS, *BEAM_CLOUD_IO)
     assert unused_by("DataflowRunner", cloud_io=False) == UNUSED_BY_RUNS
-    sources = {"train": {"format": "csv", "paths": ["/data/a.csv", "/data/b.csv"]}}
+    sources = [{"format": "csv", "paths": ["/data/a.csv", "/data/b.csv"]},
+               {"format": "idx", "images": "/data/i.gz", "labels": "/data/l.gz"}]
     local = (sources, "/out/ds", "/schemas/s.yaml", None, ["--direct_num_workers=2"])
     assert cloud_io_needed(True, *local) is False
     assert cloud_io_needed(False, *local) is True  # a notebook or a test process goes on
-    in_store = {"train": {"format": "csv", "paths": ["/data/a.csv", "gs://b/data/b.csv"]}}
+    in_store = [{"format": "csv", "paths": ["/data/a.csv", "gs://b/data/b.csv"]}]
     assert cloud_io_needed(True, in_store, "/out/ds", "/s.yaml", None, []) is True
     assert cloud_io_needed(True, sources, "gs://b/out", "/s.yaml", None, []) is True
     assert cloud_io_needed(True, sources, "/out/ds", "gs://b/s.yaml", None, []) is True
     assert cloud_io_needed(True, sources, "/out/ds", "/s.yaml", "gs://b/tmp", []) is True
     assert cloud_io_needed(True, *local[:4], ["--temp_location=gs://b/tmp"]) is True
     assert cloud_io_needed(True, *local[:4], ["--temp_location", "s3://b/tmp"]) is True
+    # a user's generator may use Beam's IO itself
+    generator = [{"format": "python", "generator": "mine.records"}]
+    assert cloud_io_needed(True, generator, "/out/ds", "/s.yaml", None, []) is True
 
 
 _CLOUD_SCRIPT = """
