@@ -24,8 +24,9 @@ Beam's own Google Cloud IO (its BigQuery, Pub/Sub and GCS modules) and apitools,
 client library they and Beam's retry helper load, were another third of Beam's import on a
 local runner (figures: benchmarks/README.md, "Beam's import without its cloud IO"). They are
 left out only where nothing can miss them later: a local run in a process of its own (the
-CLI's, `cli.main.entry`) whose job and Beam arguments name no store (no path with a scheme; a
-gs:// input is read through Beam's GCS file system). A module that found them missing keeps
+CLI's, `cli.main.entry`) with no source that runs a user's code and whose job and Beam
+arguments name no store (no path with a scheme; a gs:// input is read through Beam's GCS file
+system). A module that found them missing keeps
 that for the process's life (`beam.io.ReadFromBigQuery` absent, Beam's retry filter without
 Google's HTTP errors), which a notebook or a test process must not inherit.
 
