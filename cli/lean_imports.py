@@ -26,9 +26,9 @@ local runner (figures: benchmarks/README.md, "Beam's import without its cloud IO
 left out only where nothing can miss them later: a local run in a process of its own (the
 CLI's, `cli.main.entry`) with no source that runs a user's code and whose job and Beam
 arguments name no store (no path with a scheme; a gs:// input is read through Beam's GCS file
-system). A module that found them missing keeps
-that for the process's life (`beam.io.ReadFromBigQuery` absent, Beam's retry filter without
-Google's HTTP errors), which a notebook or a test process must not inherit.
+system). A module that found them missing keeps that for the process's life
+(`beam.io.ReadFromBigQuery` absent, Beam's retry filter without Google's HTTP errors), which a
+notebook or a test process must not inherit.
 
 pandas, which Beam imports the same way (0.2 s, a quarter of Beam's import), is not on the
 list: pyarrow imports it anyway at its first `pa.array` or `to_numpy`, only to ask whether the
@@ -45,11 +45,14 @@ from __future__ import annotations
 import importlib.abc
 import logging
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from etl.base.runners import is_local
+
+if TYPE_CHECKING:
+    from etl.job.config import JobConfig
 
 UNUSED_BY_RUNS = ("pymongo", "bson")
 UNUSED_BY_LOCAL_RUNS = (*UNUSED_BY_RUNS, "google.cloud.bigquery",
@@ -70,16 +73,19 @@ def unused_by(runner: str | None, *, cloud_io: bool = True) -> tuple[str, ...]:
     return UNUSED_BY_LOCAL_RUNS if cloud_io else (*UNUSED_BY_LOCAL_RUNS, *BEAM_CLOUD_IO)
 
 
-def cloud_io_needed(owns_process: bool, sources: Iterable[Mapping[str, Any]],
-                    *named: Any) -> bool:
-    """Whether Beam's cloud IO must be imported with Beam: unless the process ends after the
-    run (`owns_process`), no source runs a user's code (a generator may use Beam's IO) and
-    nothing in `sources` or `named` (paths, settings, Beam arguments, nested in any mapping
-    or list) names a store (module docstring)."""
-    sources = list(sources)
-    if not owns_process or any(str(s.get("format")) in RUNS_USER_CODE for s in sources):
+def cloud_io_needed(owns_process: bool, jobs: Iterable[JobConfig],
+                    beam_args: Sequence[str]) -> bool:
+    """Whether Beam's cloud IO must be imported with Beam for these jobs: unless the process
+    ends after the run (`owns_process`), no source runs a user's code (a generator may use
+    Beam's IO) and nothing in a job's sources, output, schema or temp location, nor in the
+    Beam arguments, names a store (module docstring)."""
+    if not owns_process:
         return True
-    return any(_names_a_store(value) for value in (sources, *named))
+    for job in jobs:
+        if _runs_user_code(job.sources.values()) or _names_a_store(
+                (job.sources, job.output, job.schema_path, job.temp_location)):
+            return True
+    return _names_a_store(beam_args)
 
 
 def _names_a_store(value: Any) -> bool:
@@ -90,6 +96,11 @@ def _names_a_store(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_names_a_store(v) for v in value)
     return False
+
+
+def _runs_user_code(sources: Iterable[Mapping[str, Any]]) -> bool:
+    """A source (a job file entry) that runs a user's code, which may import anything."""
+    return any(str(source.get("format")) in RUNS_USER_CODE for source in sources)
 
 
 @contextmanager
@@ -118,8 +129,7 @@ def pandas_unused(sources: Iterable[Mapping[str, Any]], runner: str | None) -> b
     """Whether a run reading only these sources (job file entries), on `runner`, can leave
     pandas out: a runner on this machine (a remote one's workers import what they import)
     and no source that runs a user's code."""
-    formats = {str(source.get("format")) for source in sources}
-    return is_local(runner) and not formats & RUNS_USER_CODE
+    return is_local(runner) and not _runs_user_code(sources)
 
 
 @contextmanager

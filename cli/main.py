@@ -405,8 +405,7 @@ def _run_command(args: argparse.Namespace, beam_args: list[str], stale: float | 
     runner = ranges.runner_of(beam_args)
     sources = [source for job in jobs for source in job.sources.values()]
     with without_pandas(args.owns_process and pandas_unused(sources, runner)):
-        cloud_io = cloud_io_needed(args.owns_process, sources, beam_args, *(
-            (job.output, job.schema_path, job.temp_location) for job in jobs))
+        cloud_io = cloud_io_needed(args.owns_process, jobs, beam_args)
         with without_unused_extras(unused_by(runner, cloud_io=cloud_io)):
             import cli.run  # noqa: F401, PLC0415 - Beam loaded here, not per span
         _imports_done()

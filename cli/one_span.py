@@ -77,8 +77,7 @@ def _run_loaded(job: JobConfig, request: Request, display: Display, only: str, s
         early = early_read.start(job) if is_local(runner) else None
         pause("imports")  # tests: a signal while Beam is imported (about 1.5 s)
         # cli.main turned the GC on after the job's imports; Beam's clients: cli/lean_imports.py
-        cloud_io = cloud_io_needed(request.owns_process, job.sources.values(), job.output,
-                                   job.schema_path, job.temp_location, request.beam_args)
+        cloud_io = cloud_io_needed(request.owns_process, [job], request.beam_args)
         with importing(), without_unused_extras(unused_by(runner, cloud_io=cloud_io)):
             from cli.run import run_job  # noqa: PLC0415 - Beam: only when something runs
     except KeyboardInterrupt as e:  # before run_job: nothing of this run can be published

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from cli.lean_imports import (
     cloud_io_needed,
     unused_by,
 )
+from etl.job.config import JobConfig
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.slow  # a subprocess importing Beam (make test-fast skips it)
@@ -93,20 +95,29 @@ def test_beams_cloud_io_is_left_out_only_of_a_local_run_in_its_own_process_namin
     assert unused_by("DataflowRunner", cloud_io=False) == UNUSED_BY_RUNS
     sources = [{"format": "csv", "paths": ["/data/a.csv", "/data/b.csv"]},
                {"format": "idx", "images": "/data/i.gz", "labels": "/data/l.gz"}]
-    local = (sources, "/out/ds", "/schemas/s.yaml", None, ["--direct_num_workers=2"])
-    assert cloud_io_needed(True, *local) is False
-    assert cloud_io_needed(False, *local) is True  # a notebook or a test process goes on
+    local = (sources, "/out/ds", "/schemas/s.yaml", None)
+    args = ["--direct_num_workers=2"]
+    assert cloud_io_needed(True, [_job(*local)], args) is False
+    assert cloud_io_needed(False, [_job(*local)], args) is True  # a notebook or test process
     in_store = [{"format": "csv", "paths": ["/data/a.csv", "gs://b/data/b.csv"]}]
-    assert cloud_io_needed(True, in_store, "/out/ds", "/s.yaml", None, []) is True
-    assert cloud_io_needed(True, sources, "gs://b/out", "/s.yaml", None, []) is True
-    assert cloud_io_needed(True, sources, "/out/ds", "gs://b/s.yaml", None, []) is True
-    assert cloud_io_needed(True, sources, "/out/ds", "/s.yaml", "gs://b/tmp", []) is True
-    assert cloud_io_needed(True, *local[:4], ["--temp_location=gs://b/tmp"]) is True
-    assert cloud_io_needed(True, *local[:4], ["--temp_location", "s3://b/tmp"]) is True
+    assert cloud_io_needed(True, [_job(in_store, "/out/ds", "/s.yaml", None)], []) is True
+    assert cloud_io_needed(True, [_job(sources, "gs://b/out", "/s.yaml", None)], []) is True
+    assert cloud_io_needed(True, [_job(sources, "/out/ds", "gs://b/s.yaml", None)], []) is True
+    assert cloud_io_needed(True, [_job(sources, "/out/ds", "/s.yaml", "gs://b/tmp")], []) is True
+    assert cloud_io_needed(True, [_job(*local)], ["--temp_location=gs://b/tmp"]) is True
+    assert cloud_io_needed(True, [_job(*local)], ["--temp_location", "s3://b/tmp"]) is True
     # a user's generator may use Beam's IO itself
     generator = [{"format": "python", "generator": "mine.records"}]
-    assert cloud_io_needed(True, generator, "/out/ds", "/s.yaml", None, []) is True
+    assert cloud_io_needed(True, [_job(generator, "/out/ds", "/s.yaml", None)], []) is True
+    # several jobs (a date range's spans): one naming a store is enough
+    assert cloud_io_needed(True, [_job(*local), _job(in_store, "/o", "/s.yaml", None)],
+                           []) is True
 
+
+def _job(sources: list[dict[str, Any]], output: str, schema: str, temp: str | None) -> JobConfig:
+    return JobConfig(path="/jobs/job.yaml", base_dir="/jobs", schema_path=schema,
+                     sources={f"s{i}": source for i, source in enumerate(sources)},
+                     fractions={}, output=output, temp_location=temp)
 
 _CLOUD_SCRIPT = """
 import sys
