@@ -4,11 +4,15 @@ emulator; Beam's credential lookup skipped for an emulator only."""
 
 from __future__ import annotations
 
+import mmap
 import os
+import re
 import subprocess
 import sys
 import time
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from etl.base.errors import StorageError
@@ -111,6 +115,58 @@ def test_a_failed_write_in_the_writer_thread_reaches_the_caller_naming_the_file(
                 fh.write(b"x" * DirectFile.BUFFER)
     assert len(closed) == 1
     assert len(calls) == fail_at  # nothing written after the failure
+
+
+@pytest.mark.parametrize("size", [0, 1, fs.WRITE_SLICE - 1, fs.WRITE_SLICE, 3 * fs.WRITE_SLICE + 17])
+def test_a_local_write_holds_exactly_the_bytes_of_any_buffer(tmp_path, size) -> None:
+    """A write of any size and buffer type (the spills hand over NumPy arrays and Arrow
+    buffers) returns its byte count and leaves exactly those bytes, in slices or not."""
+    data = os.urandom(size)
+    path = str(tmp_path / "run.spill")
+    with fs.open_write(path, durable=False) as fh:
+        assert fh.write(data) == size
+        assert fh.write(pa.py_buffer(data)) == size
+        assert fh.write(np.frombuffer(data[: size // 8 * 8], "<u8")) == size // 8 * 8
+        assert fh.write(memoryview(data)[1:]) == max(size - 1, 0)
+    with open(path, "rb") as got:
+        assert got.read() == data + data + data[: size // 8 * 8] + data[1:]
+
+
+def _pmd_mapped_kib(path: str) -> int:
+    """KiB of `path` mapped with 2 MiB page-table entries once all of it is read through a
+    mapping: what the page cache holds of it in whole 2 MiB folios (/proc/self/smaps)."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) as m:
+        for at in range(0, len(m), 4096):
+            m[at]
+        total, inside = 0, False
+        with open("/proc/self/smaps", encoding="ascii", errors="replace") as smaps:
+            for line in smaps:
+                if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                    inside = line.rstrip().endswith(" " + path)
+                elif inside and line.startswith("FilePmdMapped:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def test_a_large_write_leaves_no_2_mib_page_cache_folios(tmp_path) -> None:
+    """A 16 MiB spill written in one call reaches the kernel in slices of at most 1 MiB, so
+    the page cache holds it in small folios: 2 MiB ones come from the free blocks a VM hands
+    back to its host, every byte of which the host faults in again (benchmarks/README.md)."""
+    data = os.urandom(16 << 20)
+    whole = str(tmp_path / "one-write")
+    fd = os.open(whole, os.O_WRONLY | os.O_CREAT)
+    try:
+        assert os.write(fd, data) == len(data)
+    finally:
+        os.close(fd)
+    if not _pmd_mapped_kib(whole):
+        pytest.skip("this kernel's page cache makes no 2 MiB folios for this file system")
+    path = str(tmp_path / "run.spill")
+    with fs.open_write(path, durable=False) as fh:
+        fh.write(data)
+    assert _pmd_mapped_kib(path) == 0
+    with open(path, "rb") as got:
+        assert got.read() == data
 
 
 # ---- paths: local and remote alike, no store needed ---------------------------------------------

@@ -299,9 +299,17 @@ def open_write(path: str, durable: bool = True, bypass_cache: bool = False) -> B
     return _SyncedFile(path, durable)  # type: ignore[return-value]
 
 
+# The largest piece of a local write handed to the kernel at once. Given 2 MiB or more in one
+# write(), the page cache (ext4 on recent kernels) fills whole 2 MiB folios (FileHugePages in
+# /proc/meminfo), whole free blocks of the size a VM's free page reporting hands back to its
+# host, so every byte of them is faulted in again on the host. Smaller writes get smaller
+# folios: a spill costs a fraction of the system CPU (benchmarks/README.md, "Page-cache folios").
+WRITE_SLICE = 1 << 20
+
+
 class _SyncedFile:
     """A local file, fsynced on close when `durable` (a published shard survives a power
-    cut); write errors name the path."""
+    cut); write errors name the path. Large writes reach the kernel in WRITE_SLICE pieces."""
 
     def __init__(self, path: str, durable: bool = True):
         self.path = path
@@ -309,9 +317,13 @@ class _SyncedFile:
         with guarded(path):
             self._fh = open(path, "wb")
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: Any) -> int:
+        """`data`: bytes or any contiguous buffer (pa.Buffer, a NumPy array, a memoryview)."""
+        view = memoryview(data).cast("B")
         with guarded(self.path):
-            return self._fh.write(data)
+            for at in range(0, len(view), WRITE_SLICE):
+                self._fh.write(view[at : at + WRITE_SLICE])
+        return len(view)
 
     def close(self) -> None:
         if self._fh.closed:
