@@ -1,5 +1,6 @@
 """What memory a process has not touched yet costs on this machine: the first write to new
-anonymous pages (4 KiB and transparent huge pages) and to new page-cache pages (a file), each
+anonymous pages (4 KiB and transparent huge pages) and to new page-cache pages (a file written
+8 MiB a call, and in etl.storage.fs.WRITE_SLICE pieces as every local write now is), each
 right after the same amount was freed and again after `--idle` seconds without it.
 
     python -m benchmarks.fresh_memory [--mib 512] [--idle 10] [--dir DIR]
@@ -18,16 +19,20 @@ import sys
 import tempfile
 import time
 
+from etl.storage.fs import WRITE_SLICE
+
 CHILD = r"""
 import mmap, os, sys, time
-kind, size, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-data = os.urandom(8 << 20)  # written 8 MiB at a time, as the spills' payloads are
-if kind == "file":
+kind, size, folder, piece = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+data = os.urandom(8 << 20)
+if kind.startswith("file"):
     path = os.path.join(folder, "fresh_memory.bin")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    view = memoryview(data)
     t = time.perf_counter()
     for _ in range(size >> 23):
-        os.write(fd, data)
+        for at in range(0, len(data), piece):
+            os.write(fd, view[at : at + piece])
     took = time.perf_counter() - t
     os.close(fd)
     os.unlink(path)
@@ -42,12 +47,13 @@ print(took)
 """
 
 KINDS = {"small": "anonymous, 4 KiB pages", "huge": "anonymous, transparent huge pages",
-         "file": "page cache (a file written)"}
+         "file": "page cache, 8 MiB a write", "file-sliced": "page cache, WRITE_SLICE a write"}
 
 
 def first_write(kind: str, size: int, folder: str) -> float:
-    out = subprocess.run([sys.executable, "-c", CHILD, kind, str(size), folder], check=True,
-                         capture_output=True, text=True).stdout
+    piece = WRITE_SLICE if kind == "file-sliced" else 8 << 20
+    out = subprocess.run([sys.executable, "-c", CHILD, kind, str(size), folder, str(piece)],
+                         check=True, capture_output=True, text=True).stdout
     return size / float(out) / 1e9
 
 
