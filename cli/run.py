@@ -477,7 +477,7 @@ class _SharedStores:
                  options: PipelineOptions, early: EarlyRead | None = None) -> None:
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         self.held_handle = Shared() if held else None
-        budget = settings.shuffle.spill_in_memory
+        budget = settings.shuffle.held_runs
         self.spills = self.held_handle.acquire(lambda: files.HeldSpills(budget)) \
             if self.held_handle else None
         # this run's live progress tally: shared like the held spills, when every stage runs
@@ -512,7 +512,7 @@ def _convert(job: JobConfig, plan: _RunPlan, options: PipelineOptions, strategy:
     publish; whatever happens, stop the progress display and remove the run's directory,
     then report a failure in one line (its traceback goes to the run's log)."""
     started, run_id, tmp, log_file = attempt.started, plan.run_id, place.tmp, place.log_file
-    held = shares_process(options) and strategy.HOLDS_SPILLS and job.shuffle.spill_in_memory > 0
+    held = shares_process(options) and strategy.HOLDS_SPILLS and job.shuffle.keeps_in_memory
     settings = convert_settings(job, plan.schema, plan.read_plan, options, strategy.NAME, tmp,
                                 held, plan.sources)
     plan.read_plan.save(settings.read_plan)

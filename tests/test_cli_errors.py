@@ -67,6 +67,11 @@ def test_good_values_still_read() -> None:
     assert (job.shard_size, job.spill_in_memory, job.max_record_bytes) == (1_500_000, 0, 2**20)
     assert job.seed == -4 and job.max_bad_fraction == 0.0
     assert job_from_dict(BASE).max_record_bytes == 64 * 2**20
+    # spill_in_memory: unset keeps records in memory (placement) but holds no run; 0 neither
+    shuffles = [job_from_dict(dict(BASE, **more)).shuffle
+                for more in ({}, {"spill_in_memory": 0}, {"spill_in_memory": "1MiB"})]
+    assert [(s.spill_in_memory, s.keeps_in_memory, s.held_runs) for s in shuffles] == [
+        (None, True, 0), (0, False, 0), (2**20, True, 2**20)]
     assert [parse_duration(v, "x") for v in ("90", "90s", "30m", "1.5h", "2d")] == [
         90, 90, 1800, 5400, 172800]
     with pytest.raises(ConfigError, match="--lock-stale-after: cannot read duration 'soon'"):

@@ -203,8 +203,8 @@ def test_spill_path_and_in_memory_paths_write_identical_shards(tmp_path, job,
     write_csv(tmp_path / "ids.csv", 20_000)
     src = {"train": {"format": "csv", "paths": ["ids.csv"], "block_rows": 2500}}
     on_disk = shard_hashes(convert(tmp_path, src, spill_in_memory=0, **job))
-    # spills held in this process's memory (the local default), and within a budget that
-    # holds only some of the 8 spills
+    # by default no run is held (each spills; writing one costs less than new memory), with a
+    # budget for every one of the 8 runs all are held, with a smaller one only some
     held: list[bool] = []
     real_hold = HeldSpills.hold
     monkeypatch.setattr(HeldSpills, "hold", lambda self, *a: held.append(real_hold(self, *a))
@@ -214,11 +214,13 @@ def test_spill_path_and_in_memory_paths_write_identical_shards(tmp_path, job,
     monkeypatch.setattr(HeldSpills, "release", lambda self: real_release(self)
                         or released.append(len(self) + self.used))
     assert shard_hashes(convert(tmp_path, src, **job)) == on_disk
+    assert held == []
+    assert shard_hashes(convert(tmp_path, src, spill_in_memory="64MiB", **job)) == on_disk
     assert held == [True] * 8
     held.clear()
     assert shard_hashes(convert(tmp_path, src, spill_in_memory="200KB", **job)) == on_disk
     assert 0 < sum(held) < 8 and len(held) == 8
-    assert released == [0, 0]  # each run's own store, released when its job ends
+    assert released == [0, 0, 0]  # each run's own store, released when its job ends
     # other processes (multi_processing workers) never get held spills
     multi = RUNNER + ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
     assert shard_hashes(convert(tmp_path, src, beam_args=multi, **job)) == on_disk

@@ -103,7 +103,7 @@ class ConvertSettings:
 
 
 def flat_settings(*, seed: int | None, shards: int | None, shard_size: int | None,
-                  max_shard_bytes: int, via: str = LOCAL_DEFAULT, spill_in_memory: int = 0,
+                  max_shard_bytes: int, via: str = LOCAL_DEFAULT, spill_in_memory: int | None = 0,
                   max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, split_bytes: int = 0,
                   format: str = DEFAULT_FORMAT, compression: str = "none",  # noqa: A002 - the key
                   index: bool | None = None, **rest: Any) -> ConvertSettings:
@@ -262,9 +262,9 @@ _NO_KEYS = np.zeros(0, np.uint64)
 def _held_store(handle: Shared | None, settings: ConvertSettings) -> files.HeldSpills | None:
     """This run's store of held spills (the same object in every DoFn of this process)."""
     shuffle = settings.shuffle
-    if handle is None or not shuffle.spill_in_memory or not settings.steps.strategy.HOLDS_SPILLS:
+    if handle is None or not shuffle.keeps_in_memory or not settings.steps.strategy.HOLDS_SPILLS:
         return None
-    return handle.acquire(lambda: files.HeldSpills(settings.shuffle.spill_in_memory))
+    return handle.acquire(lambda: files.HeldSpills(shuffle.held_runs))
 
 
 def _writers(handle: Shared | None) -> InFlight | None:

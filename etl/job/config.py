@@ -19,7 +19,9 @@ max_record_bytes: 64MiB               # a bigger record is rejected as oversized
 split_bytes: 256MiB                   # large CSV/JSONL/text/Parquet/IDX/npy files: one read task per
                                       # this many bytes (0: one task per file); default: 256MiB,
                                       # but whole files on a local runner with <= 2 workers
-spill_in_memory: 192MiB               # local runner: spills held in process memory up to this
+spill_in_memory: 64MiB                # local runner: sorted runs held in process memory instead
+                                      # of spilled, up to this; default: none held; 0: none, and
+                                      # fixed-size records not placed in memory either
 stats: false                          # gather the dataset statistics while converting (stats.json);
                                       # default: true with checks:, and for `run --report`
 ```
@@ -69,9 +71,6 @@ DEFAULT_SHARD_SIZE = 128 * 10**6  # neither shards: nor shard_size: given
 # Held spills skip the page cache (see etl.shuffle.files). A fixed budget, so memory does not grow
 # with the data: most of the 1M-row benchmark CSV (206 MB of spills) is held, and 10M rows
 # hold no more (peak 10M / 1M RSS must stay <= 1.5x; 256 MiB measured 1.31-1.47x).
-DEFAULT_SPILL_IN_MEMORY = 192 * 2**20
-
-
 @dataclass(frozen=True)
 class Shuffle:
     """`shuffle:` and the spills' memory budget: in which order records reach their shards,
@@ -79,11 +78,25 @@ class Shuffle:
 
     seed: int | None = 0  # None: keep input order
     via: str | None = None  # engine | files; None: files locally, engine elsewhere (strategy_for)
-    spill_in_memory: int = DEFAULT_SPILL_IN_MEMORY  # files: spills held in process memory
+    # files, where both stages share a process: bytes of sorted runs held in its memory instead
+    # of spilled. None (unset): none held, while records of a fixed size are still placed
+    # (etl.shuffle.placement); 0: neither, every run spills. Writing a spill costs less than the
+    # new memory a held run takes (benchmarks/README.md, "Held runs")
+    spill_in_memory: int | None = None
 
     @property
     def shuffled(self) -> bool:
         return self.seed is not None
+
+    @property
+    def keeps_in_memory(self) -> bool:
+        """Records may stay in the process's memory (placed, or in held runs)."""
+        return self.spill_in_memory != 0
+
+    @property
+    def held_runs(self) -> int:
+        """The byte budget of runs held instead of spilled."""
+        return self.spill_in_memory or 0
 
 
 @dataclass(frozen=True)
@@ -156,7 +169,7 @@ class JobConfig:
         return self.shuffle.seed
 
     @property
-    def spill_in_memory(self) -> int:
+    def spill_in_memory(self) -> int | None:
         return self.shuffle.spill_in_memory
 
     @property
@@ -558,8 +571,8 @@ def _shuffle_section(doc: Mapping[str, Any], path: str, span: Span | None) -> Sh
     """`shuffle:` (seed, via), `spill:` and `spill_in_memory:`."""
     seed, via = _shuffle(doc.get("shuffle", {"seed": 0}), path, span)
     _check_spill(doc, path)
-    in_memory = parse_size(doc.get("spill_in_memory", DEFAULT_SPILL_IN_MEMORY),
-                           f"{path}: spill_in_memory", allow_zero=True)
+    in_memory = (parse_size(doc["spill_in_memory"], f"{path}: spill_in_memory", allow_zero=True)
+                 if "spill_in_memory" in doc else None)
     return Shuffle(seed, via, in_memory)
 
 

@@ -8,14 +8,15 @@ column) and merges them (etl.shuffle.merge), reading keys and payload in pieces,
 holds a piece of a shard, not the shard.
 
 When stage 2 runs in the process that wrote the spills (the local runner's in-memory and
-multi-threaded modes), runs up to a byte budget are held in a `HeldSpills` store instead
-(paths "held:..."): never written or read back. The store belongs to one run (the Beam
-layer shares it between its DoFns with `apache_beam.utils.shared.Shared`, keyed per run);
-there is no process-wide store. Here, filling 192 MB of fresh page-cache pages costs
-0.1-0.5 s, anonymous memory 0.03 s; writing the spills of 600k MNIST-shaped images took 1.2 s
-of CPU in stage 1. Medians of 8 alternating runs, disk vs a 256 MiB budget: images 4.11 s vs
-3.52 s, 1M benchmark CSV 2.80 s vs 2.74 s. Beyond the budget runs go to disk, so memory stays
-bounded by the budget plus a few blocks and one shard's chunk.
+multi-threaded modes), a `HeldSpills` store keeps records in that memory: fixed-size records
+placed at their output position (etl.shuffle.placement), and, when the job sets a byte budget
+(`spill_in_memory`), runs held instead of spilled (paths "held:..."): never written or read
+back. No run is held by default: a spill written into the page cache in pieces of at most
+1 MiB (etl.storage.fs) costs less than the new memory a held run takes, which the allocator
+cannot reuse for the next blocks (benchmarks/README.md, "Held runs"). The store belongs to
+one run (the Beam layer shares it between its DoFns with `apache_beam.utils.shared.Shared`,
+keyed per run); there is no process-wide store. Beyond the budget runs go to disk, so memory
+stays bounded by the budget plus a few blocks and one shard's chunk.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class SpillRef:
 
 
 class HeldSpills:
-    """One run's store of held runs, within a byte budget; thread-safe, since the local
+    """One run's records kept in its process's memory: the placement of fixed-size records,
+    and runs held within a byte budget (`limit`, 0: none); thread-safe, since the local
     runner writes spills from several worker threads at once."""
 
     def __init__(self, limit: int) -> None:
@@ -64,7 +66,7 @@ class HeldSpills:
         count must be known: `plan` returns None when one is not)."""
         with self._planning:
             if not self._planned:
-                self.placement = plan() if self.limit > 0 else None
+                self.placement = plan()
                 self._planned = True
 
     def hold(self, path: str, run: SortedRun) -> bool:
