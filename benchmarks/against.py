@@ -3,6 +3,7 @@ measured against the commit before it): the generated CSV (and optionally the ID
 the .npy arrays) converted by both, alternating, wall and CPU seconds and peak RSS, medians of `--repeat`.
 
     python -m benchmarks.against --checkout DIR [--rows N] [--images N] [--arrays N] [--repeat 3]
+                                 [--idle SECONDS]
 
 DIR is a checkout of the other commit (`git worktree add /tmp/old COMMIT`; one from before
 index files gets the job without the `index` key); both run with this venv's Python, in fresh
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arrays", type=int, default=0, help="rows of the npy job (x: 16 float32, y)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", default="bench_out")
+    p.add_argument("--idle", type=float, default=0.0,
+                   help="seconds of pause before each run (memory the host has taken back)")
     args = p.parse_args(argv)
     other = os.path.abspath(args.checkout)
     for tree in (REPO, other):
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             doc = accepted(tree, {**job, "output": out, "index": False}, out + ".json", env_tree)
             cmds[label] = (command(tree, doc, out + ".json"), env_tree)
         result = pair(name, cmds["ours"][0], cmds["other"][0], args.repeat,
-                      env=cmds["ours"][1], baseline_env=cmds["other"][1])
+                      env=cmds["ours"][1], baseline_env=cmds["other"][1], idle=args.idle)
         med = result["median"]
         print(f"{name} ({counts[name]} records): "
               f"ours {med['ours']['seconds']:.2f} s wall, {med['ours']['cpu_seconds']:.2f} s CPU, "

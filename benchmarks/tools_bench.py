@@ -29,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from typing import Any
 
 import yaml
@@ -124,13 +125,18 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
 
 
 def pair(name: str, ours: list[str], baseline: list[str], repeat: int,
-         env: dict[str, str], baseline_env: dict[str, str] | None = None) -> dict[str, Any]:
+         env: dict[str, str], baseline_env: dict[str, str] | None = None,
+         idle: float = 0.0) -> dict[str, Any]:
     """Both commands `repeat` times, alternating; medians and the ratio baseline / ours.
-    `baseline_env`: the baseline's own environment (another checkout's code), else `env`."""
+    `baseline_env`: the baseline's own environment (another checkout's code), else `env`.
+    `idle`: seconds of pause before each run, so that none starts on memory the run before
+    it just freed (on a VM whose host takes free memory back, new memory costs more after
+    a few seconds: benchmarks.fresh_memory)."""
     runs: dict[str, list[dict[str, float]]] = {"ours": [], "baseline": []}
     order = (("ours", ours, env), ("baseline", baseline, baseline_env or env))
     for i in range(repeat):
         for label, cmd, cmd_env in order if i % 2 == 0 else order[::-1]:
+            time.sleep(idle)
             runs[label].append(timed(cmd, cmd_env))
             print(f"  {name} {label} run {i + 1}: {runs[label][-1]['seconds']:.2f} s, "
                   f"{runs[label][-1]['peak_rss_mb']:.0f} MB", flush=True)

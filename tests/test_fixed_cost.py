@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cli import launch
 from tests.helpers import IDS_SCHEMA, ROOT, RUN
 
 pytestmark = pytest.mark.slow  # subprocesses, servers or Beam pipelines (make test-fast skips them)
@@ -147,6 +148,60 @@ _BLAS_THREADS = ("import atexit, runpy, sys\n"
                  "                              if p['internal_api'] == 'openblas']))\n"
                  "atexit.register(seen)\n"
                  "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+_THP_AT_EXIT = ("import atexit, runpy, sys\n"
+                "out = sys.argv[1]\n"
+                "sys.argv = sys.argv[2:]\n"
+                "def seen():\n"
+                "    status = open('/proc/self/status').read()\n"
+                "    open(out, 'w').write(status.split('THP_enabled:')[1].split()[0])\n"
+                "atexit.register(seen)\n"
+                "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+REPORTING = "0110010100000000"  # bits 1, 2, 5 (free page reporting) and 7: this VM's balloon
+NOT_REPORTING = "0110000100000000"
+
+
+def _virtio_devices(root: Path, devices: dict[str, tuple[str, str]]) -> str:
+    """A stand-in for /sys/bus/virtio/devices: each device's id and feature bits."""
+    root.mkdir()
+    for name, (device, features) in devices.items():
+        (root / name).mkdir()
+        (root / name / "device").write_text(device + "\n")
+        (root / name / "features").write_text(features + "\n")
+    return str(root)
+
+
+@pytest.mark.parametrize(("devices", "takes"), [
+    ({"virtio0": ("0x0005", REPORTING), "virtio2": ("0x0001", NOT_REPORTING)}, True),
+    ({"virtio0": ("0x0005", NOT_REPORTING)}, False),
+    ({"virtio2": ("0x0002", "1" * 64)}, False),  # bit 5 of a block device: no balloon
+    ({}, False)])
+def test_huge_pages_go_off_only_where_the_host_takes_free_memory_back(
+        tmp_path: Path, devices: dict[str, tuple[str, str]], takes: bool) -> None:
+    """A balloon that reports free pages makes every new huge page one the host faults in
+    again (cli.launch.no_cold_huge_pages): the process, in a fresh interpreter, has them off
+    exactly then."""
+    root = _virtio_devices(tmp_path / "devices", devices)
+    assert launch.host_takes_free_memory(root) is takes
+    code = ("import sys\nfrom cli.launch import no_cold_huge_pages\n"
+            "print(no_cold_huge_pages(sys.argv[1]))\n"
+            "print(open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])\n")
+    proc = subprocess.run([sys.executable, "-c", code, root], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(takes), "0" if takes else "1"]
+    assert launch.host_takes_free_memory(str(tmp_path / "no-such-folder")) is False
+
+
+def test_a_run_has_huge_pages_off_where_this_host_takes_free_memory_back(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job")
+    out = tmp_path / "thp.txt"
+    proc = subprocess.run([sys.executable, "-c", _THP_AT_EXIT, str(out), RUN, "run", str(job),
+                           "--progress", "none", "--runner=FnApiRunner"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == ("0" if launch.host_takes_free_memory() else "1")
 
 
 @pytest.mark.parametrize(("env", "threads"), [({}, "[1]"), ({"OMP_NUM_THREADS": "2"}, "[2]"),
