@@ -69,8 +69,8 @@ def no_cold_huge_pages(devices: str = VIRTIO_DEVICES) -> bool:
     """No transparent huge pages for this process (and Beam's worker processes it starts)
     where the host takes free memory back: it reports free blocks of a huge page's size, so
     every new huge page is a block the host must fault in again, 4-5x slower to first write
-    than 4 KiB pages there, and 3x faster elsewhere (benchmarks/README.md, "Huge pages off
-    where the host takes them back"). True when they were turned off."""
+    than 4 KiB pages there, and 3x faster elsewhere (benchmarks/README.md, "Cold memory").
+    True when they were turned off."""
     if not sys.platform.startswith("linux") or not host_takes_free_memory(devices):
         return False
     import ctypes  # noqa: PLC0415 - Linux only; NumPy imports it anyway

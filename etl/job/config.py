@@ -81,7 +81,7 @@ class Shuffle:
     # files, where both stages share a process: bytes of sorted runs held in its memory instead
     # of spilled. None (unset): none held, while records of a fixed size are still placed
     # (etl.shuffle.placement); 0: neither, every run spills. Writing a spill costs less than the
-    # new memory a held run takes (benchmarks/README.md, "Page-cache folios and held runs")
+    # new memory a held run takes (benchmarks/README.md, "Cold memory")
     spill_in_memory: int | None = None
 
     @property

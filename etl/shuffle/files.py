@@ -13,7 +13,7 @@ placed at their output position (etl.shuffle.placement), and, when the job sets 
 (`spill_in_memory`), runs held instead of spilled (paths "held:..."): never written or read
 back. No run is held by default: a spill written into the page cache in pieces of at most
 1 MiB (etl.storage.fs) costs less than the new memory a held run takes, which the allocator
-cannot reuse for the next blocks (benchmarks/README.md, "Page-cache folios and held runs").
+cannot reuse for the next blocks (benchmarks/README.md, "Cold memory").
 The store belongs to one run (the Beam layer shares it between its DoFns with
 `apache_beam.utils.shared.Shared`, keyed per run); there is no process-wide store. Beyond
 the budget runs go to disk, so memory stays bounded by the budget plus a few blocks and one

@@ -303,8 +303,7 @@ def open_write(path: str, durable: bool = True, bypass_cache: bool = False) -> B
 # write(), the page cache (ext4 on recent kernels) fills whole 2 MiB folios (FileHugePages in
 # /proc/meminfo), whole free blocks of the size a VM's free page reporting hands back to its
 # host, so every byte of them is faulted in again on the host. Smaller writes get smaller
-# folios: a spill costs a fraction of the system CPU (benchmarks/README.md, "Page-cache
-# folios and held runs").
+# folios: a spill costs a fraction of the system CPU (benchmarks/README.md, "Cold memory").
 WRITE_SLICE = 1 << 20
 
 
