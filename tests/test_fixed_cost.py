@@ -124,40 +124,41 @@ _GC_AT_BEAM = ("import gc, importlib.abc, runpy, sys\n"
                "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
+def _seen_by_a_run(tmp_path: Path, wrapper: str, env: dict[str, str] | None = None) -> str:
+    """What `wrapper` (run_pipeline.py run as __main__ under it) wrote to its file during a
+    20-record run of the CLI."""
+    job = write_job(tmp_path / "job")
+    out = tmp_path / "seen.txt"
+    proc = subprocess.run([sys.executable, "-c", wrapper, str(out), RUN, "run", str(job),
+                           "--progress", "none", "--runner=FnApiRunner"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "20 records" in proc.stdout
+    return out.read_text()
+
+
 def test_beam_is_imported_with_the_gc_off(tmp_path: Path) -> None:
     """The GC rescans Beam's objects while it imports (0.1-0.2 s of a run: benchmarks/README.md,
     "Fixed cost of a run"); one span's run imports Beam only once it knows it converts."""
-    job = write_job(tmp_path / "job")
-    out = tmp_path / "gc.txt"
-    proc = subprocess.run([sys.executable, "-c", _GC_AT_BEAM, str(out), RUN, "run", str(job),
-                           "--progress", "none", "--runner=FnApiRunner"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "20 records" in proc.stdout
-    assert out.read_text() == "False"
+    assert _seen_by_a_run(tmp_path, _GC_AT_BEAM) == "False"
 
 
-# run_pipeline.py as __main__, then OpenBLAS's thread count (threadpoolctl) written at exit
-_BLAS_THREADS = ("import atexit, runpy, sys\n"
-                 "out = sys.argv[1]\n"
-                 "sys.argv = sys.argv[2:]\n"
-                 "def seen():\n"
-                 "    import threadpoolctl\n"
-                 "    pools = threadpoolctl.threadpool_info()\n"
-                 "    open(out, 'w').write(str([p['num_threads'] for p in pools\n"
-                 "                              if p['internal_api'] == 'openblas']))\n"
-                 "atexit.register(seen)\n"
-                 "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+def _at_exit(seen: str) -> str:
+    """A wrapper that runs run_pipeline.py as __main__ and writes `seen` (an expression) to
+    its file at exit."""
+    return ("import atexit, runpy, sys\n"
+            "out = sys.argv[1]\n"
+            "sys.argv = sys.argv[2:]\n"
+            f"atexit.register(lambda: open(out, 'w').write(str({seen})))\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
-_THP_AT_EXIT = ("import atexit, runpy, sys\n"
-                "out = sys.argv[1]\n"
-                "sys.argv = sys.argv[2:]\n"
-                "def seen():\n"
-                "    status = open('/proc/self/status').read()\n"
-                "    open(out, 'w').write(status.split('THP_enabled:')[1].split()[0])\n"
-                "atexit.register(seen)\n"
-                "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+# OpenBLAS's thread count (threadpoolctl)
+_BLAS_THREADS = _at_exit("[p['num_threads'] for p in __import__('threadpoolctl')"
+                         ".threadpool_info() if p['internal_api'] == 'openblas']")
+
+
+_THP_AT_EXIT = _at_exit("open('/proc/self/status').read().split('THP_enabled:')[1].split()[0]")
 REPORTING = "0110010100000000"  # bits 1, 2, 5 (free page reporting) and 7: this VM's balloon
 NOT_REPORTING = "0110000100000000"
 
@@ -195,13 +196,8 @@ def test_huge_pages_go_off_only_where_the_host_takes_free_memory_back(
 
 
 def test_a_run_has_huge_pages_off_where_this_host_takes_free_memory_back(tmp_path: Path) -> None:
-    job = write_job(tmp_path / "job")
-    out = tmp_path / "thp.txt"
-    proc = subprocess.run([sys.executable, "-c", _THP_AT_EXIT, str(out), RUN, "run", str(job),
-                           "--progress", "none", "--runner=FnApiRunner"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert out.read_text() == ("0" if launch.host_takes_free_memory() else "1")
+    want = "0" if launch.host_takes_free_memory() else "1"
+    assert _seen_by_a_run(tmp_path, _THP_AT_EXIT) == want
 
 
 @pytest.mark.parametrize(("env", "threads"), [({}, "[1]"), ({"OMP_NUM_THREADS": "2"}, "[2]"),
@@ -210,13 +206,6 @@ def test_openblas_gets_one_thread_unless_the_user_set_a_count(
         tmp_path: Path, env: dict[str, str], threads: str) -> None:
     """OpenBLAS's threads spin ~0.1 CPU-s after NumPy's import, and nothing of ours multiplies
     matrices (cli.launch.one_blas_thread); a count the user set is theirs."""
-    job = write_job(tmp_path / "job")
-    out = tmp_path / "threads.txt"
     base = {k: v for k, v in os.environ.items() if k not in
             ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
-    proc = subprocess.run([sys.executable, "-c", _BLAS_THREADS, str(out), RUN, "run", str(job),
-                           "--progress", "none", "--runner=FnApiRunner"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={**base, **env})
-    assert proc.returncode == 0, proc.stderr
-    assert "20 records" in proc.stdout
-    assert out.read_text() == threads
+    assert _seen_by_a_run(tmp_path, _BLAS_THREADS, {**base, **env}) == threads
