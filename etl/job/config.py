@@ -68,9 +68,8 @@ VERIFY_MODES = ("quick", "full")  # what a rerun checks before it skips a span a
 DEFAULT_SPLIT_BYTES = 256 * 2**20  # one read task per this much of a large splittable file
 DEFAULT_MAX_SHARD_BYTES = 256 * 10**6
 DEFAULT_SHARD_SIZE = 128 * 10**6  # neither shards: nor shard_size: given
-# Held spills skip the page cache (see etl.shuffle.files). A fixed budget, so memory does not grow
-# with the data: most of the 1M-row benchmark CSV (206 MB of spills) is held, and 10M rows
-# hold no more (peak 10M / 1M RSS must stay <= 1.5x; 256 MiB measured 1.31-1.47x).
+
+
 @dataclass(frozen=True)
 class Shuffle:
     """`shuffle:` and the spills' memory budget: in which order records reach their shards,
