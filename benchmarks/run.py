@@ -19,6 +19,8 @@ RSS summed over the whole process tree sampled every 50 ms (benchmarks/rss.py), 
 of records in the output TFRecords (a variant that did not write exactly N records is
 "invalid"; a non-zero exit is "failed", with the stderr tail in the JSON). Our modules are
 compiled to bytecode first, as an installed package has them (benchmarks/bytecode.py).
+The machine's speed on fixed work (benchmarks/machine_speed.py) is taken before and after the
+runs and printed under the tables: the machine is shared, and its speed moves by the hour.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks import data
+from benchmarks import data, machine_speed
 from benchmarks.bytecode import compile_tree
 from benchmarks.rss import measure
 
@@ -339,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     compile_tree(REPO)
     report: dict[str, Any] = {"machine": machine_info(), "variants": variants,
                               "ours_args": ours_args}
+    # the machine is shared: its speed, before and after the runs, goes with their figures
+    speed = report["machine_speed"] = {"before": machine_speed.measure()}
+    log(f"machine speed before: {machine_speed.describe(speed['before'])}")
     datasets = [("csv", args.rows), ("images", args.images)]
     for dataset, n in datasets:
         if n <= 0:
@@ -366,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
             section["ratios"] = ratios(section["results"])
             _write_json(json_path, report)
         print(table(dataset, n, section["results"], section["ratios"]), flush=True)
+    speed["after"] = machine_speed.measure()
+    for when in ("before", "after"):
+        print(f"\nmachine speed {when} (benchmarks.machine_speed): "
+              f"{machine_speed.describe(speed[when])}")
     _write_json(json_path, report)
     print(f"\nresults: {json_path}")
     return 0

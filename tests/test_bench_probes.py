@@ -9,7 +9,25 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import disk_write, fresh_memory, stage_bench
+from benchmarks import disk_write, fresh_memory, machine_speed, stage_bench
+from benchmarks.data import CSV_HEADER, csv_chunk
+
+
+def test_machine_speed_reports_each_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert machine_speed.main(["--rows", "2000", "--mib", "1"]) == 0
+    line = capsys.readouterr().out
+    figures = re.fullmatch(
+        r"machine speed: Python loop (\S+) ns/iteration, CSV parse (\S+)M rows/s on one thread "
+        r"and (\S+)M on two, a crc32c call (\S+) ns, crc32c (\S+) GB/s, sha256 (\S+) GB/s, "
+        r"copy (\S+) GB/s\n", line)
+    assert figures, line
+    assert all(float(f) > 0 for f in figures.groups())
+
+
+def test_machine_speed_parses_the_whole_reference_csv() -> None:
+    text = (CSV_HEADER + "\n" + csv_chunk(0, 1234)).encode("ascii")
+    assert machine_speed.parse_rows(text) == 1234
+    assert machine_speed.parse_rows(text[: text.rindex(b"\n", 0, -1) + 1]) == 1233
 
 
 def test_fresh_memory_reports_each_kind_of_page(tmp_path: Path,
