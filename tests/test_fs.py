@@ -72,11 +72,13 @@ def test_direct_writes_refused_after_open_continue_without_o_direct(tmp_path,
         pytest.skip("this file system refuses O_DIRECT at open already")
     real_write = os.write
     refused = []
+    buffered: list[int] = []
 
     def refuse_direct(fd, data):
         if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
             refused.append(fd)
             raise OSError(22, "Invalid argument")  # some FUSE file systems
+        buffered.append(len(data))
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", refuse_direct)
@@ -87,6 +89,9 @@ def test_direct_writes_refused_after_open_continue_without_o_direct(tmp_path,
     assert len(refused) == 1
     with open(path, "rb") as got:
         assert got.read() == data
+    # through the page cache now, so in WRITE_SLICE pieces: the full buffer, then the padded
+    # last block (truncated to the true size before the fsync)
+    assert buffered == [fs.WRITE_SLICE] * (DirectFile.BUFFER // fs.WRITE_SLICE) + [DirectFile.BLOCK]
 
 
 @pytest.mark.parametrize("fail_at", [1, 3])

@@ -26,6 +26,15 @@ from contextlib import AbstractContextManager
 
 from etl.base.behind import Behind
 
+# The largest piece of a write through the page cache handed to the kernel at once (every
+# local write that does not bypass the cache: etl.storage.fs, and DirectFile where O_DIRECT is
+# refused). Given 2 MiB or more in one write(), the page cache (ext4 on recent kernels) fills
+# whole 2 MiB folios (FileHugePages in /proc/meminfo), whole free blocks of the size a VM's
+# free page reporting hands back to its host, so every byte of them is faulted in again on
+# the host. Smaller writes get smaller folios: a spill costs a fraction of the system CPU
+# (benchmarks/README.md, "Cold memory").
+WRITE_SLICE = 1 << 20
+
 
 class DirectFile:
     """Write handle of one durable local file (see the module's docstring)."""
@@ -110,8 +119,10 @@ class DirectFile:
     def _flush(self, view: memoryview, length: int) -> None:
         written = 0
         while written < length:  # O_DIRECT writes of whole blocks; short writes continue
+            # refused O_DIRECT (below), the writes go through the page cache: WRITE_SLICE each
+            end = length if self._direct else min(length, written + WRITE_SLICE)
             try:
-                written += os.write(self._fd, view[written:length])
+                written += os.write(self._fd, view[written:end])
             except OSError as e:
                 if e.errno != errno.EINVAL or not self._direct:
                     raise

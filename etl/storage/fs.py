@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, TextIO
 
 from etl.base.worker_errors import storage_error
 from etl.storage import object_store
-from etl.storage.direct_file import DirectFile
+from etl.storage.direct_file import WRITE_SLICE, DirectFile
 from etl.storage.tree_removal import remove_trees
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -297,14 +297,6 @@ def open_write(path: str, durable: bool = True, bypass_cache: bool = False) -> B
         if direct is not None:
             return direct  # type: ignore[return-value]
     return _SyncedFile(path, durable)  # type: ignore[return-value]
-
-
-# The largest piece of a local write handed to the kernel at once. Given 2 MiB or more in one
-# write(), the page cache (ext4 on recent kernels) fills whole 2 MiB folios (FileHugePages in
-# /proc/meminfo), whole free blocks of the size a VM's free page reporting hands back to its
-# host, so every byte of them is faulted in again on the host. Smaller writes get smaller
-# folios: a spill costs a fraction of the system CPU (benchmarks/README.md, "Cold memory").
-WRITE_SLICE = 1 << 20
 
 
 class _SyncedFile:
