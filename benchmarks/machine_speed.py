@@ -30,7 +30,7 @@ import io
 import os
 import sys
 import threading
-import time
+import timeit
 from collections.abc import Callable
 
 import google_crc32c
@@ -46,12 +46,7 @@ CALLS = 50_000
 
 def _best(work: Callable[[], object], tries: int = TRIES) -> float:
     """The shortest of `tries` timings of `work`, in seconds."""
-    best = float("inf")
-    for _ in range(tries):
-        start = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return min(timeit.repeat(work, number=1, repeat=tries))
 
 
 def _python_loop(n: int) -> int:
