@@ -3,10 +3,10 @@ so that figures taken at different hours (or on different hosts) can be compared
 
     python -m benchmarks.machine_speed [--rows 100000] [--mib 32]
 
-The machine is shared: the same commit, with the same packages, has taken 10.6 s and 19 s for
-the 10M-row CSV job on different days. A records/s figure means little without the speed of
+The machine is shared: the same code, with the same packages, has taken 10.6 s and 19 s for
+the 10M-row CSV job a few hours apart. A records/s figure means little without the speed of
 the machine it was taken on, so benchmarks.run records this before and after its runs. Each
-figure is the best of a few tries (the least disturbed), on one thread:
+figure is the best of a few tries (the least disturbed), on one thread unless it says so:
 
 - python_ns: nanoseconds per iteration of a plain Python loop (the interpreter's speed);
 - csv_mrows: millions of rows a second that Arrow's CSV reader parses on one thread, rows of
@@ -81,7 +81,8 @@ def measure(rows: int = 100_000, mib: int = 32) -> dict[str, float]:
     dst = np.empty_like(src)
     np.copyto(dst, src)  # both buffers in memory before the copy is timed
     size = len(buf) / 1e9
-    records = [buf[i : i + RECORD] for i in range(0, CALLS * RECORD, RECORD)]
+    calls = os.urandom(CALLS * RECORD)  # whatever `mib` is
+    records = [calls[i : i + RECORD] for i in range(0, len(calls), RECORD)]
     return {
         "python_ns": round(_best(lambda: _python_loop(loop)) / loop * 1e9, 1),
         "csv_mrows": round(rows / _best(lambda: parse_rows(text), 3) / 1e6, 3),

@@ -24,6 +24,15 @@ def test_machine_speed_reports_each_figure(capsys: pytest.CaptureFixture[str]) -
     assert all(float(f) > 0 for f in figures.groups())
 
 
+def test_machine_speed_times_crc_calls_on_whole_records(monkeypatch) -> None:
+    seen: list[int] = []
+    monkeypatch.setattr(machine_speed.google_crc32c, "value", lambda data: seen.append(len(data)))
+    machine_speed.measure(rows=100, mib=1)
+    calls = [n for n in seen if n != 1 << 20]  # the 1 MiB buffer's own checksum aside
+    assert len(calls) == machine_speed.CALLS * machine_speed.TRIES
+    assert set(calls) == {machine_speed.RECORD}
+
+
 def test_machine_speed_parses_the_whole_reference_csv() -> None:
     text = (CSV_HEADER + "\n" + csv_chunk(0, 1234)).encode("ascii")
     assert machine_speed.parse_rows(text) == 1234
