@@ -75,12 +75,12 @@ from etl.run.progress import ProgressConfig, Tally
 from etl.schedule import history, idempotence, input_pin
 from etl.schedule.fingerprint import with_fingerprints
 from etl.schedule.run_log import RunLog
-from etl.shuffle import files, strategy_for
+from etl.shuffle import strategy_for
 from etl.sources import sql_source, sql_url
 from etl.storage import fs, scratch
 from transforms import beam_fixes, early_read
 from transforms import progress_feed as live
-from transforms.convert import ConvertSettings, ConvertToShards
+from transforms.convert import ConvertSettings, ConvertToShards, held_store
 from transforms.early_read import EarlyRead, EarlyReads
 from transforms.staging import pipeline_options  # Beam options + our package for workers
 
@@ -477,9 +477,7 @@ class _SharedStores:
                  options: PipelineOptions, early: EarlyRead | None = None) -> None:
         # this run's held spills: shared by its DoFns in this process, dropped when it ends
         self.held_handle = Shared() if held else None
-        budget = settings.shuffle.held_runs
-        self.spills = self.held_handle.acquire(lambda: files.HeldSpills(budget)) \
-            if self.held_handle else None
+        self.spills = held_store(self.held_handle, settings)
         # this run's live progress tally: shared like the held spills, when every stage runs
         # here (elsewhere the runner's metrics are polled: transforms/progress_feed.py)
         self.tally_handle = Shared() if progress is not None and shares_process(options) else None

@@ -162,7 +162,7 @@ class _ReadEncodeFn(beam.DoFn):
         }
         for reader in self.readers.values():
             reader.prepare(schema, self.spec.reading.max_record_bytes)
-        self.held = _held_store(self.held_handle, self.spec)
+        self.held = held_store(self.held_handle, self.spec)
         self.steps = self.spec.steps
         self.stats = _StatsFeed(schema) if self.spec.stats else None
         self.read_counter = Metrics.counter("etl", "records_read")
@@ -259,8 +259,9 @@ class _ReadEncodeFn(beam.DoFn):
 _NO_KEYS = np.zeros(0, np.uint64)
 
 
-def _held_store(handle: Shared | None, settings: ConvertSettings) -> files.HeldSpills | None:
-    """This run's store of held spills (the same object in every DoFn of this process)."""
+def held_store(handle: Shared | None, settings: ConvertSettings) -> files.HeldSpills | None:
+    """This run's store of held spills (the same object in every DoFn of this process, and
+    in the launcher that made `handle`)."""
     shuffle = settings.shuffle
     if handle is None or not shuffle.keeps_in_memory or not settings.steps.strategy.HOLDS_SPILLS:
         return None
@@ -448,7 +449,7 @@ class _WriteShardFn(beam.DoFn):
 
     def setup(self) -> None:
         heap.keep_freed_memory()  # a piece's big buffers reused, not re-faulted (etl.base.heap)
-        self.held = _held_store(self.held_handle, self.spec)
+        self.held = held_store(self.held_handle, self.spec)
         self.tally = _tally(self.tally_handle)
         self.writers = _writers(self.writers_handle)
         self.steps = self.spec.steps
