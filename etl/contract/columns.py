@@ -132,7 +132,8 @@ def nest(col: pa.Array | np.ndarray, n: int) -> Nested:
         return Nested(
             col.reshape(-1), [np.arange(n + 1, dtype=np.int64) * per_row], np.ones(n, bool)
         )
-    row_valid = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), bool)
+    row_valid = (np.ones(len(col), bool) if not col.null_count  # no bitmap to convert
+                 else ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), bool))
     levels: list[np.ndarray] = []
     arr = col
     while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(
@@ -267,6 +268,11 @@ def _to_number(feature: Feature, leaves: Any) -> tuple[np.ndarray, np.ndarray, A
             leaves.type
         ) or pa.types.is_large_binary(leaves.type):
             return _parse_text(feature, leaves)
+        if not leaves.null_count and (pa.types.is_integer(leaves.type)
+                                      or pa.types.is_floating(leaves.type)):
+            # no nulls: the values as they are (no mask converted, no copy filled)
+            _check_number_type(feature, leaves.type)
+            return _to_number(feature, np.asarray(leaves.to_numpy(zero_copy_only=False)))
         null = np.asarray(leaves.is_null().to_numpy(zero_copy_only=False), bool)
         if pa.types.is_decimal(leaves.type):
             return _from_decimal(feature, leaves, null)
@@ -606,7 +612,8 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
         leaf_bad = leaf_bad & nested.row_valid
     if leaf_bad.any():
         flag(rows_of(leaf_bad, offsets), leaf_reasons(reason, np.flatnonzero(leaf_bad)))
-    counts = np.diff(offsets)
+    scalar = not nested.levels  # one leaf per row: every count is 1
+    counts = np.ones(n, np.int64) if scalar else np.diff(offsets)
     # an empty list is a value for variable-length features, "missing" for fixed shapes
     if nested.levels and feature.fixed:
         present = nested.row_valid & (counts > 0)
@@ -618,13 +625,16 @@ def _context_storage(feature: Feature, nested: Nested, n: int, flag: Any) -> pa.
         return _blob_storage(feature, values, offsets, present, flag)
     if feature.fixed:
         k = feature.value_count
-        wrong = present & (counts != k)
+        # a scalar column into a scalar feature: one value per row, the shape's count
+        wrong = np.zeros(n, bool) if scalar and k == 1 else present & (counts != k)
         if wrong.any():
             r = int(np.flatnonzero(wrong)[0])
             flag(np.flatnonzero(wrong), ("wrong_shape", f"expected {k} value(s) for shape "
                                         f"{list(feature.shape)}, found {int(counts[r])}"))
-        if present.all() and not wrong.any():
-            return _list_array(values, np.arange(n + 1, dtype=np.int64) * k, feature)
+        elif present.all():
+            # a scalar's offsets are already 0, 1, ..., n (compose): not made again
+            return _list_array(values, offsets if scalar and k == 1
+                               else np.arange(n + 1, dtype=np.int64) * k, feature)
         dense = _filled(feature, n, k)
         ok = present & ~wrong
         starts = offsets[:-1][ok]

@@ -52,14 +52,21 @@ class Repeated:
 
 @dataclass(frozen=True)
 class Fixed:
-    """A column whose elements are all `width` bytes, known where it is made (a float's four
-    bytes): its sizes are never computed from its offsets."""
+    """A column whose elements are all `width` bytes, back to back in `data` (a float's four
+    bytes): its sizes are never computed, and its Arrow column (offsets 0, width, 2 x width,
+    ...) is only made when it is joined as a column of its own, not when it is laid into a
+    block beside other fixed-width pieces (`_side_by_side`), as a scalar feature's values are."""
 
-    array: pa.LargeBinaryArray
+    data: np.ndarray
     width: int
+    n: int
 
     def __len__(self) -> int:
-        return len(self.array)
+        return self.n
+
+    @property
+    def array(self) -> pa.LargeBinaryArray:
+        return binary(self.data, np.arange(self.n + 1, dtype=np.int64) * self.width)
 
 
 Piece = pa.LargeBinaryArray | Repeated | Fixed  # what `join` concatenates
@@ -67,7 +74,7 @@ Piece = pa.LargeBinaryArray | Repeated | Fixed  # what `join` concatenates
 
 def fixed(data: np.ndarray, width: int, n: int) -> Fixed:
     """`n` elements of `width` bytes each, back to back in `data` (no copy)."""
-    return Fixed(binary(data, np.arange(n + 1, dtype=np.int64) * width), width)
+    return Fixed(data, width, n)
 
 
 def varint(value: int) -> bytes:
@@ -247,18 +254,22 @@ def _side_by_side(run: list[tuple[Piece, int]]) -> list[Piece]:
         if width and not isinstance(piece, Repeated):
             # whole `width`-byte items (void dtype) copy far faster than byte columns
             item = np.dtype((np.void, width))
-            array = column(piece)
-            data = np.frombuffer(array.buffers()[2], item, n, int(offsets_of(array)[0]))
+            if isinstance(piece, Fixed):
+                data = np.frombuffer(piece.data, item, n)
+            else:
+                data = np.frombuffer(piece.buffers()[2], item, n, int(offsets_of(piece)[0]))
             block[:, at : at + width].view(item)[:, 0] = data
         at += width
     return [binary(block, np.arange(n + 1, dtype=np.int64) * total)]
 
 
-def per_length(sizes: np.ndarray, make: Callable[[int], bytes]) -> Piece:
+def per_length(sizes: np.ndarray | int, make: Callable[[int], bytes], n: int = 0) -> Piece:
     """Element i = make(sizes[i]), for bytes that depend only on a length: built once per
-    distinct length and gathered in C++ (one `Repeated` piece when every size is the same).
-    Lengths of one column span a small range, so a dense table indexed by (length - min)
-    replaces a sort."""
+    distinct length and gathered in C++ (one `Repeated` piece when every size is the same, or
+    `sizes` is one int for all `n` records). Lengths of one column span a small range, so a
+    dense table indexed by (length - min) replaces a sort."""
+    if isinstance(sizes, int):
+        return Repeated(make(sizes), n)
     n = len(sizes)
     if not n:
         return binary(b"", np.zeros(1, np.int64))
@@ -316,13 +327,22 @@ def _features(
     pieces = _value_bytes(storage, values)
     if not _one_each(groups, len(values)):
         pieces = [regroup(join(pieces), groups)]
-    sizes = sum((sizes_of(p) for p in pieces), np.zeros(len(groups) - 1, np.int64))
+    n = len(groups) - 1
 
     def head(p: int) -> bytes:
         feature_head = _feature_header(storage, p)
         return wrap(feature_head, len(feature_head) + p)
 
-    return [per_length(sizes, head), *pieces]
+    return [per_length(_total_size(pieces), head, n), *pieces]
+
+
+def _total_size(pieces: Sequence[Piece]) -> np.ndarray | int:
+    """Each element's size summed over `pieces`: one int when every piece has one size
+    (a scalar feature's), so no column of n equal sizes is made and summed."""
+    total: np.ndarray | int = 0
+    for piece in pieces:
+        total = total + sizes_of(piece)
+    return total
 
 
 def _one_each(groups: np.ndarray, n: int) -> bool:
@@ -334,7 +354,8 @@ def _list_parts(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """(child values, offsets into them) of a LargeList column, slicing accounted for."""
     offsets = np.asarray(col.offsets.to_numpy(), np.int64)
     start = int(offsets[0])
-    return col.values.slice(start, int(offsets[-1]) - start), offsets - start
+    return (col.values.slice(start, int(offsets[-1]) - start),
+            offsets - start if start else offsets)
 
 
 def _context(columns: Sequence[tuple[str, str, pa.Array]]) -> list[Piece]:
@@ -350,8 +371,7 @@ def _context(columns: Sequence[tuple[str, str, pa.Array]]) -> list[Piece]:
 
 def _message(tag: int, parts: list[Piece], n: int) -> list[Piece]:
     """`parts` as one length-delimited field `tag`: the field header, then the parts."""
-    total = sum((sizes_of(p) for p in parts), np.zeros(n, np.int64))
-    return [per_length(total, lambda f: bytes([tag]) + varint(f)), *parts]
+    return [per_length(_total_size(parts), lambda f: bytes([tag]) + varint(f), n), *parts]
 
 
 def serialize_examples(columns: Sequence[tuple[str, str, pa.Array]]) -> pa.LargeBinaryArray:
