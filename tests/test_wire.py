@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import tensorflow as tf
 
@@ -145,3 +146,37 @@ def test_varints_match_protobuf(values):
     assert want[0] == 0x0A  # packed field 1, then its length varint, then the payload
     assert want.endswith(got) and len(want) - len(got) <= 1 + 10
 
+
+
+def test_scalar_features_headers_made_with_their_values_equal_protobuf() -> None:
+    """Scalar int64 and bytes features have their headers made in one piece with the value
+    (varint table, varint matrix, blob lengths); where a header's own length varint grows
+    with the value's length (a 118-character name: 127 bytes for a 1-byte varint, 128 for
+    a 2-byte one) the headers are joined to the values instead. All must be protobuf's
+    bytes, from Arrow columns with and without nulls."""
+    long_name = "d" + "x" * 117
+    schema = schema_from_dict({"name": "s", "kind": "example", "features": {
+        "a_small": {"dtype": "int64", "shape": []},
+        "b_wide": {"dtype": "int64", "shape": []},
+        "c_bytes": {"dtype": "bytes", "shape": []},
+        long_name: {"dtype": "int64", "shape": [], "default": 5},
+    }})
+    rng = np.random.default_rng(11)
+    n = 3000  # >= 1024: the small range goes through the per-value table
+    small = rng.integers(-50, 300, n)
+    wide = rng.integers(-(2**63), 2**63 - 1, n)
+    blobs = [bytes(rng.integers(0, 256, k, dtype=np.uint8)) for k in rng.integers(0, 200, n)]
+    grows = rng.integers(0, 300, n).tolist()  # 1- and 2-byte varints
+    grows[7] = None  # a null: the default, 5
+    out = Encoder(schema).encode({"a_small": pa.array(small), "b_wide": pa.array(wide),
+                                  "c_bytes": pa.array(blobs, pa.binary()),
+                                  long_name: pa.array(grows, pa.int64())})
+    assert not out.bad
+    assert len(out.records) == n
+    for i, got in enumerate(out.records):
+        want = tf.train.Example(features=tf.train.Features(feature={
+            "a_small": _feature([int(small[i])], "int64"),
+            "b_wide": _feature([int(wide[i])], "int64"),
+            "c_bytes": _feature([blobs[i]], "bytes"),
+            long_name: _feature([5 if grows[i] is None else grows[i]], "int64")}))
+        assert got == want.SerializeToString(deterministic=True), i

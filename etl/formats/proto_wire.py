@@ -97,8 +97,10 @@ def varint_lengths(v: np.ndarray) -> np.ndarray:
     return n
 
 
-def varints(values: np.ndarray) -> pa.LargeBinaryArray:
-    """Varint-encode a whole int64 column at once: element i is value i's varint.
+def varints(values: np.ndarray,
+            prefix: Callable[[int], bytes] | None = None) -> pa.LargeBinaryArray:
+    """Varint-encode a whole int64 column at once: element i is value i's varint, after
+    `prefix(its length)` when given (a scalar feature's headers: one piece, not two to join).
 
     A column whose values span a range smaller than a quarter of its length (a small integer
     feature, a label, a year) has each distinct value's varint made once, for the range, and
@@ -109,14 +111,16 @@ def varints(values: np.ndarray) -> pa.LargeBinaryArray:
     if len(v) >= 1024:
         lo, hi = int(v.min()), int(v.max())
         if hi - lo < len(v) // 4:
-            table = _varint_matrix(np.arange(lo, hi + 1, dtype=np.int64))
+            table = _varint_matrix(np.arange(lo, hi + 1, dtype=np.int64), prefix)
             return table.take(pa.array(v - np.int64(lo)))
-    return _varint_matrix(v)
+    return _varint_matrix(v, prefix)
 
 
-def _varint_matrix(values: np.ndarray) -> pa.LargeBinaryArray:
+def _varint_matrix(values: np.ndarray,
+                   prefix: Callable[[int], bytes] | None = None) -> pa.LargeBinaryArray:
     """All ten possible 7-bit groups of each value as an (n, 10) matrix; a boolean mask of the
-    groups each value needs, read row by row, is the concatenation of the varints."""
+    groups each value needs, read row by row, is the concatenation of the varints. A prefix
+    of one width for every length present goes in as columns before them."""
     v = values.astype(np.int64).view(np.uint64)
     nbytes = varint_lengths(v)
     width = int(nbytes.max()) if len(v) else 0
@@ -124,6 +128,17 @@ def _varint_matrix(values: np.ndarray) -> pa.LargeBinaryArray:
     table = ((v[:, None] >> groups) & np.uint64(0x7F)).astype(np.uint8)
     used = np.arange(width) < nbytes[:, None]
     table[:, :-1] |= used[:, 1:].astype(np.uint8) << 7  # continuation bit: another group follows
+    if prefix is not None and len(v):
+        heads = {k: prefix(k) for k in np.flatnonzero(np.bincount(nbytes)).tolist()}
+        w = len(next(iter(heads.values())))
+        if any(len(h) != w for h in heads.values()):  # a prefix's own varint grew: join them
+            return join([per_length(nbytes, prefix), _varint_matrix(values)])
+        rows = np.zeros((width + 1, w), np.uint8)
+        for k, head in heads.items():
+            rows[k] = np.frombuffer(head, np.uint8)
+        table = np.concatenate([rows[nbytes], table], axis=1)
+        used = np.concatenate([np.ones((len(v), w), bool), used], axis=1)
+        nbytes = nbytes + w
     offsets = np.zeros(len(v) + 1, np.int64)
     np.cumsum(nbytes, out=offsets[1:])
     return binary(table[used], offsets)
@@ -293,14 +308,24 @@ def _value_bytes(storage: str, values: pa.Array) -> list[Piece]:
     as pieces to concatenate element-wise (bytes: each value's header, then the value), so
     a caller that needs no regrouping joins them once with the rest of the record."""
     if storage == "int64":
-        return [varints(np.asarray(values.to_numpy(zero_copy_only=False), np.int64))]
+        return [varints(_int64s(values))]
     if storage == "float":
         data = np.asarray(values.to_numpy(zero_copy_only=False), np.float32).astype("<f4", copy=False)
         return [fixed(data, 4, len(values))]
-    blobs = values.cast(BINARY) if values.type != BINARY else values
-    heads = per_length(np.asarray(pc.binary_length(blobs).to_numpy(zero_copy_only=False), np.int64),
-                       lambda n: b"\x0a" + varint(n))
-    return [heads, blobs]
+    blobs = _blobs(values)
+    return [per_length(_blob_lengths(blobs), lambda n: b"\x0a" + varint(n)), blobs]
+
+
+def _int64s(values: pa.Array) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), np.int64)
+
+
+def _blobs(values: pa.Array) -> pa.LargeBinaryArray:
+    return values.cast(BINARY) if values.type != BINARY else values
+
+
+def _blob_lengths(blobs: pa.LargeBinaryArray) -> np.ndarray:
+    return np.asarray(pc.binary_length(blobs).to_numpy(zero_copy_only=False), np.int64)
 
 
 def _feature_header(storage: str, payload: int) -> bytes:
@@ -324,16 +349,25 @@ def _features(
     feature_len)` prepended to its header -> [headers, *payload pieces]. When every group is
     one value (a scalar or one blob per record) the value pieces are the payload as they
     are: joining them here would copy every value once more (a 784-byte image per record)."""
-    pieces = _value_bytes(storage, values)
-    if not _one_each(groups, len(values)):
-        pieces = [regroup(join(pieces), groups)]
-    n = len(groups) - 1
-
     def head(p: int) -> bytes:
         feature_head = _feature_header(storage, p)
         return wrap(feature_head, len(feature_head) + p)
 
-    return [per_length(_total_size(pieces), head, n), *pieces]
+    one_each = _one_each(groups, len(values))
+    if one_each and storage == "int64":  # headers and varint made as one piece
+        return [varints(_int64s(values), prefix=head)]
+    if one_each and storage == "bytes":  # every header depends on the blob's length alone
+        blobs = _blobs(values)
+
+        def heads(length: int) -> bytes:
+            value_head = b"\x0a" + varint(length)
+            return head(len(value_head) + length) + value_head
+
+        return [per_length(_blob_lengths(blobs), heads), blobs]
+    pieces = _value_bytes(storage, values)
+    if not one_each:
+        pieces = [regroup(join(pieces), groups)]
+    return [per_length(_total_size(pieces), head, len(groups) - 1), *pieces]
 
 
 def _total_size(pieces: Sequence[Piece]) -> np.ndarray | int:
