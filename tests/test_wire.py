@@ -149,11 +149,11 @@ def test_varints_match_protobuf(values):
 
 
 def test_scalar_features_headers_made_with_their_values_equal_protobuf() -> None:
-    """Scalar int64 and bytes features have their headers made in one piece with the value
-    (varint table, varint matrix, blob lengths); where a header's own length varint grows
-    with the value's length (a 118-character name: 127 bytes for a 1-byte varint, 128 for
-    a 2-byte one) the headers are joined to the values instead. All must be protobuf's
-    bytes, from Arrow columns with and without nulls."""
+    """Scalar int64 and bytes features have their headers made with the value (in the
+    varint table, or per blob length) or beside it (the varint matrix), also where a
+    header's own length varint grows with the value's length (a 118-character name: 127
+    bytes for a 1-byte varint, 128 for a 2-byte one). All must be protobuf's bytes, from
+    Arrow columns with and without nulls."""
     long_name = "d" + "x" * 117
     schema = schema_from_dict({"name": "s", "kind": "example", "features": {
         "a_small": {"dtype": "int64", "shape": []},

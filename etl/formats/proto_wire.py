@@ -92,53 +92,54 @@ def varint_lengths(v: np.ndarray) -> np.ndarray:
     """Bytes each uint64 takes as a varint."""
     v = v.astype(np.uint64, copy=False)
     n = np.ones(len(v), np.int64)
+    top = int(v.max()) if len(v) else 0
     for shift in range(7, 64, 7):
+        if top < 1 << shift:  # no value needs another byte (one pass for the maximum)
+            break
         n += v >= np.uint64(1 << shift)
     return n
 
 
-def varints(values: np.ndarray,
-            prefix: Callable[[int], bytes] | None = None) -> pa.LargeBinaryArray:
-    """Varint-encode a whole int64 column at once: element i is value i's varint, after
-    `prefix(its length)` when given (a scalar feature's headers: one piece, not two to join).
+def varints(values: np.ndarray) -> pa.LargeBinaryArray:
+    """Varint-encode a whole int64 column at once: element i is value i's varint."""
+    (column,) = varint_pieces(values)
+    return column  # type: ignore[return-value]
+
+
+def varint_pieces(values: np.ndarray,
+                  prefix: Callable[[int], bytes] | None = None) -> list[Piece]:
+    """Each value's varint, after `prefix(its length)` when given (a scalar feature's
+    headers), as pieces to join.
 
     A column whose values span a range smaller than a quarter of its length (a small integer
     feature, a label, a year) has each distinct value's varint made once, for the range, and
     gathered in C++ (`take`): a negative value is a 10-byte varint, and on the benchmark's
-    `i1` in [-1000, 1000) the matrix below cost 55 CPU-ns a value, the gather 11.
+    `i1` in [-1000, 1000) the matrix below cost 55 CPU-ns a value, the gather 11. The
+    prefix is then part of each table entry: one piece, gathered once. Otherwise it is a
+    piece of its own (laying it into the matrix cost more than joining it).
     """
     v = np.asarray(values).astype(np.int64, copy=False)
     if len(v) >= 1024:
         lo, hi = int(v.min()), int(v.max())
         if hi - lo < len(v) // 4:
-            table = _varint_matrix(np.arange(lo, hi + 1, dtype=np.int64), prefix)
-            return table.take(pa.array(v - np.int64(lo)))
-    return _varint_matrix(v, prefix)
+            table = _varint_matrix(np.arange(lo, hi + 1, dtype=np.int64))
+            if prefix is not None:
+                table = join([per_length(lengths(table), prefix), table])
+            return [table.take(pa.array(v - np.int64(lo)))]
+    plain = _varint_matrix(v)
+    return [plain] if prefix is None else [per_length(lengths(plain), prefix), plain]
 
 
-def _varint_matrix(values: np.ndarray,
-                   prefix: Callable[[int], bytes] | None = None) -> pa.LargeBinaryArray:
+def _varint_matrix(values: np.ndarray) -> pa.LargeBinaryArray:
     """All ten possible 7-bit groups of each value as an (n, 10) matrix; a boolean mask of the
-    groups each value needs, read row by row, is the concatenation of the varints. A prefix
-    of one width for every length present goes in as columns before them."""
-    v = values.astype(np.int64).view(np.uint64)
+    groups each value needs, read row by row, is the concatenation of the varints."""
+    v = values.astype(np.int64, copy=False).view(np.uint64)
     nbytes = varint_lengths(v)
     width = int(nbytes.max()) if len(v) else 0
     groups = np.arange(width, dtype=np.uint64) * np.uint64(7)
     table = ((v[:, None] >> groups) & np.uint64(0x7F)).astype(np.uint8)
     used = np.arange(width) < nbytes[:, None]
     table[:, :-1] |= used[:, 1:].astype(np.uint8) << 7  # continuation bit: another group follows
-    if prefix is not None and len(v):
-        heads = {k: prefix(k) for k in np.flatnonzero(np.bincount(nbytes)).tolist()}
-        w = len(next(iter(heads.values())))
-        if any(len(h) != w for h in heads.values()):  # a prefix's own varint grew: join them
-            return join([per_length(nbytes, prefix), _varint_matrix(values)])
-        rows = np.zeros((width + 1, w), np.uint8)
-        for k, head in heads.items():
-            rows[k] = np.frombuffer(head, np.uint8)
-        table = np.concatenate([rows[nbytes], table], axis=1)
-        used = np.concatenate([np.ones((len(v), w), bool), used], axis=1)
-        nbytes = nbytes + w
     offsets = np.zeros(len(v) + 1, np.int64)
     np.cumsum(nbytes, out=offsets[1:])
     return binary(table[used], offsets)
@@ -354,8 +355,8 @@ def _features(
         return wrap(feature_head, len(feature_head) + p)
 
     one_each = _one_each(groups, len(values))
-    if one_each and storage == "int64":  # headers and varint made as one piece
-        return [varints(_int64s(values), prefix=head)]
+    if one_each and storage == "int64":  # headers in the varints' table when there is one
+        return varint_pieces(_int64s(values), prefix=head)
     if one_each and storage == "bytes":  # every header depends on the blob's length alone
         blobs = _blobs(values)
 
