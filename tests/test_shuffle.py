@@ -308,17 +308,20 @@ def test_merge_in_rounds_equals_one_sort_whatever_the_budget(tmp_path, shuffled,
         assert got == [(s, j) for _, _, s, j in every[skip : skip + take]]
 
 
-@pytest.mark.parametrize("budget", [2, 5, 64])
-def test_merge_with_tied_keys_orders_them_by_id(budget) -> None:
+@pytest.mark.parametrize("budget", [2, 5, 64, 1 << 12])
+@pytest.mark.parametrize("count", [5, 40])  # a round's sort: timsort of the runs, or the default
+def test_merge_with_tied_keys_orders_them_by_id(budget, count) -> None:
     """Keys that tie across slices (records of several files may share a key) come out in
     id order, also when the round's frontier falls inside a run of tied keys: the cut is
-    counted on the unsorted block, ties decided by id."""
+    counted on the unsorted block, ties decided by id; with few slices (timsort of the runs)
+    and with more than TIMSORT_RUNS (the default sort), which sort nothing else decides."""
     from etl.shuffle.merge import merged_batches
-    from etl.shuffle.runs import MemorySlice
+    from etl.shuffle.runs import TIMSORT_RUNS, MemorySlice
 
+    assert 5 <= TIMSORT_RUNS < 40
     rng = np.random.default_rng(11)
     slices, every = [], []
-    for s in range(5):
+    for s in range(count):
         n = int(rng.integers(20, 60))
         keys = rng.integers(0, 6, n, dtype=np.uint64)  # six distinct keys in all: many ties
         ids = rng.choice(10_000, n, replace=False).astype(np.uint64) + np.uint64(s * 10_000)

@@ -68,7 +68,7 @@ def merged_batches(slices: Sequence[RunSlice], skip: int, take: int,
         local = np.concatenate([np.arange(loaded[i] - n, loaded[i])
                                 for i, n in zip(live, counts, strict=True)])
         z = np.concatenate([sizes[i] for i in live])
-        order = sort_block(k, d, in_runs=True)  # (key, id) only where keys tie
+        order = sort_block(k, d, runs=len(live))  # (key, id) only where keys tie
         pending = [i for i in live if loaded[i] < lengths[i]]
         if pending:  # everything up to the smallest last-loaded (key, id) of those is final
             fk, fi = min((int(keys[i][-1]), int(ids[i][-1])) for i in pending)

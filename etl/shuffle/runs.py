@@ -22,16 +22,21 @@ from etl.shuffle.planning import RunKeys, run_keys
 from etl.storage import fs
 
 
-def sort_block(keys: np.ndarray, ids: np.ndarray, *, in_runs: bool = False) -> np.ndarray:
+def sort_block(keys: np.ndarray, ids: np.ndarray, *, runs: int = 0) -> np.ndarray:
     """Order of records by (key, id). Keys of one file never tie (they are a bijection of
-    the position), so a plain sort is exact there; ids break ties otherwise. `in_runs`: the
-    keys are sorted runs laid end to end (a merge's blocks), which NumPy's stable sort
-    (timsort) finds and merges instead of sorting from scratch."""
-    order = np.argsort(keys, kind="stable" if in_runs else None)
+    the position), so a plain sort is exact there; ids break ties otherwise. `runs`: the keys
+    are that many sorted runs laid end to end (a merge's blocks). NumPy's stable sort
+    (timsort) finds a few runs and merges them faster than its default sort sorts from
+    scratch; beyond TIMSORT_RUNS the default sort (AVX-512 where the CPU has it) is faster
+    (benchmarks/README.md, "The merge's sort by run count")."""
+    order = np.argsort(keys, kind="stable" if 0 < runs <= TIMSORT_RUNS else None)
     sorted_keys = keys[order]
     if len(keys) > 1 and (sorted_keys[1:] == sorted_keys[:-1]).any():
         return np.lexsort((ids, keys))
     return order
+
+
+TIMSORT_RUNS = 8
 
 
 @dataclass(frozen=True)
