@@ -147,7 +147,6 @@ def test_varints_match_protobuf(values):
     assert want.endswith(got) and len(want) - len(got) <= 1 + 10
 
 
-
 def test_scalar_features_headers_made_with_their_values_equal_protobuf() -> None:
     """Scalar int64 and bytes features have their headers made with the value (in the
     varint table, or per blob length) or beside it (the varint matrix), also where a

@@ -314,7 +314,7 @@ def _value_bytes(storage: str, values: pa.Array) -> list[Piece]:
         data = np.asarray(values.to_numpy(zero_copy_only=False), np.float32).astype("<f4", copy=False)
         return [fixed(data, 4, len(values))]
     blobs = _blobs(values)
-    return [per_length(_blob_lengths(blobs), lambda n: b"\x0a" + varint(n)), blobs]
+    return [per_length(_blob_lengths(blobs), _blob_head), blobs]
 
 
 def _int64s(values: pa.Array) -> np.ndarray:
@@ -323,6 +323,11 @@ def _int64s(values: pa.Array) -> np.ndarray:
 
 def _blobs(values: pa.Array) -> pa.LargeBinaryArray:
     return values.cast(BINARY) if values.type != BINARY else values
+
+
+def _blob_head(length: int) -> bytes:
+    """A bytes value's own header in its BytesList: field 1, then its length."""
+    return b"\x0a" + varint(length)
 
 
 def _blob_lengths(blobs: pa.LargeBinaryArray) -> np.ndarray:
@@ -361,7 +366,7 @@ def _features(
         blobs = _blobs(values)
 
         def heads(length: int) -> bytes:
-            value_head = b"\x0a" + varint(length)
+            value_head = _blob_head(length)
             return head(len(value_head) + length) + value_head
 
         return [per_length(_blob_lengths(blobs), heads), blobs]
