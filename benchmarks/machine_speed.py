@@ -14,11 +14,12 @@ figure is the best of a few tries (the least disturbed), on one thread unless it
 - csv_mrows_two: the same parse on two threads at once, both threads' rows together: near
   twice csv_mrows where the two cores are whole cores, less where they share one (hyper-
   threads) or a neighbour keeps the other busy, as the pipeline's two busy threads find it;
-- crc_call_ns: nanoseconds per google-crc32c call on records of 190 bytes, the benchmark
-  CSV's Example size: the framing's one call per record, mostly the cost of calling C from
-  Python (the checksum itself is ~25 ns of it);
-- crc32c_gbs, sha256_gbs: GB/s of google-crc32c and hashlib over one buffer (the framing's and
-  the manifest's checksums);
+- crc_call_ns: nanoseconds per call of the framing's CRC32C (etl.formats.tfrecord.crc32c,
+  fastcrc's; google-crc32c's before 2026-11-28) on records of 190 bytes, the benchmark CSV's
+  Example size: the framing's one call per record, mostly the cost of calling native code
+  from Python;
+- crc32c_gbs, sha256_gbs: GB/s of that CRC32C and of hashlib's sha256 over one buffer (the
+  framing's and the manifest's checksums);
 - copy_gbs: GB/s of a NumPy copy between two buffers already in memory.
 """
 
@@ -33,11 +34,11 @@ import threading
 import timeit
 from collections.abc import Callable
 
-import google_crc32c
 import numpy as np
 import pyarrow.csv as pa_csv
 
 from benchmarks.data import CSV_HEADER, csv_chunk
+from etl.formats import tfrecord
 
 TRIES = 5
 RECORD = 190  # bytes: a benchmark CSV row as an Example
@@ -88,9 +89,9 @@ def measure(rows: int = 100_000, mib: int = 32) -> dict[str, float]:
         "csv_mrows": round(rows / _best(lambda: parse_rows(text), 3) / 1e6, 3),
         "csv_mrows_two": round(2 * rows / _best(
             lambda: _on_two_threads(lambda: parse_rows(text)), 3) / 1e6, 3),
-        "crc_call_ns": round(_best(lambda: list(map(google_crc32c.value, records)))
+        "crc_call_ns": round(_best(lambda: list(map(tfrecord.crc32c, records)))
                              / CALLS * 1e9, 1),
-        "crc32c_gbs": round(size / _best(lambda: google_crc32c.value(buf)), 2),
+        "crc32c_gbs": round(size / _best(lambda: tfrecord.crc32c(buf)), 2),
         "sha256_gbs": round(size / _best(lambda: hashlib.sha256(buf).digest()), 2),
         "copy_gbs": round(size / _best(lambda: np.copyto(dst, src)), 2),
     }

@@ -1,15 +1,20 @@
 """etl.formats.tfrecord.frame_records: a whole column framed at once (the data CRCs computed in
 slices of CRC_SLICE records) gives exactly the bytes of framing each record on its own, on
-every side of a slice boundary, for empty records and for a column that is itself a slice."""
+every side of a slice boundary, for empty records and for a column that is itself a slice;
+and the framing's CRC32C (fastcrc's) gives google-crc32c's values, the library TensorFlow's
+and GCS's users check against, at every length a record or a header has."""
 
 from __future__ import annotations
 
+import struct
+
+import google_crc32c
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from etl.formats.proto_wire import data_of
-from etl.formats.tfrecord import CRC_SLICE, frame_all, frame_records, read_file
+from etl.formats.tfrecord import CRC_SLICE, crc32c, frame_all, frame_records, read_file
 
 
 def _records(n: int, seed: int) -> list[bytes]:
@@ -36,3 +41,25 @@ def test_a_sliced_column_frames_its_own_records(tmp_path) -> None:
     path = tmp_path / "x.tfrecord"
     path.write_bytes(framed)  # and the reader takes it back, every CRC checked
     assert [r for _, r in read_file(str(path))] == records[CRC_SLICE - 3 : 2 * CRC_SLICE + 3]
+
+
+def _reference_frame(record: bytes) -> bytes:
+    """A record framed by TF's record_writer.cc rules, with google-crc32c's CRC."""
+    def masked(data: bytes) -> int:
+        crc = google_crc32c.value(data)
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    header = struct.pack("<Q", len(record))
+    return (header + struct.pack("<I", masked(header)) + record
+            + struct.pack("<I", masked(record)))
+
+
+def test_the_framing_crc_is_crc32c_at_every_length() -> None:
+    rng = np.random.default_rng(11)
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720's polynomial)
+    assert crc32c(b"") == 0
+    for n in [*range(0, 300), 1023, 4096, 65_537, 1 << 20]:
+        data = rng.bytes(n)
+        assert crc32c(data) == google_crc32c.value(data), n
+    records = [rng.bytes(n) for n in range(0, 300)] + [rng.bytes(70_000)]
+    framed = frame_records(pa.array(records, pa.large_binary()))
+    assert framed.to_pylist() == [_reference_frame(r) for r in records]
