@@ -1,8 +1,8 @@
 """etl.formats.tfrecord.frame_records: a whole column framed at once (the data CRCs computed in
 slices of CRC_SLICE records) gives exactly the bytes of framing each record on its own, on
 every side of a slice boundary, for empty records and for a column that is itself a slice;
-and the framing's CRC32C (fastcrc's) gives google-crc32c's values, the library TensorFlow's
-and GCS's users check against, at every length a record or a header has."""
+and the framing's CRC32C (fastcrc's) gives google-crc32c's values at every length a record
+or a header has, so frames match those of a writer built on google-crc32c."""
 
 from __future__ import annotations
 

@@ -4,10 +4,9 @@ Each record is: uint64 length, uint32 masked crc32c(length), data, uint32 masked
 little-endian; mask(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (TF record_writer.cc).
 
 The CRC32C is fastcrc's (Rust, hardware-accelerated, the same values as google-crc32c). A
-record's CRC is one call per record, made with the GIL held, and the call's cost is mostly
-the call: google-crc32c's parses an argument tuple, fastcrc's takes its argument directly,
-which makes the call about 40% cheaper on short records (benchmarks/README.md, "The data
-CRC's call").
+record's CRC is one call per record, made with the GIL held, and on short records the call
+costs more than the checksum: google-crc32c's parses an argument tuple, fastcrc's takes its
+argument directly (figures: benchmarks/README.md, "The data CRC's call").
 """
 
 from __future__ import annotations
