@@ -74,7 +74,7 @@ def test_float_text_overflow_and_nonfinite_without_allow_nan() -> None:
     assert values[0] == [1.5] and values[4] == [0.0]
     assert bad == {
         # "1e400" parses as inf: an overflow of the text, not an Inf the source meant
-        1: ("out_of_range", "value 1e400 overflows float64 (and float32)"),
+        1: ("out_of_range", "value 1e400 overflows float32"),
         2: ("nan_not_allowed", "value inf is not finite (the feature does not say "
                                "allow_nan: true)"),
         3: ("nan_not_allowed", "value nan is not finite (the feature does not say "

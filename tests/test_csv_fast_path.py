@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.contract.codec import Encoder
-from etl.contract.schema import schema_from_dict
+from etl.contract.schema import Schema, schema_from_dict
 from etl.sources import make_reader
 from etl.sources.base import Split
 
@@ -20,13 +20,14 @@ SCHEMA = schema_from_dict({"name": "t", "kind": "example", "features": {
 }})
 
 
-def _read(path: Path, fast: bool, block_rows: int = 4) -> tuple[list, list, list, list]:
+def _read(path: Path, fast: bool, block_rows: int = 4,
+          schema: Schema = SCHEMA) -> tuple[list, list, list, list]:
     """(positions, encoded records, rejected messages, lines of the written rows) of a file."""
     reader = make_reader({"format": "csv", "paths": [str(path)], "block_rows": block_rows},
                          str(path.parent), "test")
     if fast:
-        reader.prepare(SCHEMA, 64 << 20)
-    encoder = Encoder(SCHEMA)
+        reader.prepare(schema, 64 << 20)
+    encoder = Encoder(schema)
     positions, records, bad, lines = [], [], [], []
     for block in reader.read(str(path)):
         assert block.lines is not None and len(block.lines) == block.num_rows
@@ -41,7 +42,10 @@ def _read(path: Path, fast: bool, block_rows: int = 4) -> tuple[list, list, list
 
 
 def test_schema_names_only_single_scalar_numeric_columns() -> None:
-    assert SCHEMA.numeric_columns() == {"x": "float64", "n": "int64"}
+    assert SCHEMA.numeric_columns() == {"x": "float32", "n": "int64"}
+    half = schema_from_dict({"name": "t", "kind": "example",
+                             "features": {"h": {"dtype": "float16", "shape": []}}})
+    assert half.numeric_columns() == {"h": "float64"}  # Arrow parses no half floats
 
 
 def test_fast_path_equals_careful_path_on_clean_tricky_text(tmp_path: Path) -> None:
@@ -58,6 +62,55 @@ def test_fast_path_equals_careful_path_on_clean_tricky_text(tmp_path: Path) -> N
     (nan,) = bad
     assert nan.startswith(f"{path}:4: feature 'x':") and nan.endswith("[nan_not_allowed]")
     assert len(records) == 4
+
+
+def test_text_beyond_the_float_range_is_refused_on_both_paths(tmp_path: Path) -> None:
+    """Arrow parses "1e400" and "inf" alike as inf; the fast path must not store the first as
+    an infinity where the careful path refuses it (it did: a feature with allow_nan kept it)."""
+    schema = schema_from_dict({"name": "t", "kind": "example", "features": {
+        "x": {"dtype": "float32", "shape": [], "allow_nan": True},
+        "n": {"dtype": "int64", "shape": []},
+        "s": {"dtype": "string", "shape": []},
+    }})
+    path = tmp_path / "big.csv"
+    path.write_text("x,n,s\n1.5,1,a\n1e400,2,b\ninf,3,c\n-1e39,4,d\nnan,5,e\n")
+    fast = _read(path, fast=True, schema=schema)
+    assert fast == _read(path, fast=False, schema=schema)
+    positions, records, bad, _ = fast
+    assert positions == [0, 2, 4]
+    assert bad == [f"{path}:3: feature 'x': value 1e400 overflows float32 [out_of_range]",
+                   f"{path}:5: feature 'x': value -1e39 overflows float32 [out_of_range]"]
+    from tensorflow.core.example import example_pb2  # noqa: PLC0415 - protobuf only
+
+    x = [example_pb2.Example.FromString(r).features.feature["x"].float_list.value[0]
+         for r in records]
+    assert x[0] == 1.5 and x[1] == float("inf") and np.isnan(x[2])
+
+
+def test_float32_text_is_rounded_once_as_tf_decode_csv_does(tmp_path: Path) -> None:
+    """A decimal just above a float32 midpoint rounds up when read as float32 directly (strtof,
+    tf.io.decode_csv); through a double it lands on the midpoint and rounds to even, a unit
+    lower. Both paths, and the careful path's cell-by-cell parse (a batch with a bad cell),
+    store the single rounding."""
+    cells = ["1.0000000596046448",  # 1 + 2**-24 (the midpoint) + 2.2e-17: up, 0x3f800001
+             "0.10000000894069672",  # above the midpoint of 0.1f and its successor
+             "3.4028235e38", "1e-50", "-0", "0.1"]
+    want = [0x3F800001, 0x3DCCCCCE, 0x7F7FFFFF, 0, 0x80000000, 0x3DCCCCCD]
+    path = tmp_path / "round.csv"
+    path.write_text("x,n,s\n" + "".join(f"{c},{i},a\n" for i, c in enumerate(cells)))
+    bad_cell = tmp_path / "round_bad.csv"  # one unparsable cell: the careful path's slow parse
+    bad_cell.write_text("x,n,s\n" + "".join(f"{c},{i},a\n" for i, c in enumerate(cells))
+                        + "oops,9,a\n")
+    for f, fast, rows in ((path, True, 1 << 10), (path, False, 1 << 10), (bad_cell, False, 1 << 10)):
+        reader = make_reader({"format": "csv", "paths": [str(f)], "block_rows": rows},
+                             str(f.parent), "test")
+        if fast:
+            reader.prepare(SCHEMA, 64 << 20)
+        (block,) = list(reader.read(str(f)))
+        out = Encoder(SCHEMA).encode(block.columns, source=str(f), positions=block.positions,
+                                     lines=block.lines)
+        got = np.asarray(out.storage["x"].flatten(), np.float32)[: len(cells)].view(np.uint32)
+        assert got.tolist() == want, (f.name, fast)
 
 
 def test_fast_path_hands_over_mid_file_without_losing_or_repeating_records(tmp_path: Path) -> None:
@@ -107,7 +160,7 @@ def test_fast_path_columns_are_arrow_numbers(tmp_path: Path) -> None:
     reader = make_reader({"format": "csv", "paths": [str(path)]}, str(tmp_path), "test")
     reader.prepare(SCHEMA, 64 << 20)
     (block,) = list(reader.read(str(path)))
-    assert block.columns["x"].type == pa.float64() and block.columns["n"].type == pa.int64()
+    assert block.columns["x"].type == pa.float32() and block.columns["n"].type == pa.int64()
     assert block.columns["s"].to_pylist() == ["a"]
 
 

@@ -25,6 +25,7 @@ from etl.base import heap
 from etl.base.errors import ConfigError, quote
 from etl.contract import dates
 from etl.contract.images import ImageProblem, encode_pixels, fit_image, image_header_problems
+from etl.contract.schema import text_number_type
 from etl.formats.kinds import STORAGE_KINDS
 
 if TYPE_CHECKING:
@@ -361,7 +362,8 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
     empty = pc.equal(text, "")
     text = pc.if_else(empty, pa.scalar(None, pa.large_string()), text)
     is_float = np.dtype(feature.dtype).kind == "f"
-    target = pa.float64() if is_float else pa.int64()
+    parsed_as = text_number_type(feature.dtype)
+    target = pa.type_for_alias(parsed_as)
     range_bad = None
     try:
         parsed = text.cast(target)
@@ -388,8 +390,8 @@ def _parse_text(feature: Feature, leaves: pa.Array) -> tuple[np.ndarray, np.ndar
         bad = bad | parse_bad
     if range_bad is not None and range_bad.any():
         if is_float:
-            why = "value {value} overflows " + ("float64" if feature.dtype == "float64"
-                                                  else f"float64 (and {feature.dtype})")
+            why = "value {value} overflows " + (feature.dtype if parsed_as == feature.dtype
+                                                  else f"{parsed_as} (and {feature.dtype})")
         else:
             info = np.iinfo(np.dtype(feature.dtype))
             why = "value {value} out of range " + f"for {feature.dtype} [{info.min}, {info.max}]"
@@ -423,7 +425,27 @@ def _parse_cells(text: pa.Array, is_float: bool,
             range_bad[i] = True
             continue
         out.append(v)
+    if is_float and target != pa.float64():  # Python's float is a double: round once, as Arrow
+        out = _single_rounding(cells, out, target)
     return pa.array(out, target), parse_bad, range_bad
+
+
+def _single_rounding(cells: list[Any], values: list[Any], target: pa.DataType) -> list[Any]:
+    """The parsed cells' text cast by Arrow to `target` directly (a float32 through a double
+    can round twice); a cell Arrow does not read but Python does (digits of other scripts)
+    keeps Python's value."""
+    good = [c if v is not None else None for c, v in zip(cells, values, strict=True)]
+    try:
+        return pa.array(good, pa.large_string()).cast(target).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    out = []
+    for c, v in zip(good, values, strict=True):
+        try:
+            out.append(None if c is None else pa.array([c]).cast(target)[0].as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            out.append(v)
+    return out
 
 
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")

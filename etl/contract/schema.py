@@ -49,6 +49,17 @@ _ALIASES = {
 _INT_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _FLOAT_DTYPES = ("float16", "float32", "float64")
 DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, "bytes")
+
+
+def text_number_type(dtype: str) -> str:
+    """The Arrow type a number feature's text is parsed into: the declared float32 directly
+    (one rounding of the decimal, as tf.io.decode_csv and strtof give: through float64 a
+    decimal just past a float32 midpoint rounds twice and can land one unit lower), float64
+    for float16 (Arrow parses no half floats), int64 for every integer dtype."""
+    if dtype == "float32":
+        return "float32"
+    return "float64" if dtype in _FLOAT_DTYPES else "int64"
+
 TIME_DTYPES = ("date", "timestamp")  # stored as int64 (etl.contract.dates)
 # tf.io.decode_raw's out_type list (TF 2.21): uint32/uint64 are not decodable from raw bytes.
 _RAW_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -294,8 +305,9 @@ class Schema:
 
     def numeric_columns(self) -> dict[str, str]:
         """Raw columns that each hold one number per record for exactly one numeric feature:
-        column -> "float64" or "int64". Text sources may parse these up front (the CSV fast
-        path); the encoder then sees the same Arrow numbers its own text parsing would give."""
+        column -> "float32", "float64" (float16 features) or "int64": the type the careful
+        path's text parsing gives (etl.contract.columns, `_parse_text`). Text sources may parse
+        these up front (the CSV fast path); the encoder then sees the same Arrow numbers."""
         uses: dict[str, list[Feature]] = {}
         for f in self.features:
             for column in f.sources:
@@ -307,7 +319,7 @@ class Schema:
             if (len(features) > 1 or f.is_sequence or f.encoding != "values" or f.vocabulary
                     or f.dtype in ("bytes", "bool") or f.time is not None or not scalar):
                 continue
-            out[column] = "float64" if f.dtype.startswith("float") else "int64"
+            out[column] = text_number_type(f.dtype)
         return out
 
     def text_columns(self) -> list[str]:

@@ -258,6 +258,8 @@ class CsvReader(FileSource):
                 m = batch.num_rows
                 if _any_newline(batch):  # quoted: only the careful path can check their quotes
                     raise _RunsOff("a quoted value runs over several lines")
+                if _any_nonfinite(batch):  # "1e400" and "inf" both parse as inf: the text tells
+                    raise _RunsOff("a number that is not finite")
                 lines = first_line + np.arange(cursor, cursor + m, dtype=np.int64)
                 positions = lines - self._header_lines - 1
                 cursor += m
@@ -473,6 +475,18 @@ def _longest(batch: pa.RecordBatch) -> int:
         if pa.types.is_binary(col.type):
             size += np.asarray(pc.binary_length(col).fill_null(0), np.int64)
     return int(size.max()) if batch.num_rows else 0
+
+
+def _any_nonfinite(batch: pa.RecordBatch) -> bool:
+    """Whether a float column may hold an inf or NaN: its sum is not finite (a sum that
+    overflows also says yes, which only costs the careful path). Arrow parses both a text
+    beyond the type's range and "inf" as inf; only the careful path sees which it was."""
+    for col in batch.columns:
+        if pa.types.is_floating(col.type) and col.null_count < len(col):
+            total = pc.sum(col).as_py()
+            if total is not None and not np.isfinite(total):
+                return True
+    return False
 
 
 def _any_newline(batch: pa.RecordBatch) -> bool:
