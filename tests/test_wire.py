@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from etl.contract.codec import Encoder
 from etl.contract.schema import schema_from_dict
+from etl.formats import proto_wire
 from etl.formats.proto_wire import varints
 
 
@@ -179,3 +180,35 @@ def test_scalar_features_headers_made_with_their_values_equal_protobuf() -> None
             "c_bytes": _feature([blobs[i]], "bytes"),
             long_name: _feature([5 if grows[i] is None else grows[i]], "int64")}))
         assert got == want.SerializeToString(deterministic=True), i
+
+
+@pytest.mark.parametrize("band", [1, 1000, 512 << 10], ids=["row_by_row", "uneven_bands", "default"])
+def test_side_by_side_blocks_filled_in_bands_equal_protobuf(band: int, monkeypatch) -> None:
+    """The fixed-width block is filled a band of rows at a time (proto_wire.SIDE_BY_SIDE_BAND):
+    mostly headers (scalar floats under one template row) and mostly values (an image under
+    its header columns), with bands of one row, bands that do not divide the rows, and one
+    band, all give TensorFlow's bytes."""
+    monkeypatch.setattr(proto_wire, "SIDE_BY_SIDE_BAND", band)
+    schema = schema_from_dict({"name": "b", "kind": "example", "features": {
+        **{f"f{i}": {"dtype": "float32", "shape": []} for i in range(4)},
+        "image": {"dtype": "uint8", "shape": [28, 28], "encoding": "raw"},
+        "label": {"dtype": "int64", "shape": []}}})
+    rng = np.random.default_rng(5)
+    n = 301
+    floats = rng.standard_normal((4, n)).astype(np.float32)
+    pixels = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, n)
+    headers_only = Encoder(schema_from_dict({"name": "h", "kind": "example", "features": {
+        f"f{i}": {"dtype": "float32", "shape": []} for i in range(4)}}))
+    for encoder, columns in ((headers_only, {f"f{i}": floats[i] for i in range(4)}),
+                             (Encoder(schema), {**{f"f{i}": floats[i] for i in range(4)},
+                                                "image": pixels, "label": labels})):
+        out = encoder.encode(columns)
+        assert not out.bad and len(out.records) == n
+        for i, got in enumerate(out.records):
+            feature = {f"f{k}": _feature([float(floats[k][i])], "float") for k in range(4)}
+            if "image" in columns:
+                feature |= {"image": _feature([pixels[i].tobytes()], "bytes"),
+                            "label": _feature([int(labels[i])], "int64")}
+            want = tf.train.Example(features=tf.train.Features(feature=feature))
+            assert got == want.SerializeToString(deterministic=True), (band, i)
