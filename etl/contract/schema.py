@@ -49,17 +49,6 @@ _ALIASES = {
 _INT_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _FLOAT_DTYPES = ("float16", "float32", "float64")
 DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, "bytes")
-
-
-def text_number_type(dtype: str) -> str:
-    """The Arrow type a number feature's text is parsed into: the declared float32 directly
-    (one rounding of the decimal, as tf.io.decode_csv and strtof give: through float64 a
-    decimal just past a float32 midpoint rounds twice and can land one unit lower), float64
-    for float16 (Arrow parses no half floats), int64 for every integer dtype."""
-    if dtype == "float32":
-        return "float32"
-    return "float64" if dtype in _FLOAT_DTYPES else "int64"
-
 TIME_DTYPES = ("date", "timestamp")  # stored as int64 (etl.contract.dates)
 # tf.io.decode_raw's out_type list (TF 2.21): uint32/uint64 are not decodable from raw bytes.
 _RAW_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -71,6 +60,16 @@ _IMAGE_ENCODINGS = ("png", "jpeg")
 _NAN_TEXT = ("nan", "NaN", "NAN")
 _SECTIONS = ("features", "context", "sequence")
 VOCABULARY_MAX_CHARS = 256 * 2**20  # 10M labels of 25 characters; /dev/zero is refused
+
+
+def text_number_type(dtype: str) -> str:
+    """The Arrow type a number feature's text is parsed into: the declared float32 directly
+    (one rounding of the decimal, as tf.io.decode_csv and strtof give: through float64 a
+    decimal just past a float32 midpoint rounds twice and can land one unit lower), float64
+    for float16 (Arrow parses no half floats), int64 for every integer dtype."""
+    if dtype == "float32":
+        return "float32"
+    return "float64" if dtype in _FLOAT_DTYPES else "int64"
 
 
 def _tf() -> Any:

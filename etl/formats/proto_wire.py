@@ -247,7 +247,7 @@ def _side_by_side(run: list[tuple[Piece, int]]) -> list[Piece]:
     total = sum(width for _, width in pieces)
     block = np.empty((n, total), np.uint8)
     # (destination, source) copies; a source of one item (a header) goes to every record
-    copies: list[tuple[np.ndarray, np.ndarray]] = []
+    copies: list[tuple[np.ndarray, np.ndarray | np.void]] = []
     repeated = sum(width for piece, width in pieces if isinstance(piece, Repeated))
     if repeated * 2 >= total > 0:
         # mostly headers (scalar features): one template row written to every record, then
@@ -281,7 +281,7 @@ def _side_by_side(run: list[tuple[Piece, int]]) -> list[Piece]:
         at += width
     # filled a cache-sized band of rows at a time: every copy writes across each row, and
     # a band stays in L2 between them where the whole block (a pass per copy) did not
-    # (benchmarks/README.md, "The side-by-side block in bands")
+    # (benchmarks/README.md, "Two fast-path defects, the side-by-side block in bands")
     step = max(1, SIDE_BY_SIDE_BAND // max(total, 1))
     for lo in range(0, n, step):
         hi = lo + step
