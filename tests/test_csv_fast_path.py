@@ -41,6 +41,14 @@ def _read(path: Path, fast: bool, block_rows: int = 4,
     return positions, records, bad, lines
 
 
+def _floats(records: list[bytes], name: str) -> list[float]:
+    """Each record's first value of float feature `name`, as protobuf reads it."""
+    from tensorflow.core.example import example_pb2  # noqa: PLC0415 - protobuf only
+
+    return [example_pb2.Example.FromString(r).features.feature[name].float_list.value[0]
+            for r in records]
+
+
 def test_schema_names_only_single_scalar_numeric_columns() -> None:
     assert SCHEMA.numeric_columns() == {"x": "float32", "n": "int64"}
     half = schema_from_dict({"name": "t", "kind": "example",
@@ -80,10 +88,7 @@ def test_text_beyond_the_float_range_is_refused_on_both_paths(tmp_path: Path) ->
     assert positions == [0, 2, 4]
     assert bad == [f"{path}:3: feature 'x': value 1e400 overflows float32 [out_of_range]",
                    f"{path}:5: feature 'x': value -1e39 overflows float32 [out_of_range]"]
-    from tensorflow.core.example import example_pb2  # noqa: PLC0415 - protobuf only
-
-    x = [example_pb2.Example.FromString(r).features.feature["x"].float_list.value[0]
-         for r in records]
+    x = _floats(records, "x")
     assert x[0] == 1.5 and x[1] == float("inf") and np.isnan(x[2])
 
 
@@ -101,15 +106,9 @@ def test_float32_text_is_rounded_once_as_tf_decode_csv_does(tmp_path: Path) -> N
     bad_cell = tmp_path / "round_bad.csv"  # one unparsable cell: the careful path's slow parse
     bad_cell.write_text("x,n,s\n" + "".join(f"{c},{i},a\n" for i, c in enumerate(cells))
                         + "oops,9,a\n")
-    for f, fast, rows in ((path, True, 1 << 10), (path, False, 1 << 10), (bad_cell, False, 1 << 10)):
-        reader = make_reader({"format": "csv", "paths": [str(f)], "block_rows": rows},
-                             str(f.parent), "test")
-        if fast:
-            reader.prepare(SCHEMA, 64 << 20)
-        (block,) = list(reader.read(str(f)))
-        out = Encoder(SCHEMA).encode(block.columns, source=str(f), positions=block.positions,
-                                     lines=block.lines)
-        got = np.asarray(out.storage["x"].flatten(), np.float32)[: len(cells)].view(np.uint32)
+    for f, fast in ((path, True), (path, False), (bad_cell, False)):
+        _, records, _, _ = _read(f, fast=fast, block_rows=1 << 10)
+        got = np.asarray(_floats(records, "x"), np.float32).view(np.uint32)
         assert got.tolist() == want, (f.name, fast)
 
 
