@@ -3,10 +3,11 @@
 Each record is: uint64 length, uint32 masked crc32c(length), data, uint32 masked crc32c(data),
 little-endian; mask(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (TF record_writer.cc).
 
-The CRC32C is fastcrc's (Rust, hardware-accelerated, the same values as google-crc32c). A
-record's CRC is one call per record, made with the GIL held, and on short records the call
-costs more than the checksum: google-crc32c's parses an argument tuple, fastcrc's takes its
-argument directly (figures: benchmarks/README.md, "The data CRC's call").
+A big column is framed by a loop compiled at run time with the CPU's crc32 instruction
+(etl.formats.compiled_framing). Otherwise the CRC32C is fastcrc's (Rust, hardware-accelerated,
+the same values as google-crc32c): one call per record, made with the GIL held, and on short
+records the call costs more than the checksum: google-crc32c's parses an argument tuple,
+fastcrc's takes its argument directly (figures: benchmarks/README.md, "The data CRC's call").
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pyarrow as pa
 from fastcrc.crc32 import iscsi as crc32c
 
 from etl.base.errors import VerifyError
-from etl.formats.proto_wire import fixed, join, lengths
+from etl.formats import compiled_framing
+from etl.formats.proto_wire import binary, fixed, join, lengths, offsets_of
 from etl.storage import fs
 
 _MASK_DELTA = 0xA282EAD8
@@ -71,14 +73,30 @@ def frame_all(records: Iterable[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def frame_records(records: pa.LargeBinaryArray) -> pa.LargeBinaryArray:
-    """Frame a whole column of serialized records: element i becomes record i's framing.
+def frame_records(records: pa.LargeBinaryArray, order: np.ndarray | None = None,
+                  compiled: bool = True) -> pa.LargeBinaryArray:
+    """Frame a whole column of serialized records: element i becomes the framing of record i,
+    or of record order[i] when an order is given (the framing copies each record once, in
+    that order: no `take` before it).
 
-    Headers are built once per distinct length and placed with NumPy; the data CRCs are a
-    C-level `map` over slices of the records (the only per-record step, see _data_crcs); the
-    framed column is one element-wise concatenation in C++.
+    A column of COMPILED_FROM records or more is framed by one compiled loop where the CPU
+    allows (etl.formats.compiled_framing; `compiled=False` never uses it). Otherwise headers
+    are built once per distinct length and placed with NumPy, the data CRCs are a C-level
+    `map` over slices of the records (the only per-record step, see _data_crcs), and the
+    framed column is one element-wise concatenation in C++. Both give the same bytes.
     """
-
+    if records.null_count:
+        raise ValueError(f"frame_records: {records.null_count} null records (a record is bytes)")
+    if order is not None:
+        order = np.ascontiguousarray(order, np.int64)
+        if len(order) and (int(order.min()) < 0 or int(order.max()) >= len(records)):
+            raise IndexError(f"frame_records: an order index outside 0..{len(records) - 1}")
+    count = len(records) if order is None else len(order)
+    framer = compiled_framing.framer() if compiled and count >= COMPILED_FROM else None
+    if framer is not None:
+        return _frame_compiled(framer, records, order)
+    if order is not None:
+        records = records.take(pa.array(order))
     n = len(records)
     sizes = lengths(records)
     crcs = _data_crcs(records)
@@ -87,6 +105,23 @@ def frame_records(records: pa.LargeBinaryArray) -> pa.LargeBinaryArray:
     heads[:, 8:] = _length_crcs(sizes).view(np.uint8).reshape(n, 4)
     tails = _mask(crcs).astype("<u4")
     return join([fixed(heads, 12, n), records, fixed(tails, 4, n)])
+
+
+COMPILED_FROM = 16384  # smaller columns: not worth the loop's one-time compile (~0.1 s)
+
+
+def _frame_compiled(framer: compiled_framing.Framer, records: pa.LargeBinaryArray,
+                    order: np.ndarray | None) -> pa.LargeBinaryArray:
+    offsets = offsets_of(records)
+    if order is None:
+        order = np.arange(len(records), dtype=np.int64)
+    framed = np.diff(offsets)[order] + (HEADER + FOOTER)
+    out_offsets = np.zeros(len(order) + 1, np.int64)
+    np.cumsum(framed, out=out_offsets[1:])
+    out = pa.allocate_buffer(int(out_offsets[-1]))  # Arrow's pool, as `take`'s output was
+    data = records.buffers()[2]
+    framer(0 if data is None else data.address, np.ascontiguousarray(offsets), order, out)
+    return binary(out, out_offsets)
 
 
 def _data_crcs(records: pa.LargeBinaryArray) -> np.ndarray:

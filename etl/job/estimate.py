@@ -101,7 +101,7 @@ def packed_size(records: pa.Array, seed: int) -> int:
     a hash, incompressible) and ids, packed by etl.shuffle.chunk_codec."""
     n = len(records)
     rng = np.random.default_rng(seed)
-    framed = frame_records(binary_column(records).take(pa.array(rng.permutation(n))))
+    framed = frame_records(binary_column(records), rng.permutation(n))
     offsets = offsets_of(framed)
     keys = np.sort(rng.integers(0, 1 << 64, n, dtype=np.uint64))
     ids = np.sort(rng.integers(0, 1 << 40, n, dtype=np.uint64))

@@ -63,7 +63,7 @@ class SortedRun:
 def sorted_run(split: str, keys: np.ndarray, ids: np.ndarray,
                records: pa.LargeBinaryArray | list[bytes]) -> SortedRun:
     order = sort_block(keys, ids)
-    framed = frame_records(binary_column(records).take(pa.array(order)))
+    framed = frame_records(binary_column(records), order)
     offsets = offsets_of(framed)
     return SortedRun(split, keys[order], ids[order], offsets - offsets[0], data_of(framed))
 
