@@ -26,7 +26,8 @@ from etl.base.errors import BadRecord, ConfigError, RecordError, quote
 from etl.base.units import DEFAULT_MAX_RECORD_BYTES
 from etl.contract import columns as cols
 from etl.contract.schema import Feature, Schema
-from etl.formats import proto_wire
+from etl.formats import compiled_examples, proto_wire
+from etl.formats.jit import COMPILED_FROM
 
 Batch = Mapping[str, Any] | pa.RecordBatch | pa.Table
 
@@ -160,7 +161,10 @@ class Encoder:
                      else storage[f.name].take(take)) for f in features]
 
         if self.schema.kind == "example":
-            return proto_wire.serialize_examples(columns(self.schema.context))
+            context = columns(self.schema.context)
+            # a big block in a layout the compiled loop writes: one pass, the same bytes
+            encoded = compiled_examples.serialize(context) if len(rows) >= COMPILED_FROM else None
+            return encoded if encoded is not None else proto_wire.serialize_examples(context)
         return proto_wire.serialize_sequence_examples(columns(self.schema.context),
                                                 columns(self.schema.sequence), len(rows))
 

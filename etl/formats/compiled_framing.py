@@ -1,34 +1,27 @@
 """TFRecord framing of a whole column in one loop compiled at run time (llvmlite, LLVM's JIT),
-with the CPU's own CRC32C instruction.
+with the CPU's own CRC32C instruction (etl.formats.jit compiles it).
 
 Why: framing is the last step of the data path that needs a call per record. fastcrc's CRC of
 a ~180-byte record takes a few nanoseconds, but the call around it (a Python `bytes` per
 record, then the call with the GIL held) takes ~200, and Arrow's `take` that sorts the run
 copies every record once more before the framing copies it again. This loop reads each record
 once in the run's order, writes its length, its bytes and both masked CRCs, and holds no GIL
-(ctypes releases it for the call). No installed library offers a batched CRC32C, and a fresh
-machine has no C compiler, so the loop is LLVM IR, compiled by llvmlite (a wheel, like every
-other dependency) the first time a process frames a big column. Figures:
+(ctypes releases it for the call). No installed library offers a batched CRC32C. Figures:
 benchmarks/README.md, "The framing loop compiled".
 
-x86-64 with SSE 4.2 only (every x86 server CPU since 2008); elsewhere, or if llvmlite cannot
-load, `framer()` is None and etl.formats.tfrecord frames with fastcrc as before. The bytes are
-the same either way (tests/test_compiled_framing.py compares them).
+Where etl.formats.jit cannot compile, `framer()` is None and etl.formats.tfrecord frames with
+fastcrc as before. The bytes are the same either way (tests/test_compiled_framing.py).
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import logging
-import platform
-import threading
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-log = logging.getLogger(__name__)
+from etl.formats.jit import compile_ir
 
 # frame(data, offsets, order, n, out): record order[i] (bytes data[offsets[k]:offsets[k+1]]
 # for k = order[i]) framed at the running position in out: u64 length, u32 masked CRC of the
@@ -144,11 +137,10 @@ _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_v
 
 
 class Framer:
-    """The compiled loop, kept with the engine that owns its machine code."""
+    """The compiled loop (etl.formats.jit keeps its code alive)."""
 
-    def __init__(self, engine: Any, address: int):
-        self._engine = engine  # the code lives as long as the engine does
-        self._frame = _SIGNATURE(address)
+    def __init__(self, frame: Any):
+        self._frame = frame
 
     def __call__(self, data_address: int, offsets: np.ndarray, order: np.ndarray,
                  out: pa.Buffer) -> None:
@@ -160,36 +152,7 @@ class Framer:
 
 
 def framer() -> Framer | None:
-    """The compiled framing loop of this process (compiled on first use, ~0.1 s, once even
-    when encode threads ask at the same time), or None where the CPU has no SSE 4.2 or
-    llvmlite cannot load or compile it."""
-    with _compiling:
-        return _compile()
-
-
-_compiling = threading.Lock()
-
-
-@functools.cache
-def _compile() -> Framer | None:
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    try:
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        features = llvm.get_host_cpu_features()
-        if not features.get("sse4.2") or not features.get("crc32", True):
-            log.info("the CPU has no SSE 4.2 crc32: TFRecord framing uses fastcrc")
-            return None
-        machine = llvm.Target.from_default_triple().create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3)
-        module = llvm.parse_assembly(_IR)
-        module.verify()
-        engine = llvm.create_mcjit_compiler(module, machine)
-        engine.finalize_object()
-        return Framer(engine, engine.get_function_address("frame"))
-    except Exception as error:  # noqa: BLE001 - any failure here means: frame the other way
-        log.info("compiled TFRecord framing unavailable (%s): framing uses fastcrc", error)
-        return None
+    """The compiled framing loop of this process (compiled on first use), or None where
+    etl.formats.jit cannot compile (no SSE 4.2, no llvmlite)."""
+    compiled = compile_ir(_IR, (("frame", _SIGNATURE),))
+    return None if compiled is None else Framer(compiled.functions["frame"])

@@ -325,10 +325,13 @@ def _value_bytes(storage: str, values: pa.Array) -> list[Piece]:
     if storage == "int64":
         return [varints(_int64s(values))]
     if storage == "float":
-        data = np.asarray(values.to_numpy(zero_copy_only=False), np.float32).astype("<f4", copy=False)
-        return [fixed(data, 4, len(values))]
+        return [fixed(_float32s(values), 4, len(values))]
     blobs = _blobs(values)
     return [per_length(_blob_lengths(blobs), _blob_head), blobs]
+
+
+def _float32s(values: pa.Array) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), np.float32).astype("<f4", copy=False)
 
 
 def _int64s(values: pa.Array) -> np.ndarray:

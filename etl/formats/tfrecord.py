@@ -23,6 +23,7 @@ from fastcrc.crc32 import iscsi as crc32c
 
 from etl.base.errors import VerifyError
 from etl.formats import compiled_framing
+from etl.formats.jit import COMPILED_FROM
 from etl.formats.proto_wire import binary, fixed, join, lengths, offsets_of
 from etl.storage import fs
 
@@ -105,9 +106,6 @@ def frame_records(records: pa.LargeBinaryArray, order: np.ndarray | None = None,
     heads[:, 8:] = _length_crcs(sizes).view(np.uint8).reshape(n, 4)
     tails = _mask(crcs).astype("<u4")
     return join([fixed(heads, 12, n), records, fixed(tails, 4, n)])
-
-
-COMPILED_FROM = 16384  # smaller columns: not worth the loop's one-time compile (~0.1 s)
 
 
 def _frame_compiled(framer: compiled_framing.Framer, records: pa.LargeBinaryArray,
