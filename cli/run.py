@@ -160,6 +160,12 @@ def shard_threads(options: PipelineOptions) -> int:
     return 1
 
 
+def read_streams(options: PipelineOptions) -> int:
+    """Parse streams of a unit read whole (transforms/prefetch.read_in_streams): a stream per
+    core where one worker runs every bundle (the same case as `shard_threads`), else 1."""
+    return shard_threads(options)
+
+
 def _given(args: list[str]) -> dict[str, Any]:
     """The runner options set explicitly in `args` (`--x=v` or `--x v`, parsed by argparse
     as Beam does; an explicit value equal to Beam's default still counts as given)."""
@@ -634,6 +640,7 @@ def convert_settings(job: JobConfig, schema: Schema, read_plan: ReadPlan,
         sharding=job.sharding, shard_format=job.shard_format,
         reading=dataclasses.replace(job.reading, split_bytes=split_bytes), stats=job.stats,
         shard_threads=shard_threads(options),
+        read_streams=read_streams(options),
         spill_dir=fs.join(tmp, "spill"), staging_dir=fs.join(tmp, "staging"),
         read_plan=fs.join(tmp, "read_plan.json"),
         spread_files=needs_scan(read_plan.units, split_bytes) > 1,

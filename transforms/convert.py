@@ -61,7 +61,7 @@ from etl.stats.dataset import stats_document
 from transforms import beam_fixes
 from transforms import coders as _coders  # noqa: F401 - registers the shuffle's coders
 from transforms.early_read import EarlyReads
-from transforms.prefetch import ordered_map, prefetch
+from transforms.prefetch import ordered_map, prefetch, read_in_streams
 from transforms.shuffle_steps import ShuffleSteps
 from transforms.shuffles import steps_for
 
@@ -91,6 +91,7 @@ class ConvertSettings:
     spread_reads: bool = True  # read tasks on several workers (False: one small file)
     stats: bool = False  # gather the report's statistics while encoding (stats.json)
     shard_threads: int = 1  # shards one worker writes at once (cli.run.shard_threads)
+    read_streams: int = 1  # parse streams of a unit one worker reads whole (prefetch.read_in_streams)
 
     @property
     def shuffled(self) -> bool:
@@ -185,8 +186,8 @@ class _ReadEncodeFn(beam.DoFn):
         span = TaskBytes(*task.byte_range)  # this task's input bytes, credited per block
         # the launcher's early read of this very task (transforms/early_read.py), else a read
         early = self.early.take(task) if self.early is not None else None
-        blocks = early if early is not None else prefetch(
-            self.readers[task.source].read_split(task.split))
+        blocks = early if early is not None else prefetch(read_in_streams(
+            self.readers[task.source], task.split, self.spec.read_streams))
         for done in ordered_map(lambda block: self._stage1(task, block), blocks):
             signals.check_cancelled("reading")  # the launcher got a signal: stop here
             pause("read")

@@ -8,12 +8,16 @@ Memory stays bounded: at most `depth` blocks wait in the queue.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
+
+from etl.sources.base import Block, Source, Split
+from etl.storage import fs
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -114,6 +118,54 @@ class ReadAhead(Generic[T]):
             self._changed.notify_all()
         if wait and self._worker is not threading.current_thread():
             self._worker.join()
+
+
+def read_in_streams(reader: Source, split: Split, streams: int, depth: int = 2) -> Iterator[Block]:
+    """A whole unit's blocks, read as `streams` of its splits at once (a thread and a parse
+    each), handed out in turn, one block of each: where one parse stream is the slowest step
+    of a worker with one file (Arrow's CSV reader), two streams take two cores. Anything else
+    (one stream, a split already cut, a format that does not read in streams, a unit under
+    MIN_STREAM_BYTES a stream) is `read_split(split)` itself.
+
+    Every block keeps its records' positions, lines and bad rows (a unit's splits give exactly
+    its records: etl.sources.base.Split), so the runs and shards are the same; only the order
+    the blocks arrive in differs. A block's `end_offset` becomes the bytes read so far over
+    all streams (from the unit's start), so progress still rises with each block."""
+    if streams < 2 or not split.whole or not reader.READS_IN_STREAMS:
+        return reader.read_split(split)
+    size = split.size if split.size is not None else fs.size(split.path)
+    if size < streams * MIN_STREAM_BYTES:
+        return reader.read_split(split)
+    parts = reader.splits(split.path, -(-size // streams))
+    if len(parts) < 2:
+        return reader.read_split(split)
+    return _in_turn(reader, parts, size, depth)
+
+
+MIN_STREAM_BYTES = 32 << 20  # a smaller unit is read as one stream (its cut costs a scan)
+
+
+def _in_turn(reader: Source, parts: list[Split], size: int, depth: int) -> Iterator[Block]:
+    aheads = [ReadAhead(reader.read_split(part), depth, name=f"etl-read-{i}")
+              for i, part in enumerate(parts)]
+    done = [0] * len(parts)  # bytes of each part read so far
+    live = [(i, ahead.consume()) for i, ahead in enumerate(aheads)]
+    try:
+        while live:
+            for i, blocks in list(live):
+                block = next(blocks, None)
+                if block is None:
+                    live.remove((i, blocks))
+                    continue
+                if block.end_offset is not None:
+                    part = parts[i]
+                    stop = size if part.stop is None else part.stop
+                    done[i] = max(done[i], min(block.end_offset, stop) - part.start)
+                    block = dataclasses.replace(block, end_offset=sum(done))
+                yield block
+    finally:
+        for ahead in aheads:
+            ahead.close()
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterator[T], workers: int | None = None) -> Iterator[R]:

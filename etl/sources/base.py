@@ -107,9 +107,14 @@ class Source:
       (transforms/early_read.py): a format whose read is one stream outside the GIL (zlib's
       inflate) overlaps the import; one parsed on Arrow's thread pool (CSV) takes both cores
       from it and made the run slower (benchmarks/README.md, "Read while Beam is imported").
+    - `READS_IN_STREAMS`: whether one worker may read a whole unit as several of its splits
+      at once, `read_split` running on several threads (transforms/prefetch.read_in_streams):
+      for a format whose parse is one stream per split (Arrow's CSV reader) and whose reader
+      keeps no per-read state.
     """
 
     READS_EARLY = False
+    READS_IN_STREAMS = False
 
     def files(self) -> list[str]:
         raise NotImplementedError

@@ -87,6 +87,9 @@ class CsvReader(FileSource):
 
     OPTIONS = {"delimiter", "quote_char", "header", "columns", "skip_rows", "block_rows",
                "encoding", "null_values"}
+    # Arrow's streaming reader decodes a split's columns on one thread: a worker with one file
+    # reads its halves at once (etl.sources.base.Source); the only state kept is `_known`
+    READS_IN_STREAMS = True
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
         super().__init__(config, base_dir, where)
