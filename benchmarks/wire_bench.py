@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from etl.base import heap
 from etl.contract import columns as cols
 from etl.contract.schema import load_schema
 from etl.formats import compiled_examples, proto_wire
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from tfx_bsl.coders.example_coder import RecordBatchToExamplesEncoder  # noqa: PLC0415
 
+    heap.keep_freed_memory()  # as a run's encode step does (transforms/convert.py)
     blocks = stored_blocks(args.rows, args.block)
     t = time.perf_counter()
     ours = [proto_wire.serialize_examples(b) for b in blocks]

@@ -81,12 +81,14 @@ def serialize(columns: Sequence[tuple[str, str, pa.Array]]) -> pa.LargeBinaryArr
     compiled = compile_ir(_ir(layout), (("encode", _SIGNATURE),))
     if compiled is None:
         return None
-    out = pa.allocate_buffer(n * _bound(layout) + blob_bytes)
+    # NumPy's memory: glibc's heap, which the data path keeps (etl.base.heap), so the pages of
+    # a block's bound, mostly never written, are not mapped and unmapped block after block
+    out = np.empty(n * _bound(layout) + blob_bytes, np.uint8)
     ends = np.empty(n + 1, np.int64)
     ends[0] = 0
     args = np.array(pointers, np.uint64)
-    used = compiled.functions["encode"](args.ctypes.data, n, out.address, ends.ctypes.data)
-    return proto_wire.binary(out.slice(0, used), ends)
+    used = compiled.functions["encode"](args.ctypes.data, n, out.ctypes.data, ends.ctypes.data)
+    return proto_wire.binary(out[:used], ends)
 
 
 def _bound(layout: tuple[_Slot, ...]) -> int:
@@ -160,102 +162,34 @@ define internal ptr @put_bytes(ptr %p, ptr %src, i64 %len) alwaysinline {
 """
 
 
+@dataclass
+class _Parts:
+    """The IR lines of a layout's features, gathered feature by feature."""
+
+    globals_: list[str]
+    load: list[str]  # the feature pointers, loaded once before the loop
+    size: list[str]  # per record: what each entry's size needs
+    write: list[str]  # per record: the bytes
+    entries: list[str]  # each entry's size: a constant or an SSA value
+
+
 @functools.lru_cache(maxsize=64)
 def _ir(layout: tuple[_Slot, ...]) -> str:
-    globals_: list[str] = []
-    load: list[str] = []  # the feature pointers, loaded once
-    size: list[str] = []  # per record: each entry's size (%e{j}) and the values it needs
-    write: list[str] = []  # per record: the bytes
+    parts = _Parts([], [], [], [], [])
     arg = 0
-    entries: list[str] = []
     for j, slot in enumerate(layout):
-        if slot.storage == "bytes":
-            load += [f"  %offs{j}.p = getelementptr ptr, ptr %args, i64 {arg}",
-                     f"  %offs{j} = load ptr, ptr %offs{j}.p, align 8",
-                     f"  %data{j}.p = getelementptr ptr, ptr %args, i64 {arg + 1}",
-                     f"  %data{j} = load ptr, ptr %data{j}.p, align 8"]
-            arg += 2
-        else:
-            load += [f"  %vals{j}.p = getelementptr ptr, ptr %args, i64 {arg}",
-                     f"  %vals{j} = load ptr, ptr %vals{j}.p, align 8"]
-            arg += 1
+        arg = _load(parts, j, slot, arg)
         if slot.storage == "float":
-            prefix = _float_prefix(slot)
-            width = 4 * slot.per_record
-            globals_.append(_constant(f"@prefix{j}", prefix))
-            entries.append(str(len(prefix) + width))
-            write += [f"  %w{j}.a = call ptr @put_bytes(ptr %w{j - 1}, ptr @prefix{j}, i64 {len(prefix)})",
-                      f"  %src{j}.i = mul i64 %i, {width}",
-                      f"  %src{j} = getelementptr i8, ptr %vals{j}, i64 %src{j}.i",
-                      f"  %w{j} = call ptr @put_bytes(ptr %w{j}.a, ptr %src{j}, i64 {width})"]
-            continue
-        name = slot.name
-        globals_.append(_constant(f"@name{j}", name))
-        if slot.storage == "int64":
-            # Feature: 0x1a varint(inner + P), inner = 0x0a varint(P); P = the value's varint
-            size += [f"  %v{j}.p = getelementptr i64, ptr %vals{j}, i64 %i",
-                     f"  %v{j} = load i64, ptr %v{j}.p, align 8",
-                     f"  %pl{j} = call i64 @vlen(i64 %v{j})"]
-            tag, list_tag = "26", "10"  # 0x1a int64_list, 0x0a its packed values
+            _float_feature(parts, j, slot)
         else:
-            # Feature: 0x0a varint(P), P = 0x0a varint(B) blob (one BytesList value)
-            size += [f"  %s{j}.p = getelementptr i64, ptr %offs{j}, i64 %i",
-                     f"  %s{j} = load i64, ptr %s{j}.p, align 8",
-                     f"  %t{j}.p = getelementptr i64, ptr %offs{j}, i64 %i.next",
-                     f"  %t{j} = load i64, ptr %t{j}.p, align 8",
-                     f"  %b{j} = sub i64 %t{j}, %s{j}",
-                     f"  %bl{j} = call i64 @vlen(i64 %b{j})",
-                     f"  %pl{j}.a = add i64 %bl{j}, 1",
-                     f"  %pl{j} = add i64 %pl{j}.a, %b{j}"]
-            tag, list_tag = "10", "10"
-        if slot.storage == "int64":
-            size += [f"  %in{j}.v = call i64 @vlen(i64 %pl{j})",
-                     f"  %in{j} = add i64 %in{j}.v, 1",  # inner: 0x0a varint(P)
-                     f"  %ip{j} = add i64 %in{j}, %pl{j}",  # inner + P
-                     f"  %fh{j}.v = call i64 @vlen(i64 %ip{j})",
-                     f"  %fh{j}.a = add i64 %fh{j}.v, 1",
-                     f"  %f{j} = add i64 %fh{j}.a, %ip{j}"]  # the Feature's size
-        else:
-            size += [f"  %fh{j}.v = call i64 @vlen(i64 %pl{j})",
-                     f"  %fh{j}.a = add i64 %fh{j}.v, 1",
-                     f"  %f{j} = add i64 %fh{j}.a, %pl{j}"]
-        # entry: 0x0a varint(body + F) body F; body = 0x0a varint(len name) name 0x12 varint(F)
-        body_const = 1 + len(_varint(len(name))) + len(name) + 1
-        size += [f"  %fl{j} = call i64 @vlen(i64 %f{j})",
-                 f"  %bd{j} = add i64 %fl{j}, {body_const}",
-                 f"  %bf{j} = add i64 %bd{j}, %f{j}",
-                 f"  %el{j} = call i64 @vlen(i64 %bf{j})",
-                 f"  %e{j}.a = add i64 %el{j}, 1",
-                 f"  %e{j} = add i64 %e{j}.a, %bf{j}"]
-        entries.append(f"%e{j}")
-        head = b"\x0a" + _varint(len(name))
-        globals_.append(_constant(f"@head{j}", head))
-        write += [f"  %w{j}.a = call ptr @put_byte(ptr %w{j - 1}, i8 10)",
-                  f"  %w{j}.b = call ptr @put(ptr %w{j}.a, i64 %bf{j})",
-                  f"  %w{j}.c = call ptr @put_bytes(ptr %w{j}.b, ptr @head{j}, i64 {len(head)})",
-                  f"  %w{j}.d = call ptr @put_bytes(ptr %w{j}.c, ptr @name{j}, i64 {len(name)})",
-                  f"  %w{j}.e = call ptr @put_byte(ptr %w{j}.d, i8 18)",
-                  f"  %w{j}.f = call ptr @put(ptr %w{j}.e, i64 %f{j})",
-                  f"  %w{j}.g = call ptr @put_byte(ptr %w{j}.f, i8 {tag})"]
-        if slot.storage == "int64":
-            write += [f"  %w{j}.h = call ptr @put(ptr %w{j}.g, i64 %ip{j})",
-                      f"  %w{j}.i = call ptr @put_byte(ptr %w{j}.h, i8 {list_tag})",
-                      f"  %w{j}.j = call ptr @put(ptr %w{j}.i, i64 %pl{j})",
-                      f"  %w{j} = call ptr @put(ptr %w{j}.j, i64 %v{j})"]
-        else:
-            write += [f"  %w{j}.h = call ptr @put(ptr %w{j}.g, i64 %pl{j})",
-                      f"  %w{j}.i = call ptr @put_byte(ptr %w{j}.h, i8 {list_tag})",
-                      f"  %w{j}.j = call ptr @put(ptr %w{j}.i, i64 %b{j})",
-                      f"  %src{j} = getelementptr i8, ptr %data{j}, i64 %s{j}",
-                      f"  %w{j} = call ptr @put_bytes(ptr %w{j}.j, ptr %src{j}, i64 %b{j})"]
+            _length_feature(parts, j, slot)
     total = ["  %F0 = add i64 0, 0"]
-    for k, e in enumerate(entries):
+    for k, e in enumerate(parts.entries):
         total.append(f"  %F{k + 1} = add i64 %F{k}, {e}")
-    last = len(layout) - 1
     return "\n".join([
-        _HELPERS, *globals_,
+        _HELPERS, *parts.globals_,
         "define i64 @encode(ptr %args, i64 %n, ptr %out, ptr %ends) {",
-        "entry:", *load, "  br label %loop",
+        "entry:", *parts.load, "  br label %loop",
         "loop:",
         "  %i = phi i64 [0, %entry], [%i.next, %body]",
         "  %at = phi i64 [0, %entry], [%at.next, %body]",
@@ -263,12 +197,12 @@ def _ir(layout: tuple[_Slot, ...]) -> str:
         "  br i1 %done, label %exit, label %body",
         "body:",
         "  %i.next = add i64 %i, 1",
-        *size, *total,
+        *parts.size, *total,
         "  %start = getelementptr i8, ptr %out, i64 %at",
         "  %w0.m = call ptr @put_byte(ptr %start, i8 10)",
-        f"  %w-1 = call ptr @put(ptr %w0.m, i64 %F{len(entries)})",
-        *write,
-        f"  %end.i = ptrtoint ptr %w{last} to i64",
+        f"  %w-1 = call ptr @put(ptr %w0.m, i64 %F{len(parts.entries)})",
+        *parts.write,
+        f"  %end.i = ptrtoint ptr %w{len(layout) - 1} to i64",
         "  %start.i = ptrtoint ptr %out to i64",
         "  %at.next = sub i64 %end.i, %start.i",
         "  %endp = getelementptr i64, ptr %ends, i64 %i.next",
@@ -278,6 +212,87 @@ def _ir(layout: tuple[_Slot, ...]) -> str:
         "  ret i64 %at",
         "}",
     ])
+
+
+def _load(parts: _Parts, j: int, slot: _Slot, arg: int) -> int:
+    """Feature j's pointers from args[arg...]; returns the next argument's index."""
+    names = [f"offs{j}", f"data{j}"] if slot.storage == "bytes" else [f"vals{j}"]
+    for k, name in enumerate(names):
+        parts.load += [f"  %{name}.p = getelementptr ptr, ptr %args, i64 {arg + k}",
+                       f"  %{name} = load ptr, ptr %{name}.p, align 8"]
+    return arg + len(names)
+
+
+def _float_feature(parts: _Parts, j: int, slot: _Slot) -> None:
+    """A fixed-length float32 feature: its whole map entry is a constant, then its values."""
+    prefix = _float_prefix(slot)
+    width = 4 * slot.per_record
+    parts.globals_.append(_constant(f"@prefix{j}", prefix))
+    parts.entries.append(str(len(prefix) + width))
+    parts.write += [
+        f"  %w{j}.a = call ptr @put_bytes(ptr %w{j - 1}, ptr @prefix{j}, i64 {len(prefix)})",
+        f"  %src{j}.i = mul i64 %i, {width}",
+        f"  %src{j} = getelementptr i8, ptr %vals{j}, i64 %src{j}.i",
+        f"  %w{j} = call ptr @put_bytes(ptr %w{j}.a, ptr %src{j}, i64 {width})"]
+
+
+def _length_feature(parts: _Parts, j: int, slot: _Slot) -> None:
+    """An int64 or bytes scalar: its entry's lengths depend on the value's own length."""
+    name = slot.name
+    parts.globals_.append(_constant(f"@name{j}", name))
+    head = b"\x0a" + _varint(len(name))
+    parts.globals_.append(_constant(f"@head{j}", head))
+    if slot.storage == "int64":
+        tag = "26"  # Feature.int64_list: 0x1a varint(inner + P), inner = 0x0a varint(P)
+        parts.size += [f"  %v{j}.p = getelementptr i64, ptr %vals{j}, i64 %i",
+                       f"  %v{j} = load i64, ptr %v{j}.p, align 8",
+                       f"  %pl{j} = call i64 @vlen(i64 %v{j})",  # P: the value's varint
+                       f"  %in{j}.v = call i64 @vlen(i64 %pl{j})",
+                       f"  %in{j} = add i64 %in{j}.v, 1",
+                       f"  %ip{j} = add i64 %in{j}, %pl{j}",
+                       f"  %fh{j}.v = call i64 @vlen(i64 %ip{j})",
+                       f"  %fh{j}.a = add i64 %fh{j}.v, 1",
+                       f"  %f{j} = add i64 %fh{j}.a, %ip{j}"]  # the Feature's size
+        value = [f"  %w{j}.h = call ptr @put(ptr %w{j}.g, i64 %ip{j})",
+                 f"  %w{j}.i = call ptr @put_byte(ptr %w{j}.h, i8 10)",
+                 f"  %w{j}.j = call ptr @put(ptr %w{j}.i, i64 %pl{j})",
+                 f"  %w{j} = call ptr @put(ptr %w{j}.j, i64 %v{j})"]
+    else:
+        tag = "10"  # Feature.bytes_list: 0x0a varint(P), P = 0x0a varint(B) and the B bytes
+        parts.size += [f"  %s{j}.p = getelementptr i64, ptr %offs{j}, i64 %i",
+                       f"  %s{j} = load i64, ptr %s{j}.p, align 8",
+                       f"  %t{j}.p = getelementptr i64, ptr %offs{j}, i64 %i.next",
+                       f"  %t{j} = load i64, ptr %t{j}.p, align 8",
+                       f"  %b{j} = sub i64 %t{j}, %s{j}",
+                       f"  %bl{j} = call i64 @vlen(i64 %b{j})",
+                       f"  %pl{j}.a = add i64 %bl{j}, 1",
+                       f"  %pl{j} = add i64 %pl{j}.a, %b{j}",
+                       f"  %fh{j}.v = call i64 @vlen(i64 %pl{j})",
+                       f"  %fh{j}.a = add i64 %fh{j}.v, 1",
+                       f"  %f{j} = add i64 %fh{j}.a, %pl{j}"]
+        value = [f"  %w{j}.h = call ptr @put(ptr %w{j}.g, i64 %pl{j})",
+                 f"  %w{j}.i = call ptr @put_byte(ptr %w{j}.h, i8 10)",
+                 f"  %w{j}.j = call ptr @put(ptr %w{j}.i, i64 %b{j})",
+                 f"  %src{j} = getelementptr i8, ptr %data{j}, i64 %s{j}",
+                 f"  %w{j} = call ptr @put_bytes(ptr %w{j}.j, ptr %src{j}, i64 %b{j})"]
+    # entry: 0x0a varint(body + F) body F; body = 0x0a varint(len name) name 0x12 varint(F)
+    body_const = len(head) + len(name) + 1
+    parts.size += [f"  %fl{j} = call i64 @vlen(i64 %f{j})",
+                   f"  %bd{j} = add i64 %fl{j}, {body_const}",
+                   f"  %bf{j} = add i64 %bd{j}, %f{j}",
+                   f"  %el{j} = call i64 @vlen(i64 %bf{j})",
+                   f"  %e{j}.a = add i64 %el{j}, 1",
+                   f"  %e{j} = add i64 %e{j}.a, %bf{j}"]
+    parts.entries.append(f"%e{j}")
+    parts.write += [
+        f"  %w{j}.a = call ptr @put_byte(ptr %w{j - 1}, i8 10)",
+        f"  %w{j}.b = call ptr @put(ptr %w{j}.a, i64 %bf{j})",
+        f"  %w{j}.c = call ptr @put_bytes(ptr %w{j}.b, ptr @head{j}, i64 {len(head)})",
+        f"  %w{j}.d = call ptr @put_bytes(ptr %w{j}.c, ptr @name{j}, i64 {len(name)})",
+        f"  %w{j}.e = call ptr @put_byte(ptr %w{j}.d, i8 18)",
+        f"  %w{j}.f = call ptr @put(ptr %w{j}.e, i64 %f{j})",
+        f"  %w{j}.g = call ptr @put_byte(ptr %w{j}.f, i8 {tag})",
+        *value]
 
 
 def _constant(name: str, data: bytes) -> str:

@@ -19,7 +19,6 @@ import ctypes
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from etl.formats.jit import compile_ir
 
@@ -143,12 +142,12 @@ class Framer:
         self._frame = frame
 
     def __call__(self, data_address: int, offsets: np.ndarray, order: np.ndarray,
-                 out: pa.Buffer) -> None:
-        """Frame records order[0], order[1], ... into `out` (mutable), exactly their framed size.
+                 out: np.ndarray) -> None:
+        """Frame records order[0], order[1], ... into `out` (uint8), exactly their framed size.
         `offsets` (int64, absolute into the data at data_address) and `order` (int64, every
         value < len(offsets) - 1) are the caller's to check: the loop trusts them."""
         self._frame(data_address, offsets.ctypes.data, order.ctypes.data, len(order),
-                    out.address)
+                    out.ctypes.data)
 
 
 def framer() -> Framer | None:

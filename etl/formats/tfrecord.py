@@ -116,7 +116,7 @@ def _frame_compiled(framer: compiled_framing.Framer, records: pa.LargeBinaryArra
     framed = np.diff(offsets)[order] + (HEADER + FOOTER)
     out_offsets = np.zeros(len(order) + 1, np.int64)
     np.cumsum(framed, out=out_offsets[1:])
-    out = pa.allocate_buffer(int(out_offsets[-1]))  # Arrow's pool, as `take`'s output was
+    out = np.empty(int(out_offsets[-1]), np.uint8)  # glibc's heap, kept (etl.base.heap)
     data = records.buffers()[2]
     framer(0 if data is None else data.address, np.ascontiguousarray(offsets), order, out)
     return binary(out, out_offsets)

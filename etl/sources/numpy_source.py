@@ -22,6 +22,7 @@ records there are, the run fails when it does not):
 
 from __future__ import annotations
 
+import threading
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
@@ -209,13 +210,21 @@ class _Rows:
         return self.header_bytes + row * self.row_bytes
 
 
+# NumPy parses a header with ast.literal_eval, and CPython 3.11's AST constructor keeps its
+# recursion depth in interpreter-wide state: two threads parsing at once can fail with
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905; seen in CI
+# with two workers reading .npy splits at once). Headers are parsed one at a time.
+_ONE_HEADER_AT_A_TIME = threading.Lock()
+
+
 def _npy_header(fh: BinaryIO, name: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     """(shape, fortran order, dtype, header bytes) of a .npy stream at its start."""
     fmt = np.lib.format
     try:
         version = fmt.read_magic(fh)
         read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, fortran, dtype = read_header(fh)
+        with _ONE_HEADER_AT_A_TIME:
+            shape, fortran, dtype = read_header(fh)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise BadInputError(f"{name}: not a .npy array (bad header in its first bytes): {e}") from e
     if dtype.hasobject:
