@@ -85,3 +85,16 @@ def test_a_null_record_is_refused(compiled: bool) -> None:
     column = pa.array([b"ab", None, b"c"] * COMPILED_FROM, pa.large_binary())
     with pytest.raises(ValueError, match=f"{COMPILED_FROM} null records"):
         frame_records(column, compiled=compiled)
+
+
+@pytest.mark.skipif(not X86, reason="the compiled loop uses x86-64's SSE 4.2 crc32")
+def test_the_take_loop_copies_as_arrow_takes() -> None:
+    column = _column(_sizes(5000, seed=12), seed=13)
+    offsets = np.frombuffer(column.buffers()[1], np.int64)
+    data = np.frombuffer(column.buffers()[2], np.uint8)
+    order = np.random.default_rng(14).permutation(len(column))
+    out = np.empty(int(offsets[-1]), np.uint8)
+    take = compiled_framing.taker()
+    assert take is not None
+    take(data.ctypes.data, offsets, order, out)
+    assert out.tobytes() == data_of(column.take(pa.array(order))).to_pybytes()

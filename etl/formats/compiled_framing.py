@@ -22,13 +22,8 @@ import numpy as np
 
 from etl.formats.jit import compile_ir
 
-# frame(data, offsets, order, n, out): record order[i] (bytes data[offsets[k]:offsets[k+1]]
-# for k = order[i]) framed at the running position in out: u64 length, u32 masked CRC of the
-# length's 8 bytes, the bytes, u32 masked CRC of the bytes. CRC32C = ~crc32(~0, bytes) with
-# the SSE 4.2 instruction, 8 bytes at a time, then the tail byte by byte; mask(c) =
-# ((c >> 15) | (c << 17)) + 0xa282ead8 (-1568478504 as an i32). The first three cache lines of
-# the record 8 places ahead are prefetched: a run's order reads records at random places in
-# a block larger than the CPU's L2 (benchmarks/README.md, "The framing loop compiled").
+# The helpers: CRC32C = ~crc32(~0, bytes) with the SSE 4.2 instruction, 8 bytes at a time, then
+# the tail byte by byte; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8 (-1568478504, an i32).
 _IR = r"""
 declare i32 @llvm.x86.sse42.crc32.32.8(i32, i8)
 declare i64 @llvm.x86.sse42.crc32.64.64(i64, i64)
@@ -77,7 +72,14 @@ define internal i32 @mask(i32 %c) alwaysinline {
   ret i32 %m
 }
 
-define void @frame(ptr %data, ptr %offsets, ptr %order, i64 %n, ptr %out) {
+"""
+
+# One loop over records order[0], order[1], ...: record k is data[offsets[k]:offsets[k + 1]];
+# `at` is where the next one goes in out. The first three cache lines of the record 8 places
+# ahead are prefetched: a run's order, and a shard's merged order, read records at random
+# places in a block larger than the CPU's L2 (benchmarks/README.md, "The framing loop compiled").
+_LOOP = r"""
+define void @{name}(ptr %data, ptr %offsets, ptr %order, i64 %n, ptr %out) {{
 entry:
   br label %loop
 loop:
@@ -108,7 +110,17 @@ body:
   %ep = getelementptr i64, ptr %offsets, i64 %k1
   %e = load i64, ptr %ep, align 8
   %len = sub i64 %e, %s
+  %src = getelementptr i8, ptr %data, i64 %s
   %head = getelementptr i8, ptr %out, i64 %at
+{body}
+  br label %loop
+exit:
+  ret void
+}}
+"""
+
+# framing: u64 length, u32 masked CRC of the length's 8 bytes, the bytes, u32 masked CRC of them
+_FRAME = """
   store i64 %len, ptr %head, align 1
   %hc0 = call i64 @llvm.x86.sse42.crc32.64.64(i64 4294967295, i64 %len)
   %hc1 = trunc i64 %hc0 to i32
@@ -117,41 +129,52 @@ body:
   %hcp = getelementptr i8, ptr %head, i64 8
   store i32 %hm, ptr %hcp, align 1
   %dst = getelementptr i8, ptr %head, i64 12
-  %src = getelementptr i8, ptr %data, i64 %s
   call void @llvm.memcpy.p0.p0.i64(ptr %dst, ptr %src, i64 %len, i1 false)
   %dc = call i32 @crc32c(ptr %src, i64 %len)
   %dm = call i32 @mask(i32 %dc)
   %tp = getelementptr i8, ptr %dst, i64 %len
   store i32 %dm, ptr %tp, align 1
   %at16 = add i64 %at, 16
-  %at.next = add i64 %at16, %len
-  br label %loop
-exit:
-  ret void
-}
-"""
+  %at.next = add i64 %at16, %len"""
+
+# a take: the bytes alone, back to back
+_TAKE = """
+  call void @llvm.memcpy.p0.p0.i64(ptr %head, ptr %src, i64 %len, i1 false)
+  %at.next = add i64 %at, %len"""
+
+_MODULE = _IR + _LOOP.format(name="frame", body=_FRAME) + _LOOP.format(name="take", body=_TAKE)
 
 _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_void_p)
 
 
 class Framer:
-    """The compiled loop (etl.formats.jit keeps its code alive)."""
+    """One of the compiled loops (etl.formats.jit keeps its code alive)."""
 
-    def __init__(self, frame: Any):
-        self._frame = frame
+    def __init__(self, loop: Any):
+        self._loop = loop
 
     def __call__(self, data_address: int, offsets: np.ndarray, order: np.ndarray,
                  out: np.ndarray) -> None:
-        """Frame records order[0], order[1], ... into `out` (uint8), exactly their framed size.
+        """Records order[0], order[1], ... into `out` (uint8), exactly their output size.
         `offsets` (int64, absolute into the data at data_address) and `order` (int64, every
         value < len(offsets) - 1) are the caller's to check: the loop trusts them."""
-        self._frame(data_address, offsets.ctypes.data, order.ctypes.data, len(order),
-                    out.ctypes.data)
+        self._loop(data_address, offsets.ctypes.data, order.ctypes.data, len(order),
+                   out.ctypes.data)
 
 
 def framer() -> Framer | None:
     """The compiled framing loop of this process (compiled on first use), or None where
     etl.formats.jit cannot compile (no SSE 4.2, no llvmlite)."""
-    compiled = compile_ir(_IR, (("frame", _SIGNATURE),))
-    return None if compiled is None else Framer(compiled.functions["frame"])
+    return _loop("frame")
+
+
+def taker() -> Framer | None:
+    """The same loop copying the records alone: a binary column's `take`, as a shard gathers
+    its merged records (etl.shuffle.shard_writer), or None as for `framer`."""
+    return _loop("take")
+
+
+def _loop(name: str) -> Framer | None:
+    compiled = compile_ir(_MODULE, (("frame", _SIGNATURE), ("take", _SIGNATURE)))
+    return None if compiled is None else Framer(compiled.functions[name])

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from etl.base import signals
 from etl.base.pause import pause
+from etl.formats import compiled_framing
 from etl.formats.proto_wire import binary, data_of
 from etl.formats.shard_adapter import IndexFile
 from etl.formats.shards import ShardFormat
@@ -231,7 +232,17 @@ def _gather(slices: list[RunSlice], source: np.ndarray, local: np.ndarray,
         slices[s].payload_into(lo, hi, grouped[offsets[a]:offsets[b]])
     position = np.empty(len(source), np.int64)
     position[by_slice] = np.arange(len(source))
-    return data_of(binary(grouped, offsets).take(pa.array(position)))
+    take = compiled_framing.taker() if len(source) >= TAKE_COMPILED_FROM else None
+    if take is None:
+        return data_of(binary(grouped, offsets).take(pa.array(position)))
+    out = np.empty(len(grouped), np.uint8)  # one compiled loop: each record copied once
+    take(grouped.ctypes.data, offsets, position, out)
+    return pa.py_buffer(out)
+
+
+# records of a piece from which the compiled take is used (its loop is compiled with the framing
+# loop, which stage 1 has usually compiled in this process already)
+TAKE_COMPILED_FROM = 1024
 
 
 def _narrow(source: np.ndarray, count: int) -> np.ndarray:
