@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from etl.base.errors import VerifyError
+from etl.formats import compiled_index
+from etl.formats.jit import COMPILED_FROM
 
 INDEX_SUFFIX = ".index"
 FRAME_OVERHEAD = 16  # uint64 length + uint32 crc before the payload, uint32 crc after
@@ -41,6 +43,10 @@ def index_lines(payload_sizes: np.ndarray, start: int = 0) -> tuple[bytes, int]:
     if not len(frames):
         return b"", start
     ends = np.cumsum(frames) + start
+    if len(frames) >= COMPILED_FROM and (frames >= FRAME_OVERHEAD).all() and start >= 0:
+        lines = compiled_index.index_lines(frames - FRAME_OVERHEAD, start)
+        if lines is not None:
+            return lines, int(ends[-1])
     # Arrow's CSV writer formats and lays out the lines in C++ with no Python object per
     # record: space-delimited, unquoted, "\n" after each row, exactly "OFFSET LENGTH\n"
     sink = pa.BufferOutputStream()
