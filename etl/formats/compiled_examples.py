@@ -70,7 +70,7 @@ def serialize(columns: Sequence[tuple[str, str, pa.Array]]) -> pa.LargeBinaryArr
             pointers.append(data.ctypes.data)
         else:
             data = proto_wire._blobs(values)
-            ends = np.ascontiguousarray(proto_wire.offsets_of(data))
+            ends = proto_wire.offsets_of(data)  # a contiguous view
             buf = data.buffers()[2]
             pointers += [ends.ctypes.data, 0 if buf is None else buf.address]
             blob_bytes += int(ends[-1] - ends[0])
@@ -94,10 +94,6 @@ def serialize(columns: Sequence[tuple[str, str, pa.Array]]) -> pa.LargeBinaryArr
 def _bound(layout: tuple[_Slot, ...]) -> int:
     """Bytes a record can take beyond its blobs' own bytes (each varint at its 10 at most)."""
     return 11 + sum(64 + len(s.name) + 4 * s.per_record for s in layout)
-
-
-def _varint(value: int) -> bytes:
-    return proto_wire.varint(value)
 
 
 def _float_prefix(slot: _Slot) -> bytes:
@@ -240,7 +236,7 @@ def _length_feature(parts: _Parts, j: int, slot: _Slot) -> None:
     """An int64 or bytes scalar: its entry's lengths depend on the value's own length."""
     name = slot.name
     parts.globals_.append(_constant(f"@name{j}", name))
-    head = b"\x0a" + _varint(len(name))
+    head = b"\x0a" + proto_wire.varint(len(name))
     parts.globals_.append(_constant(f"@head{j}", head))
     if slot.storage == "int64":
         tag = "26"  # Feature.int64_list: 0x1a varint(inner + P), inner = 0x0a varint(P)

@@ -39,12 +39,13 @@ def index_lines(payload_sizes: np.ndarray, start: int = 0) -> tuple[bytes, int]:
     """The index lines of consecutive records with these payload sizes whose first frame
     starts at byte `start`; returns (lines, the offset after the last frame), so a shard
     written piece by piece is indexed piece by piece."""
-    frames = np.asarray(payload_sizes, np.int64) + FRAME_OVERHEAD
+    payloads = np.asarray(payload_sizes, np.int64)
+    frames = payloads + FRAME_OVERHEAD
     if not len(frames):
         return b"", start
     ends = np.cumsum(frames) + start
-    if len(frames) >= COMPILED_FROM and (frames >= FRAME_OVERHEAD).all() and start >= 0:
-        lines = compiled_index.index_lines(frames - FRAME_OVERHEAD, start)
+    if len(frames) >= COMPILED_FROM and (payloads >= 0).all() and start >= 0:
+        lines = compiled_index.index_lines(payloads, start)
         if lines is not None:
             return lines, int(ends[-1])
     # Arrow's CSV writer formats and lays out the lines in C++ with no Python object per

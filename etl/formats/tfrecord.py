@@ -118,7 +118,7 @@ def _frame_compiled(framer: compiled_framing.Framer, records: pa.LargeBinaryArra
     np.cumsum(framed, out=out_offsets[1:])
     out = np.empty(int(out_offsets[-1]), np.uint8)  # glibc's heap, kept (etl.base.heap)
     data = records.buffers()[2]
-    framer(0 if data is None else data.address, np.ascontiguousarray(offsets), order, out)
+    framer(0 if data is None else data.address, offsets, order, out)
     return binary(out, out_offsets)
 
 
