@@ -54,6 +54,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from etl.base.errors import BadInputError, BadRecord, ConfigError
+from etl.sources import csv_compiled
 from etl.sources.base import (
     Block,
     Split,
@@ -90,6 +91,7 @@ class CsvReader(FileSource):
     # Arrow's streaming reader decodes a split's columns on one thread: a worker with one file
     # reads its halves at once (etl.sources.base.Source); the only state kept is `_known`
     READS_IN_STREAMS = True
+    FAST_BLOCK_BYTES = 1 << 22  # what the fast path reads at a time (Arrow's block, our chunk)
 
     def __init__(self, config: dict[str, Any], base_dir: str, where: str):
         super().__init__(config, base_dir, where)
@@ -251,7 +253,7 @@ class CsvReader(FileSource):
         first_line = (self._header_lines if first else split.first_line) + 1
         sentinel = self._sentinel(len(names))
         with fs.open_read(path) as fh:
-            reader = self._open_fast(fh, split, sentinel, read_options, convert)
+            reader = self._fast_batches(fh, split, sentinel, read_options, convert, names)
             last: pa.RecordBatch | None = None  # the last non-empty batch
             # progress: the reader reads far ahead of the batches it hands out, but each batch
             # is one block of `block_size` input bytes (the last one less)
@@ -291,7 +293,7 @@ class CsvReader(FileSource):
         """Arrow's read and convert options for a split (`first`: the file's first split)."""
         read_options = pa_csv.ReadOptions(
             use_threads=True,
-            block_size=1 << 22,
+            block_size=self.FAST_BLOCK_BYTES,
             skip_rows=self.skip_rows if first else 0,
             column_names=names if (self.columns is not None or not first or not self.header)
             else None,
@@ -305,6 +307,60 @@ class CsvReader(FileSource):
             strings_can_be_null=False, quoted_strings_can_be_null=True,
         )
         return read_options, convert
+
+    def _fast_batches(self, fh: Any, split: Split, sentinel: bytes,
+                      read_options: pa_csv.ReadOptions, convert: pa_csv.ConvertOptions,
+                      names: list[str]) -> Iterator[pa.RecordBatch]:
+        """The split's batches: from its first data line in chunks, each through the compiled
+        loop or Arrow (etl.sources.csv_compiled.read_chunks), when the rows before that line
+        are plain lines (no quote, no carriage return: Arrow's rows are then lines); else, and
+        for other encodings, Arrow's streaming reader over the whole split (`_open_fast`)."""
+        start = None if self.codec else self._plain_start(split)
+        if start is None:
+            yield from self._open_fast(fh, split, sentinel, read_options, convert)
+            return
+        fh.seek(start)
+        data = LineRange(fh, None if split.stop is None else split.stop - start)
+
+        def arrow(handle: Any, threads: bool) -> pa_csv.CSVStreamingReader:
+            return pa_csv.open_csv(handle, read_options=pa_csv.ReadOptions(
+                use_threads=threads, block_size=read_options.block_size, column_names=names),
+                parse_options=self._parse_options(None), convert_options=convert)
+
+        def tail(carry: bytes) -> Iterator[pa.RecordBatch]:
+            if sentinel or carry:
+                yield from arrow(_WithTail(io.BytesIO(carry), sentinel), False)
+
+        yield from csv_compiled.read_chunks(
+            data, read_options.block_size, self._quote.encode(),
+            parser=lambda: self._chunk_parser(names),
+            alone=lambda chunk: arrow(pa.BufferReader(pa.py_buffer(chunk)), False),
+            rest=lambda head, more: arrow(_WithTail(_Prefixed(head, more), sentinel), True),
+            tail=tail)
+
+    def _plain_start(self, split: Split) -> int | None:
+        """Where the split's data lines start; for the file's first split, None unless the
+        lines skipped before them (`skip_rows`, the header) hold no quote and no carriage
+        return, so that Arrow would skip exactly those lines, and the data after them does not
+        start with a BOM (Arrow keeps one there, and drops one at the start of what it reads)."""
+        if not split.first:
+            return split.start
+        start = self.data_start(split.path)
+        with fs.open_read(split.path) as fh:
+            head = fh.read(start + len(csv_compiled.BOM))
+        if b"\r" in head[:start] or (self._quote and self._quote.encode() in head[:start]):
+            return None
+        if start and head[start:].startswith(csv_compiled.BOM):
+            return None
+        return start
+
+    def _chunk_parser(self, names: list[str]) -> csv_compiled.ChunkParser | None:
+        """The compiled loop for these columns, or None: a null marker the loop would read as
+        a number (Arrow reads it as null), or no loop for these types here."""
+        if any(csv_compiled.PLAIN_NUMBER.fullmatch(v) for v in self.null_values):
+            return None
+        types = [self.numeric.get(name, pa.binary()) for name in names]
+        return csv_compiled.chunk_parser(names, types, self.delimiter, self._quote)
 
     def _open_fast(self, fh: Any, split: Split, sentinel: bytes,
                    read_options: pa_csv.ReadOptions,
@@ -460,6 +516,28 @@ class _WithTail:
             return data
         tail, self.tail = self.tail, b""
         return (b"\n" if tail and self.last not in (b"\n", b"\r") else b"") + tail
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Prefixed:
+    """A read handle that gives `head`, then what `fh` has left."""
+
+    def __init__(self, head: bytes, fh: Any):
+        self.head, self.fh, self.closed = head, fh, False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if not self.head:
+            return self.fh.read(n)
+        if n < 0:
+            head, self.head = self.head, b""
+            return head + self.fh.read()
+        head, self.head = self.head[:n], self.head[n:]
+        return head
 
     def close(self) -> None:
         self.closed = True
