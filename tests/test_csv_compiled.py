@@ -176,6 +176,18 @@ def test_decimals_whose_double_is_a_float32_midpoint_are_left_to_arrow() -> None
         assert _arrow(chunk) is not None
 
 
+def test_sixteen_digits_past_two_to_the_53_match_arrow_or_are_left_to_it() -> None:
+    """8 + 8 digits above 2^53 are no exact double: the loop must not take them as one."""
+    parser, rng = _parser(), random.Random(9)
+    for _ in range(1000):
+        digits = str(rng.randrange(9007199254740993, 10**16))
+        text = f"{digits[:8]}.{digits[8:]}"
+        chunk = f"{text},{text},0,x\n".encode()
+        batch = parser.parse(chunk + csv_compiled.PAD, len(chunk))
+        if batch is not None:
+            assert _bits(batch) == _bits(_arrow(chunk)), text
+
+
 def test_a_long_chunk_across_many_windows_equals_arrow() -> None:
     parser, rng = _parser(), random.Random(3)
     lines = []

@@ -201,21 +201,13 @@ define internal i64 @value8(ptr %q, i64 %n) alwaysinline {
 @e10 = internal constant [9 x i64] [i64 1, i64 10, i64 100, i64 1000, i64 10000, i64 100000,
   i64 1000000, i64 10000000, i64 100000000]
 
-define internal ptr @int_field(ptr %s, i8 %term, ptr %dst) alwaysinline {
+define internal ptr @int_slow(ptr %s, i8 %term, ptr %dst) noinline {
 entry:
   %c0 = load i8, ptr %s, align 1
   %neg = icmp eq i8 %c0, 45
   %skip = zext i1 %neg to i64
   %d0 = getelementptr i8, ptr %s, i64 %skip
-  %n8 = call i64 @digits(ptr %d0)
-  %n8.m = add i64 %n8, -1
-  %short = icmp ult i64 %n8.m, 8
-  br i1 %short, label %fast, label %loop
-fast:
-  %v8 = call i64 @value8(ptr %d0, i64 %n8)
-  %q8 = getelementptr i8, ptr %d0, i64 %n8
-  %c8 = load i8, ptr %q8, align 1
-  br label %stop
+  br label %loop
 loop:
   %q = phi ptr [%d0, %entry], [%q.next, %digit]
   %v = phi i64 [0, %entry], [%v.next, %digit]
@@ -231,61 +223,33 @@ digit:
   %n.next = add i64 %n, 1
   %q.next = getelementptr i8, ptr %q, i64 1
   %long = icmp ugt i64 %n.next, 18
-  br i1 %long, label %fail, label %loop
+  br i1 %long, label %fail, label %loop, !llvm.loop !0
 stop:
-  %sq = phi ptr [%q, %loop], [%q8, %fast]
-  %sv = phi i64 [%v, %loop], [%v8, %fast]
-  %sn = phi i64 [%n, %loop], [%n8, %fast]
-  %sc = phi i8 [%c, %loop], [%c8, %fast]
-  %some = icmp ne i64 %sn, 0
-  %ends = icmp eq i8 %sc, %term
+  %some = icmp ne i64 %n, 0
+  %ends = icmp eq i8 %c, %term
   %ok = and i1 %some, %ends
   br i1 %ok, label %done, label %fail
 done:
-  %minus = sub i64 0, %sv
-  %value = select i1 %neg, i64 %minus, i64 %sv
+  %minus = sub i64 0, %v
+  %value = select i1 %neg, i64 %minus, i64 %v
   store i64 %value, ptr %dst, align 8
-  %after = getelementptr i8, ptr %sq, i64 1
+  %after = getelementptr i8, ptr %q, i64 1
   ret ptr %after
 fail:
   ret ptr null
 }
 
-define internal ptr @float_field(ptr %s, i8 %term, ptr %dst) alwaysinline {
+define internal ptr @float_slow(ptr %s, i8 %term, ptr %dst) noinline {
 entry:
   %c0 = load i8, ptr %s, align 1
   %neg = icmp eq i8 %c0, 45
   %skip = zext i1 %neg to i64
   %d0 = getelementptr i8, ptr %s, i64 %skip
-  %n1 = call i64 @digits(ptr %d0)
-  %n1.m = add i64 %n1, -1
-  %short1 = icmp ult i64 %n1.m, 8
-  br i1 %short1, label %fast.int, label %int
-fast.int:
-  %i1 = call i64 @value8(ptr %d0, i64 %n1)
-  %q1 = getelementptr i8, ptr %d0, i64 %n1
-  %c1 = load i8, ptr %q1, align 1
-  %dot1 = icmp eq i8 %c1, 46
-  br i1 %dot1, label %fast.frac, label %exp.check
-fast.frac:
-  %f1 = getelementptr i8, ptr %q1, i64 1
-  %n2 = call i64 @digits(ptr %f1)
-  %n2.m = add i64 %n2, -1
-  %short2 = icmp ult i64 %n2.m, 8
-  br i1 %short2, label %fast.frac.value, label %int
-fast.frac.value:
-  %v2 = call i64 @value8(ptr %f1, i64 %n2)
-  %scale.p = getelementptr [9 x i64], ptr @e10, i64 0, i64 %n2
-  %scale = load i64, ptr %scale.p, align 8
-  %i1s = mul i64 %i1, %scale
-  %w2 = add i64 %i1s, %v2
-  %q2 = getelementptr i8, ptr %f1, i64 %n2
-  %c2 = load i8, ptr %q2, align 1
-  br label %exp.check
+  br label %int
 int:
-  %q = phi ptr [%d0, %entry], [%q.next, %int.d], [%d0, %fast.frac]
-  %w = phi i64 [0, %entry], [%w.next, %int.d], [0, %fast.frac]
-  %n = phi i64 [0, %entry], [%n.next, %int.d], [0, %fast.frac]
+  %q = phi ptr [%d0, %entry], [%q.next, %int.d]
+  %w = phi i64 [0, %entry], [%w.next, %int.d]
+  %n = phi i64 [0, %entry], [%n.next, %int.d]
   %c = load i8, ptr %q, align 1
   %dg = sub i8 %c, 48
   %isdig = icmp ult i8 %dg, 10
@@ -297,7 +261,7 @@ int.d:
   %w.next = add i64 %w10, %dz
   %n.next = add i64 %n, 1
   %q.next = getelementptr i8, ptr %q, i64 1
-  br i1 %big, label %fail, label %int
+  br i1 %big, label %fail, label %int, !llvm.loop !1
 int.end:
   %some = icmp ne i64 %n, 0
   br i1 %some, label %dot, label %fail
@@ -322,15 +286,15 @@ frac.d:
   %fw.next = add i64 %fw10, %fdz
   %fn.next = add i64 %fn, 1
   %fq.next = getelementptr i8, ptr %fq, i64 1
-  br i1 %fbig, label %fail, label %frac
+  br i1 %fbig, label %fail, label %frac, !llvm.loop !2
 frac.end:
   %fsome = icmp ne i64 %fn, 0
   br i1 %fsome, label %exp.check, label %fail
 exp.check:
-  %eq = phi ptr [%q, %dot], [%fq, %frac.end], [%q1, %fast.int], [%q2, %fast.frac.value]
-  %ew = phi i64 [%w, %dot], [%fw, %frac.end], [%i1, %fast.int], [%w2, %fast.frac.value]
-  %efrac = phi i64 [0, %dot], [%fn, %frac.end], [0, %fast.int], [%n2, %fast.frac.value]
-  %ec = phi i8 [%c, %dot], [%fc, %frac.end], [%c1, %fast.int], [%c2, %fast.frac.value]
+  %eq = phi ptr [%q, %dot], [%fq, %frac.end]
+  %ew = phi i64 [%w, %dot], [%fw, %frac.end]
+  %efrac = phi i64 [0, %dot], [%fn, %frac.end]
+  %ec = phi i8 [%c, %dot], [%fc, %frac.end]
   %lower = or i8 %ec, 32
   %ise = icmp eq i8 %lower, 101
   br i1 %ise, label %exp.sign, label %finish
@@ -358,7 +322,7 @@ exp.d:
   %xn.next = add i64 %xn, 1
   %xq.next = getelementptr i8, ptr %xq, i64 1
   %xlong = icmp ugt i64 %xn.next, 4
-  br i1 %xlong, label %fail, label %exp
+  br i1 %xlong, label %fail, label %exp, !llvm.loop !3
 exp.end:
   %xsome = icmp ne i64 %xn, 0
   br i1 %xsome, label %exp.ok, label %fail
@@ -406,6 +370,90 @@ fail:
   ret ptr null
 }
 
+; the common shapes inline: up to 8 integer digits, an optional point and 1-8 more, no
+; exponent; anything else (and every refusal) through the out-of-line loops above
+define internal ptr @float_field(ptr %s, i8 %term, ptr %dst) alwaysinline {
+entry:
+  %c0 = load i8, ptr %s, align 1
+  %neg = icmp eq i8 %c0, 45
+  %skip = zext i1 %neg to i64
+  %d0 = getelementptr i8, ptr %s, i64 %skip
+  %n1 = call i64 @digits(ptr %d0)
+  %n1.m = add i64 %n1, -1
+  %short1 = icmp ult i64 %n1.m, 8
+  br i1 %short1, label %int, label %slow
+int:
+  %i1 = call i64 @value8(ptr %d0, i64 %n1)
+  %q1 = getelementptr i8, ptr %d0, i64 %n1
+  %c1 = load i8, ptr %q1, align 1
+  %dot = icmp eq i8 %c1, 46
+  br i1 %dot, label %frac, label %whole
+whole:
+  %ends1 = icmp eq i8 %c1, %term
+  br i1 %ends1, label %value, label %slow
+frac:
+  %f1 = getelementptr i8, ptr %q1, i64 1
+  %n2 = call i64 @digits(ptr %f1)
+  %n2.m = add i64 %n2, -1
+  %short2 = icmp ult i64 %n2.m, 8
+  br i1 %short2, label %frac.value, label %slow
+frac.value:
+  %v2 = call i64 @value8(ptr %f1, i64 %n2)
+  %scale.p = getelementptr [9 x i64], ptr @e10, i64 0, i64 %n2
+  %scale = load i64, ptr %scale.p, align 8
+  %i1s = mul i64 %i1, %scale
+  %w2 = add i64 %i1s, %v2
+  %q2 = getelementptr i8, ptr %f1, i64 %n2
+  %c2 = load i8, ptr %q2, align 1
+  %ends2 = icmp eq i8 %c2, %term
+  %exact = icmp ule i64 %w2, 9007199254740992
+  %ok2 = and i1 %ends2, %exact
+  br i1 %ok2, label %value, label %slow
+value:
+  %w = phi i64 [%i1, %whole], [%w2, %frac.value]
+  %n = phi i64 [0, %whole], [%n2, %frac.value]
+  %q = phi ptr [%q1, %whole], [%q2, %frac.value]
+  %wf = uitofp i64 %w to double
+  %pp = getelementptr [23 x double], ptr @p10, i64 0, i64 %n
+  %pw = load double, ptr %pp, align 8
+  %mag = fdiv double %wf, %pw
+  %minus = fneg double %mag
+  %v = select i1 %neg, double %minus, double %mag
+  store double %v, ptr %dst, align 8
+  %after = getelementptr i8, ptr %q, i64 1
+  ret ptr %after
+slow:
+  %r = call ptr @float_slow(ptr %s, i8 %term, ptr %dst)
+  ret ptr %r
+}
+
+define internal ptr @int_field(ptr %s, i8 %term, ptr %dst) alwaysinline {
+entry:
+  %c0 = load i8, ptr %s, align 1
+  %neg = icmp eq i8 %c0, 45
+  %skip = zext i1 %neg to i64
+  %d0 = getelementptr i8, ptr %s, i64 %skip
+  %n = call i64 @digits(ptr %d0)
+  %n.m = add i64 %n, -1
+  %short = icmp ult i64 %n.m, 8
+  br i1 %short, label %fast, label %slow
+fast:
+  %v = call i64 @value8(ptr %d0, i64 %n)
+  %q = getelementptr i8, ptr %d0, i64 %n
+  %c = load i8, ptr %q, align 1
+  %ends = icmp eq i8 %c, %term
+  br i1 %ends, label %done, label %slow
+done:
+  %minus = sub i64 0, %v
+  %value = select i1 %neg, i64 %minus, i64 %v
+  store i64 %value, ptr %dst, align 8
+  %after = getelementptr i8, ptr %q, i64 1
+  ret ptr %after
+slow:
+  %r = call ptr @int_slow(ptr %s, i8 %term, ptr %dst)
+  ret ptr %r
+}
+
 ; a float32 only where rounding the double gives what rounding the decimal would: zero, or a
 ; normal float32 (2^-126 to FLT_MAX) that is not exactly halfway between two float32s
 define internal i1 @to_float32(double %v, ptr %dst) alwaysinline {
@@ -446,6 +494,13 @@ done:
 
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
+
+; the slow loops stay loops (unrolled, they cost compile time and are rarely run)
+!0 = distinct !{!0, !4}
+!1 = distinct !{!1, !4}
+!2 = distinct !{!2, !4}
+!3 = distinct !{!3, !4}
+!4 = !{!"llvm.loop.unroll.disable"}
 """
 
 
