@@ -44,8 +44,10 @@ BOM = b"\xef\xbb\xbf"  # Arrow drops it at the start of what it reads, and only 
 def read_chunks(data: Any, block_size: int, quote: bytes, parser: Callable[[], ChunkParser | None],
                 alone: Callable[[memoryview], Iterator[pa.RecordBatch]],
                 rest: Callable[[bytes, Any], Iterator[pa.RecordBatch]],
-                tail: Callable[[bytes], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
-    """The batches of `data` (a read handle at a line start, where no quote is open), read
+                tail: Callable[[bytes], Iterator[pa.RecordBatch]]
+                ) -> Iterator[tuple[pa.RecordBatch, bool]]:
+    """(batch, plain) for the batches of `data` (a read handle at a line start, where no quote
+    is open; plain: the loop's, so no value was quoted and every number is finite), read
     `block_size` bytes at a time and cut after the last newline, each chunk through the
     compiled loop (`parser()`, asked once a full block shows the data is not small), else:
     - `alone(chunk)`: Arrow on the chunk by itself, when it holds no quote character (so no
@@ -70,21 +72,26 @@ def read_chunks(data: Any, block_size: int, quote: bytes, parser: Callable[[], C
             cut = buf.rfind(b"\n", 0, cut - 1) + 1
         if not cut:
             if end > 2 * block_size:  # no line break in sight (lines end in \r?): Arrow's
-                yield from rest(buf[:end], data)
+                yield from _arrows(rest(buf[:end], data))
                 return
             carry = buf[:end]
             continue
         bom = at_start and buf.startswith(BOM)
         batch = compiled.parse(buf, cut) if compiled is not None and not bom else None
         if batch is not None:
-            yield batch
+            yield batch, True
         elif not bom and not (quote and buf.find(quote, 0, cut) >= 0):
-            yield from alone(memoryview(buf)[:cut])
+            yield from _arrows(alone(memoryview(buf)[:cut]))
         else:
-            yield from rest(buf[:end], data)
+            yield from _arrows(rest(buf[:end], data))
             return
         carry, at_start = buf[cut:end], False
-    yield from tail(carry)
+    yield from _arrows(tail(carry))
+
+
+def _arrows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[pa.RecordBatch, bool]]:
+    for batch in batches:
+        yield batch, False
 
 
 class ChunkParser:

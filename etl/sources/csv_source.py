@@ -258,12 +258,12 @@ class CsvReader(FileSource):
             # progress: the reader reads far ahead of the batches it hands out, but each batch
             # is one block of `block_size` input bytes (the last one less)
             begin, parsed = (0 if split.whole else split.start), 0
-            for batch in reader:
+            for batch, plain in reader:
                 parsed += read_options.block_size
                 m = batch.num_rows
-                if _any_newline(batch):  # quoted: only the careful path can check their quotes
+                if not plain and _any_newline(batch):  # quoted: the careful path checks quotes
                     raise _RunsOff("a quoted value runs over several lines")
-                if _any_nonfinite(batch):  # "1e400" and "inf" both parse as inf: the text tells
+                if not plain and _any_nonfinite(batch):  # "1e400", "inf": both parse as inf
                     raise _RunsOff("a number that is not finite")
                 lines = first_line + np.arange(cursor, cursor + m, dtype=np.int64)
                 positions = lines - self._header_lines - 1
@@ -271,7 +271,9 @@ class CsvReader(FileSource):
                 if self.max_record_bytes < read_options.block_size and _longest(batch) * 2 > \
                         self.max_record_bytes:  # maybe over the limit: the careful path decides
                     raise _RunsOff("a row near max_record_bytes")
-                blank = _blank_rows(batch)
+                # a row of the loop's holds a number in each number column: none is blank
+                blank = None if plain and len(self.numeric.keys() & set(names)) else \
+                    _blank_rows(batch)
                 if blank is not None:
                     keep = ~blank
                     batch, positions, lines = batch.filter(pa.array(keep)), positions[keep], lines[keep]
@@ -310,14 +312,16 @@ class CsvReader(FileSource):
 
     def _fast_batches(self, fh: Any, split: Split, sentinel: bytes,
                       read_options: pa_csv.ReadOptions, convert: pa_csv.ConvertOptions,
-                      names: list[str]) -> Iterator[pa.RecordBatch]:
-        """The split's batches: from its first data line in chunks, each through the compiled
+                      names: list[str]) -> Iterator[tuple[pa.RecordBatch, bool]]:
+        """The split's (batch, plain) pairs (etl.sources.csv_compiled.read_chunks): from its
+        first data line in chunks, each through the compiled
         loop or Arrow (etl.sources.csv_compiled.read_chunks), when the rows before that line
         are plain lines (no quote, no carriage return: Arrow's rows are then lines); else, and
         for other encodings, Arrow's streaming reader over the whole split (`_open_fast`)."""
         start = None if self.codec else self._plain_start(split)
         if start is None:
-            yield from self._open_fast(fh, split, sentinel, read_options, convert)
+            for batch in self._open_fast(fh, split, sentinel, read_options, convert):
+                yield batch, False
             return
         fh.seek(start)
         data = LineRange(fh, None if split.stop is None else split.stop - start)
