@@ -163,6 +163,54 @@ def test_a_csv_jobs_inputs_are_fingerprinted_early_but_not_read(tmp_path: Path) 
     assert early.fingerprints_for(input_pin.pins([str(csv)])) == {}
 
 
+@pytest.mark.parametrize("large", [True, False])
+def test_a_large_csv_jobs_loops_are_compiled_while_beam_is_imported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large: bool) -> None:
+    """From COMPILE_AHEAD_BYTES of input, the CSV chunk loop, the Example loop and the
+    framing are compiled in the launcher (the run's first read and block then find them
+    compiled); below it, nothing is."""
+    from etl.contract.codec import Encoder  # noqa: PLC0415
+    from etl.formats import jit  # noqa: PLC0415
+    from etl.sources.csv_source import CsvReader  # noqa: PLC0415
+
+    if jit.compile_ir("define void @f() {\n  ret void\n}", ()) is None:
+        pytest.skip("no compiled loops on this machine")
+    monkeypatch.setattr(CsvReader, "FAST_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(early_read, "COMPILE_AHEAD_BYTES", 64 << 10 if large else 1 << 30)
+    csv = tmp_path / "a.csv"
+    # names no other test compiles for: the cache must start without these layouts
+    a, b = f"ahead{large:d}_id", f"ahead{large:d}_v"
+    csv.write_text(f"{a},{b}\n" + "".join(f"{i},{i}.5\n" for i in range(20000)))
+    (tmp_path / "s.yaml").write_text(f"name: s\nkind: example\nfeatures:\n"
+                                     f"  {a}: {{dtype: int64, shape: []}}\n"
+                                     f"  {b}: {{dtype: float32, shape: []}}\n")
+    (tmp_path / "job.yaml").write_text(f"schema: s.yaml\noutput: {tmp_path / 'out'}\n"
+                                       "sources:\n  train: {format: csv, paths: [a.csv]}\n")
+    compiled = []
+    real = jit._compile
+
+    def counting(ir: str, signatures: tuple) -> object:
+        compiled.append(ir)
+        return real(ir, signatures)
+
+    monkeypatch.setattr(jit, "_compile", counting)
+    early = early_read.start(load_job(str(tmp_path / "job.yaml")))
+    assert early is not None
+    for thread in threading.enumerate():
+        if thread.name == "etl-early-compile":
+            thread.join(60)
+    early.cancel()
+    asked = len(compiled)
+    assert (asked == 3) == large and (asked == 0) != large  # the CSV, Example, framing loops
+    # the run's own asks are then answered from the cache, without compiling again
+    reader = make_reader({"format": "csv", "paths": [str(csv)]}, str(tmp_path), "t")
+    reader.prepare(load_schema(str(tmp_path / "s.yaml")), 1 << 20)
+    before = real.cache_info().misses
+    assert reader._chunk_parser([a, b]) is not None
+    assert Encoder(load_schema(str(tmp_path / "s.yaml"))).compile_ahead()
+    assert (real.cache_info().misses == before) == large
+
+
 def test_a_database_job_is_not_listed_early(tmp_path: Path) -> None:
     """A query's listing is its survey: connecting to the database before Beam is imported
     would only be done again by the run (and retried on its schedule). Nothing connects."""

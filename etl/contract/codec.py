@@ -76,6 +76,15 @@ class Encoder:
         self.schema = schema
         self.max_record_bytes = int(max_record_bytes)
 
+    def compile_ahead(self) -> bool:
+        """Compile the Example loop this schema's blocks will use (every feature of a fixed
+        shape), before the first block asks for it (etl.formats.compiled_examples)."""
+        features = self.schema.context
+        if self.schema.kind != "example" or not all(f.fixed for f in features):
+            return False
+        return compiled_examples.compile_layout([(f.name, f.storage, f.value_count)
+                                                 for f in features])
+
     def encode(
         self, batch: Batch, source: str = "", positions: np.ndarray | None = None,
         lines: np.ndarray | None = None, offsets: np.ndarray | None = None,

@@ -91,6 +91,17 @@ def serialize(columns: Sequence[tuple[str, str, pa.Array]]) -> pa.LargeBinaryArr
     return proto_wire.binary(out[:used], ends)
 
 
+def compile_layout(features: Sequence[tuple[str, str, int]]) -> bool:
+    """Compile the loop for a layout ((name, storage, values per record) per feature, as
+    `serialize` will find it) ahead of the first block; False where it writes no such layout
+    or cannot compile."""
+    if not features or any(n < 1 or (storage != "float" and n != 1)
+                           for _, storage, n in features):
+        return False
+    layout = tuple(_Slot(name.encode(), storage, n) for name, storage, n in features)
+    return compile_ir(_ir(layout), (("encode", _SIGNATURE),)) is not None
+
+
 def _bound(layout: tuple[_Slot, ...]) -> int:
     """Bytes a record can take beyond its blobs' own bytes (each varint at its 10 at most)."""
     return 11 + sum(64 + len(s.name) + 4 * s.per_record for s in layout)

@@ -107,6 +107,8 @@ class Source:
       (transforms/early_read.py): a format whose read is one stream outside the GIL (zlib's
       inflate) overlaps the import; one parsed on Arrow's thread pool (CSV) takes both cores
       from it and made the run slower (benchmarks/README.md, "Read while Beam is imported").
+    - `compile_ahead(path)`: compiles, in this process, the loops a read of `path` will use
+      (etl.formats.jit), while the launcher imports Beam (default: none).
     - `READS_IN_STREAMS`: whether one worker may read a whole unit as several of its splits
       at once, `read_split` running on several threads (transforms/prefetch.read_in_streams):
       for a format whose parse is one stream per split (Arrow's CSV reader) and whose reader
@@ -149,6 +151,9 @@ class Source:
 
     def splits(self, path: str, target_bytes: int) -> list[Split]:
         return [Split(path)]
+
+    def compile_ahead(self, path: str) -> None:
+        """Nothing to compile by default."""
 
     def read_split(self, split: Split) -> Iterator[Block]:
         if not split.whole:
