@@ -313,11 +313,11 @@ class CsvReader(FileSource):
     def _fast_batches(self, fh: Any, split: Split, sentinel: bytes,
                       read_options: pa_csv.ReadOptions, convert: pa_csv.ConvertOptions,
                       names: list[str]) -> Iterator[tuple[pa.RecordBatch, bool]]:
-        """The split's (batch, plain) pairs (etl.sources.csv_compiled.read_chunks): from its
-        first data line in chunks, each through the compiled
-        loop or Arrow (etl.sources.csv_compiled.read_chunks), when the rows before that line
-        are plain lines (no quote, no carriage return: Arrow's rows are then lines); else, and
-        for other encodings, Arrow's streaming reader over the whole split (`_open_fast`)."""
+        """The split's (batch, plain) pairs: from its first data line in chunks, each through
+        the compiled loop or Arrow (etl.sources.csv_compiled.read_chunks), when the rows
+        before that line are plain lines (no quote, no carriage return: Arrow's rows are then
+        lines); else, and for other encodings, Arrow's streaming reader over the whole split
+        (`_open_fast`), every batch not plain."""
         start = None if self.codec else self._plain_start(split)
         if start is None:
             for batch in self._open_fast(fh, split, sentinel, read_options, convert):
