@@ -161,6 +161,58 @@ def _compiled(kinds: tuple[str, ...], delim: int, quote: int) -> object | None:
 # number column (its values) and two per text column (its int32 offsets, offsets[0] = 0 set by
 # the caller; its bytes). Every scan stops at a newline, so no load passes the chunk's end.
 
+# a field's sign: %neg after a "-", whose digits then start at %d0
+_SIGN = """entry:
+  %c0 = load i8, ptr %s, align 1
+  %neg = icmp eq i8 %c0, 45
+  %skip = zext i1 %neg to i64
+  %d0 = getelementptr i8, ptr %s, i64 %skip
+"""
+
+
+def _digit_loop(label: str, p: str, start: str, entry: str, w0: str, loop: int) -> str:
+    """IR of a run of digits read into %{p}w (from w0), counted in %{p}n, stopped at the
+    first other byte (%{p}c, at %{p}q); a 19th significant digit fails (Arrow parses)."""
+    return f"""{label}:
+  %{p}q = phi ptr [{start}, {entry}], [%{p}q.next, %{label}.d]
+  %{p}w = phi i64 [{w0}, {entry}], [%{p}w.next, %{label}.d]
+  %{p}n = phi i64 [0, {entry}], [%{p}n.next, %{label}.d]
+  %{p}c = load i8, ptr %{p}q, align 1
+  %{p}dg = sub i8 %{p}c, 48
+  %{p}isdig = icmp ult i8 %{p}dg, 10
+  br i1 %{p}isdig, label %{label}.d, label %{label}.end
+{label}.d:
+  %{p}big = icmp uge i64 %{p}w, 100000000000000000
+  %{p}w10 = mul i64 %{p}w, 10
+  %{p}dz = zext i8 %{p}dg to i64
+  %{p}w.next = add i64 %{p}w10, %{p}dz
+  %{p}n.next = add i64 %{p}n, 1
+  %{p}q.next = getelementptr i8, ptr %{p}q, i64 1
+  br i1 %{p}big, label %fail, label %{label}, !llvm.loop !{loop}
+"""
+
+
+def _lead(n: str, ok: str) -> str:
+    """IR of a field's sign (%neg; its digits start at %d0) and how many digits follow (%{n}):
+    1 to 8 go on to `ok`, any other count to %slow."""
+    return _SIGN + f"""  %{n} = call i64 @digits(ptr %d0)
+  %{n}.m = add i64 %{n}, -1
+  %{n}.short = icmp ult i64 %{n}.m, 8
+  br i1 %{n}.short, label %{ok}, label %slow
+"""
+
+
+# an int64 field's end: its value (%v, negated after a "-") stored, and the byte after the
+# terminator at %q returned
+_INT_DONE = """done:
+  %minus = sub i64 0, %v
+  %value = select i1 %neg, i64 %minus, i64 %v
+  store i64 %value, ptr %dst, align 8
+  %after = getelementptr i8, ptr %q, i64 1
+  ret ptr %after
+"""
+
+
 _HELPERS = r"""
 @p10 = internal constant [23 x double] [double 1.0, double 1.0e1, double 1.0e2, double 1.0e3,
   double 1.0e4, double 1.0e5, double 1.0e6, double 1.0e7, double 1.0e8, double 1.0e9,
@@ -209,67 +261,18 @@ define internal i64 @value8(ptr %q, i64 %n) alwaysinline {
   i64 1000000, i64 10000000, i64 100000000]
 
 define internal ptr @int_slow(ptr %s, i8 %term, ptr %dst) noinline {
-entry:
-  %c0 = load i8, ptr %s, align 1
-  %neg = icmp eq i8 %c0, 45
-  %skip = zext i1 %neg to i64
-  %d0 = getelementptr i8, ptr %s, i64 %skip
-  br label %loop
-loop:
-  %q = phi ptr [%d0, %entry], [%q.next, %digit]
-  %v = phi i64 [0, %entry], [%v.next, %digit]
-  %n = phi i64 [0, %entry], [%n.next, %digit]
-  %c = load i8, ptr %q, align 1
-  %dg = sub i8 %c, 48
-  %isdig = icmp ult i8 %dg, 10
-  br i1 %isdig, label %digit, label %stop
-digit:
-  %v10 = mul i64 %v, 10
-  %dz = zext i8 %dg to i64
-  %v.next = add i64 %v10, %dz
-  %n.next = add i64 %n, 1
-  %q.next = getelementptr i8, ptr %q, i64 1
-  %long = icmp ugt i64 %n.next, 18
-  br i1 %long, label %fail, label %loop, !llvm.loop !0
-stop:
+""" + _SIGN + "  br label %int\n" + _digit_loop("int", "", "%d0", "%entry", "0", 0) + r"""int.end:
   %some = icmp ne i64 %n, 0
   %ends = icmp eq i8 %c, %term
   %ok = and i1 %some, %ends
+  %v = add i64 %w, 0
   br i1 %ok, label %done, label %fail
-done:
-  %minus = sub i64 0, %v
-  %value = select i1 %neg, i64 %minus, i64 %v
-  store i64 %value, ptr %dst, align 8
-  %after = getelementptr i8, ptr %q, i64 1
-  ret ptr %after
-fail:
+""" + _INT_DONE + r"""fail:
   ret ptr null
 }
 
 define internal ptr @float_slow(ptr %s, i8 %term, ptr %dst) noinline {
-entry:
-  %c0 = load i8, ptr %s, align 1
-  %neg = icmp eq i8 %c0, 45
-  %skip = zext i1 %neg to i64
-  %d0 = getelementptr i8, ptr %s, i64 %skip
-  br label %int
-int:
-  %q = phi ptr [%d0, %entry], [%q.next, %int.d]
-  %w = phi i64 [0, %entry], [%w.next, %int.d]
-  %n = phi i64 [0, %entry], [%n.next, %int.d]
-  %c = load i8, ptr %q, align 1
-  %dg = sub i8 %c, 48
-  %isdig = icmp ult i8 %dg, 10
-  br i1 %isdig, label %int.d, label %int.end
-int.d:
-  %big = icmp uge i64 %w, 100000000000000000
-  %w10 = mul i64 %w, 10
-  %dz = zext i8 %dg to i64
-  %w.next = add i64 %w10, %dz
-  %n.next = add i64 %n, 1
-  %q.next = getelementptr i8, ptr %q, i64 1
-  br i1 %big, label %fail, label %int, !llvm.loop !1
-int.end:
+""" + _SIGN + "  br label %int\n" + r"""""" + _digit_loop("int", "", "%d0", "%entry", "0", 1) + r"""int.end:
   %some = icmp ne i64 %n, 0
   br i1 %some, label %dot, label %fail
 dot:
@@ -278,23 +281,7 @@ dot:
 frac.start:
   %f0 = getelementptr i8, ptr %q, i64 1
   br label %frac
-frac:
-  %fq = phi ptr [%f0, %frac.start], [%fq.next, %frac.d]
-  %fw = phi i64 [%w, %frac.start], [%fw.next, %frac.d]
-  %fn = phi i64 [0, %frac.start], [%fn.next, %frac.d]
-  %fc = load i8, ptr %fq, align 1
-  %fdg = sub i8 %fc, 48
-  %fisdig = icmp ult i8 %fdg, 10
-  br i1 %fisdig, label %frac.d, label %frac.end
-frac.d:
-  %fbig = icmp uge i64 %fw, 100000000000000000
-  %fw10 = mul i64 %fw, 10
-  %fdz = zext i8 %fdg to i64
-  %fw.next = add i64 %fw10, %fdz
-  %fn.next = add i64 %fn, 1
-  %fq.next = getelementptr i8, ptr %fq, i64 1
-  br i1 %fbig, label %fail, label %frac, !llvm.loop !2
-frac.end:
+""" + _digit_loop("frac", "f", "%f0", "%frac.start", "%w", 2) + r"""frac.end:
   %fsome = icmp ne i64 %fn, 0
   br i1 %fsome, label %exp.check, label %fail
 exp.check:
@@ -380,16 +367,7 @@ fail:
 ; the common shapes inline: up to 8 integer digits, an optional point and 1-8 more, no
 ; exponent; anything else (and every refusal) through the out-of-line loops above
 define internal ptr @float_field(ptr %s, i8 %term, ptr %dst) alwaysinline {
-entry:
-  %c0 = load i8, ptr %s, align 1
-  %neg = icmp eq i8 %c0, 45
-  %skip = zext i1 %neg to i64
-  %d0 = getelementptr i8, ptr %s, i64 %skip
-  %n1 = call i64 @digits(ptr %d0)
-  %n1.m = add i64 %n1, -1
-  %short1 = icmp ult i64 %n1.m, 8
-  br i1 %short1, label %int, label %slow
-int:
+""" + _lead("n1", "int") + r"""int:
   %i1 = call i64 @value8(ptr %d0, i64 %n1)
   %q1 = getelementptr i8, ptr %d0, i64 %n1
   %c1 = load i8, ptr %q1, align 1
@@ -435,28 +413,13 @@ slow:
 }
 
 define internal ptr @int_field(ptr %s, i8 %term, ptr %dst) alwaysinline {
-entry:
-  %c0 = load i8, ptr %s, align 1
-  %neg = icmp eq i8 %c0, 45
-  %skip = zext i1 %neg to i64
-  %d0 = getelementptr i8, ptr %s, i64 %skip
-  %n = call i64 @digits(ptr %d0)
-  %n.m = add i64 %n, -1
-  %short = icmp ult i64 %n.m, 8
-  br i1 %short, label %fast, label %slow
-fast:
+""" + _lead("n", "fast") + r"""fast:
   %v = call i64 @value8(ptr %d0, i64 %n)
   %q = getelementptr i8, ptr %d0, i64 %n
   %c = load i8, ptr %q, align 1
   %ends = icmp eq i8 %c, %term
   br i1 %ends, label %done, label %slow
-done:
-  %minus = sub i64 0, %v
-  %value = select i1 %neg, i64 %minus, i64 %v
-  store i64 %value, ptr %dst, align 8
-  %after = getelementptr i8, ptr %q, i64 1
-  ret ptr %after
-slow:
+""" + _INT_DONE + r"""slow:
   %r = call ptr @int_slow(ptr %s, i8 %term, ptr %dst)
   ret ptr %r
 }
