@@ -170,8 +170,10 @@ def start(job: JobConfig) -> EarlyRead | None:
     except Exception:  # noqa: BLE001 - the run meets the same and reports it
         return None
     if sum(u.num_bytes for u in plan.units) >= COMPILE_AHEAD_BYTES:
+        # not a daemon: a run that ends at once waits for the compile (~0.3 s) rather than
+        # exit while LLVM's code still runs in this thread
         threading.Thread(target=_compile_ahead, args=(job, plan.units[0]),
-                         name="etl-early-compile", daemon=True).start()
+                         name="etl-early-compile", daemon=False).start()
     prints = _Fingerprints([i["path"] for i in plan.inputs if "fingerprint" not in i])
     unit = plan.units[0]
     first = _first_task(job, unit)
