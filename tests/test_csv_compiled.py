@@ -261,7 +261,7 @@ def _blocks(path: Path, compiled: bool, monkeypatch: pytest.MonkeyPatch, splits:
     with monkeypatch.context() as patch:
         patch.setattr(CsvReader, "FAST_BLOCK_BYTES", 4096)
         if not compiled:
-            patch.setattr(CsvReader, "_plain_start", lambda self, split: None)
+            patch.setattr(CsvReader, "_plain_start", lambda self, fh, split: None)
         reader = make_reader({"format": "csv", "paths": [str(path)], "block_rows": 700,
                               **options}, str(path.parent), "test")
         reader.prepare(schema, 64 << 20)

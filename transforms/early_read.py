@@ -38,7 +38,7 @@ from typing import Any
 from etl.base import signals
 from etl.base.pause import pause
 from etl.contract.codec import Encoder
-from etl.contract.schema import load_schema
+from etl.contract.schema import Schema, load_schema
 from etl.formats import compiled_framing
 from etl.job.config import JobConfig, Reading, input_places
 from etl.job.read_plan import ReadTask, plan_units, tasks_of
@@ -189,14 +189,20 @@ def _compile_ahead(job: JobConfig, unit: Any) -> None:
     """Compile the loops the first unit's read and the encoder will use (etl.formats.jit
     keeps them for the process); anything that fails here the run meets and reports."""
     try:
-        schema = load_schema(job.schema_path)
         reader = make_reader(job.sources[unit.source], job.base_dir, f"sources.{unit.source}")
-        reader.prepare(schema, job.reading.max_record_bytes)
+        schema = _prepare(job, reader)
         reader.compile_ahead(unit.path)
         Encoder(schema, job.reading.max_record_bytes).compile_ahead()
         compiled_framing.framer()  # the spills' framing and the shards' take: one module
     except Exception:  # noqa: BLE001, S110 - the run compiles what it needs itself
         pass
+
+
+def _prepare(job: JobConfig, reader: Source) -> Schema:
+    """The job's schema, with `reader` prepared for it as the run's read DoFn prepares it."""
+    schema = load_schema(job.schema_path)
+    reader.prepare(schema, job.reading.max_record_bytes)
+    return schema
 
 
 def _local_paths_only(job: JobConfig) -> bool:
@@ -217,8 +223,7 @@ def _first_task(job: JobConfig, unit: Any) -> tuple[Source, ReadTask, tuple[Any,
         reader = make_reader(source, job.base_dir, f"sources.{unit.source}")
         if not reader.READS_EARLY:
             return None
-        schema = load_schema(job.schema_path)
-        reader.prepare(schema, job.reading.max_record_bytes)
+        schema = _prepare(job, reader)
         split_bytes = job.reading.split_bytes or 0
         task = next(tasks_of(unit, reader, split_bytes))
         return reader, task, identity(schema.to_yaml(), source, job.base_dir, job.reading,

@@ -21,6 +21,7 @@ import ctypes
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -58,7 +59,7 @@ def serialize(columns: Sequence[tuple[str, str, pa.Array]]) -> pa.LargeBinaryArr
         if values.null_count:
             return None
         per_record = (int(offsets[1]) - int(offsets[0])) if len(offsets) > 1 else 0
-        if per_record < 1 or (storage != "float" and per_record != 1):
+        if not _writes(storage, per_record):
             return None
         if not (np.diff(offsets) == per_record).all():
             return None
@@ -78,7 +79,7 @@ def serialize(columns: Sequence[tuple[str, str, pa.Array]]) -> pa.LargeBinaryArr
         keep.append(data)
         slots.append(_Slot(name.encode(), storage, per_record))
     layout = tuple(slots)
-    compiled = compile_ir(_ir(layout), (("encode", _SIGNATURE),))
+    compiled = _compiled(layout)
     if compiled is None:
         return None
     # NumPy's memory: glibc's heap, which the data path keeps (etl.base.heap), so the pages of
@@ -95,11 +96,19 @@ def compile_layout(features: Sequence[tuple[str, str, int]]) -> bool:
     """Compile the loop for a layout ((name, storage, values per record) per feature, as
     `serialize` will find it) ahead of the first block; False where it writes no such layout
     or cannot compile."""
-    if not features or any(n < 1 or (storage != "float" and n != 1)
-                           for _, storage, n in features):
+    if not features or not all(_writes(storage, n) for _, storage, n in features):
         return False
-    layout = tuple(_Slot(name.encode(), storage, n) for name, storage, n in features)
-    return compile_ir(_ir(layout), (("encode", _SIGNATURE),)) is not None
+    return _compiled(tuple(_Slot(name.encode(), storage, n) for name, storage, n in features)) \
+        is not None
+
+
+def _writes(storage: str, per_record: int) -> bool:
+    """Whether the loop writes a feature of this storage and this many values a record."""
+    return per_record >= 1 and (storage == "float" or per_record == 1)
+
+
+def _compiled(layout: tuple[_Slot, ...]) -> Any:
+    return compile_ir(_ir(layout), (("encode", _SIGNATURE),))
 
 
 def _bound(layout: tuple[_Slot, ...]) -> int:

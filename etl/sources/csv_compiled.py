@@ -99,7 +99,7 @@ class ChunkParser:
     bytes or more after them), or None where Arrow must parse them."""
 
     def __init__(self, names: list[str], types: list[pa.DataType], function: object):
-        self.names, self.types, self._function = names, types, function
+        self.types, self._function = types, function
         self.schema = pa.schema([pa.field(n, t) for n, t in zip(names, types, strict=True)])
 
     def parse(self, buf: bytes, size: int) -> pa.RecordBatch | None:

@@ -206,10 +206,15 @@ class CsvReader(FileSource):
     def data_start(self, path: str) -> int:
         """Byte offset of the first data line (after `skip_rows` and the header line)."""
         with fs.open_read(path) as fh:
-            for _ in range(self._header_lines):
-                if not skip_line(fh):
-                    break
-            return fh.tell()
+            return self._skip_header(fh)
+
+    def _skip_header(self, fh: Any) -> int:
+        """`fh` moved from the file's start past `skip_rows` and the header; its position."""
+        fh.seek(0)
+        for _ in range(self._header_lines):
+            if not skip_line(fh):
+                break
+        return fh.tell()
 
     def splits(self, path: str, target_bytes: int) -> list[Split]:
         """Byte ranges cut only at line starts the quote scan proves are record starts for
@@ -258,6 +263,8 @@ class CsvReader(FileSource):
             # progress: the reader reads far ahead of the batches it hands out, but each batch
             # is one block of `block_size` input bytes (the last one less)
             begin, parsed = (0 if split.whole else split.start), 0
+            # a row of the loop's holds a number in each number column: none is blank
+            plain_has_no_blank = bool(self.numeric.keys() & set(names))
             for batch, plain in reader:
                 parsed += read_options.block_size
                 m = batch.num_rows
@@ -271,9 +278,7 @@ class CsvReader(FileSource):
                 if self.max_record_bytes < read_options.block_size and _longest(batch) * 2 > \
                         self.max_record_bytes:  # maybe over the limit: the careful path decides
                     raise _RunsOff("a row near max_record_bytes")
-                # a row of the loop's holds a number in each number column: none is blank
-                blank = None if plain and len(self.numeric.keys() & set(names)) else \
-                    _blank_rows(batch)
+                blank = None if plain and plain_has_no_blank else _blank_rows(batch)
                 if blank is not None:
                     keep = ~blank
                     batch, positions, lines = batch.filter(pa.array(keep)), positions[keep], lines[keep]
@@ -318,7 +323,7 @@ class CsvReader(FileSource):
         before that line are plain lines (no quote, no carriage return: Arrow's rows are then
         lines); else, and for other encodings, Arrow's streaming reader over the whole split
         (`_open_fast`), every batch not plain."""
-        start = None if self.codec else self._plain_start(split)
+        start = None if self.codec else self._plain_start(fh, split)
         if start is None:
             for batch in self._open_fast(fh, split, sentinel, read_options, convert):
                 yield batch, False
@@ -342,16 +347,17 @@ class CsvReader(FileSource):
             rest=lambda head, more: arrow(_WithTail(_Prefixed(head, more), sentinel), True),
             tail=tail)
 
-    def _plain_start(self, split: Split) -> int | None:
+    def _plain_start(self, fh: Any, split: Split) -> int | None:
         """Where the split's data lines start; for the file's first split, None unless the
         lines skipped before them (`skip_rows`, the header) hold no quote and no carriage
         return, so that Arrow would skip exactly those lines, and the data after them does not
         start with a BOM (Arrow keeps one there, and drops one at the start of what it reads)."""
         if not split.first:
             return split.start
-        start = self.data_start(split.path)
-        with fs.open_read(split.path) as fh:
-            head = fh.read(start + len(csv_compiled.BOM))
+        start = self._skip_header(fh)
+        fh.seek(0)
+        head = fh.read(start + len(csv_compiled.BOM))
+        fh.seek(0)  # where Arrow's streaming reader of the whole file starts, if it is used
         if b"\r" in head[:start] or (self._quote and self._quote.encode() in head[:start]):
             return None
         if start and head[start:].startswith(csv_compiled.BOM):
